@@ -1,0 +1,561 @@
+//! RoCEv2 framing: `[Ethernet] + IPv4/IPv6 + UDP(dport 4791) + transport`.
+//!
+//! ```text
+//! +----------+-----------------+--------+-----+-----+---------+-----+------+
+//! | Ethernet | IPv4 (20 B) or  |  UDP   | BTH | ext | payload | pad | ICRC |
+//! | 14 B,    | IPv6 (40 B)     |  8 B   |     |     |         |     |      |
+//! | optional |                 |dst 4791|     |     |         |     |      |
+//! +----------+-----------------+--------+-----+-----+---------+-----+------+
+//!                              |<----------- UDP payload ------------------>|
+//! ```
+//!
+//! The end of the packet is given by the IP header (IPv4 total length,
+//! IPv6 payload length), never by the frame length: Ethernet may pad short
+//! frames, and a capture may cut long ones. Outer headers are read and
+//! written with `etherparse`.
+//!
+//! [`classify`] sorts a captured frame into RoCEv2 or not; a
+//! [`RoceFrame`] then gives the transport packet, checks the ICRC (and the
+//! IPv4 and UDP checksums, which the ICRC leaves out) and turns back into a
+//! [`FrameRepr`] that emits the same bytes. [`FrameRepr::ipv4`] and
+//! [`FrameRepr::ipv6`] build new frames the way rxe does.
+
+use crate::icrc::{self, ICRC_LEN};
+use crate::{roce, Error, Result, ROCEV2_UDP_PORT};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use etherparse::{
+    EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6Header, Ipv6HeaderSlice,
+    UdpHeader,
+};
+
+/// What a captured frame starts with (a pcap link type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Link {
+    /// Ethernet II, possibly with 802.1Q/802.1ad tags.
+    Ethernet,
+    /// No link header: the IP header comes first.
+    RawIp,
+    /// Linux "cooked" capture v1 (16-byte header), as `tcpdump -i any`.
+    LinuxSll,
+    /// Linux "cooked" capture v2 (20-byte header).
+    LinuxSll2,
+    /// BSD loopback: a 4-byte address family in host byte order.
+    Null,
+}
+
+/// The Ethernet header of a frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EthernetInfo {
+    /// The Ethernet II header (its `ether_type` is the outer one).
+    pub header: Ethernet2Header,
+    /// VLAN tags between the header and the IP packet (0..=2), as bytes.
+    pub vlan_tags: [[u8; 4]; 2],
+    /// How many of `vlan_tags` are present.
+    pub vlan_count: usize,
+}
+
+/// An IP header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpHeader {
+    /// IPv4.
+    V4(Ipv4Header),
+    /// IPv6.
+    V6(Ipv6Header),
+}
+
+impl IpHeader {
+    /// The source address.
+    pub fn source(&self) -> IpAddr {
+        match self {
+            IpHeader::V4(h) => IpAddr::V4(Ipv4Addr::from(h.source)),
+            IpHeader::V6(h) => IpAddr::V6(Ipv6Addr::from(h.source)),
+        }
+    }
+
+    /// The destination address.
+    pub fn destination(&self) -> IpAddr {
+        match self {
+            IpHeader::V4(h) => IpAddr::V4(Ipv4Addr::from(h.destination)),
+            IpHeader::V6(h) => IpAddr::V6(Ipv6Addr::from(h.destination)),
+        }
+    }
+
+    /// Length of the header in bytes.
+    pub fn header_len(&self) -> usize {
+        match self {
+            IpHeader::V4(h) => h.header_len(),
+            IpHeader::V6(h) => h.header_len(),
+        }
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        match self {
+            IpHeader::V4(h) => h.to_bytes().to_vec(),
+            IpHeader::V6(h) => h.to_bytes().to_vec(),
+        }
+    }
+}
+
+/// A frame that is not RoCEv2, described for a reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Other {
+    /// An ARP packet.
+    Arp,
+    /// A link-layer protocol other than IP and ARP.
+    EtherType(u16),
+    /// An IP packet that is neither UDP nor TCP (the protocol number).
+    Ip {
+        /// Source address.
+        src: IpAddr,
+        /// Destination address.
+        dst: IpAddr,
+        /// IP protocol / IPv6 next header.
+        protocol: u8,
+    },
+    /// A TCP segment (for example the QP-info exchange of perftest).
+    Tcp {
+        /// Source address.
+        src: IpAddr,
+        /// Destination address.
+        dst: IpAddr,
+        /// Source port.
+        src_port: u16,
+        /// Destination port.
+        dst_port: u16,
+    },
+    /// A UDP datagram to a port other than 4791.
+    Udp {
+        /// Source address.
+        src: IpAddr,
+        /// Destination address.
+        dst: IpAddr,
+        /// Source port.
+        src_port: u16,
+        /// Destination port.
+        dst_port: u16,
+    },
+    /// An IPv4 fragment (RoCEv2 is never fragmented).
+    Ipv4Fragment,
+    /// Bytes that could not be read down to the transport header.
+    Unreadable(&'static str),
+}
+
+impl core::fmt::Display for Other {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Other::Arp => write!(f, "ARP"),
+            Other::EtherType(t) => write!(f, "ethertype 0x{t:04x}"),
+            Other::Ip { src, dst, protocol } => match IpNumber(*protocol).keyword_str() {
+                Some(name) => write!(f, "{src} -> {dst} {name}"),
+                None => write!(f, "{src} -> {dst} IP protocol {protocol}"),
+            },
+            Other::Tcp { src, dst, src_port, dst_port } => {
+                write!(f, "{src}:{src_port} -> {dst}:{dst_port} TCP")
+            }
+            Other::Udp { src, dst, src_port, dst_port } => {
+                write!(f, "{src}:{src_port} -> {dst}:{dst_port} UDP")
+            }
+            Other::Ipv4Fragment => write!(f, "IPv4 fragment"),
+            Other::Unreadable(why) => write!(f, "unreadable: {why}"),
+        }
+    }
+}
+
+/// A captured frame, sorted.
+#[derive(Debug, Clone)]
+pub enum Classified<'a> {
+    /// A UDP datagram to port 4791.
+    Roce(RoceFrame<'a>),
+    /// Anything else.
+    Other(Other),
+}
+
+/// A UDP datagram to port 4791 inside a captured frame.
+#[derive(Debug, Clone)]
+pub struct RoceFrame<'a> {
+    /// The Ethernet header, when the frame has one.
+    pub ethernet: Option<EthernetInfo>,
+    /// The IP header.
+    pub ip: IpHeader,
+    /// The UDP header.
+    pub udp: UdpHeader,
+    ip_bytes: &'a [u8],
+    udp_bytes: &'a [u8],
+    transport: &'a [u8],
+    /// Bytes after the IP packet (Ethernet padding): kept for round trips.
+    pub trailer: &'a [u8],
+    /// A problem below the transport layer: the capture cut the packet
+    /// short, or the UDP length disagrees with the IP length.
+    pub framing_error: Option<Error>,
+}
+
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const ETHERTYPE_ARP: u16 = 0x0806;
+const ETHERTYPE_VLAN: u16 = 0x8100;
+const ETHERTYPE_QINQ: u16 = 0x88a8;
+const UDP_HEADER_LEN: usize = 8;
+
+/// Sorts one captured frame. Never panics, whatever the bytes.
+pub fn classify(data: &[u8], link: Link) -> Classified<'_> {
+    match strip_link(data, link) {
+        Ok((ethernet, ethertype, ip)) => match ethertype {
+            ETHERTYPE_IPV4 | ETHERTYPE_IPV6 => classify_ip(ethernet, ip),
+            ETHERTYPE_ARP => Classified::Other(Other::Arp),
+            other => Classified::Other(Other::EtherType(other)),
+        },
+        Err(why) => Classified::Other(Other::Unreadable(why)),
+    }
+}
+
+type LinkParts<'a> = (Option<EthernetInfo>, u16, &'a [u8]);
+
+fn strip_link(data: &[u8], link: Link) -> core::result::Result<LinkParts<'_>, &'static str> {
+    let be16 = |at: usize| -> core::result::Result<u16, &'static str> {
+        data.get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or("frame shorter than its link header")
+    };
+    match link {
+        Link::Ethernet => {
+            let (header, mut rest) =
+                Ethernet2Header::from_slice(data).map_err(|_| "frame shorter than Ethernet")?;
+            let mut ethertype = header.ether_type.0;
+            let mut info = EthernetInfo { header, vlan_tags: [[0; 4]; 2], vlan_count: 0 };
+            while matches!(ethertype, ETHERTYPE_VLAN | ETHERTYPE_QINQ) {
+                if info.vlan_count == info.vlan_tags.len() || rest.len() < 4 {
+                    return Err("bad VLAN tags");
+                }
+                info.vlan_tags[info.vlan_count].copy_from_slice(&rest[..4]);
+                info.vlan_count += 1;
+                ethertype = u16::from_be_bytes([rest[2], rest[3]]);
+                rest = &rest[4..];
+            }
+            Ok((Some(info), ethertype, rest))
+        }
+        Link::RawIp => match data.first().map(|b| b >> 4) {
+            Some(4) => Ok((None, ETHERTYPE_IPV4, data)),
+            Some(6) => Ok((None, ETHERTYPE_IPV6, data)),
+            _ => Err("raw IP frame that is neither IPv4 nor IPv6"),
+        },
+        Link::LinuxSll => Ok((None, be16(14)?, data.get(16..).unwrap_or_default())),
+        Link::LinuxSll2 => Ok((None, be16(0)?, data.get(20..).unwrap_or_default())),
+        Link::Null => {
+            let family = data.get(..4).ok_or("frame shorter than its link header")?;
+            let family = u32::from_le_bytes([family[0], family[1], family[2], family[3]]);
+            let family = if family > 0xffff { family.swap_bytes() } else { family };
+            // AF_INET is 2 everywhere; AF_INET6 is 10, 24, 28 or 30.
+            let ethertype = match family {
+                2 => ETHERTYPE_IPV4,
+                10 | 24 | 28 | 30 => ETHERTYPE_IPV6,
+                _ => return Err("unknown loopback address family"),
+            };
+            Ok((None, ethertype, &data[4..]))
+        }
+    }
+}
+
+fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
+    let parsed = match data.first().map(|b| b >> 4) {
+        Some(4) => parse_ipv4(data),
+        Some(6) => parse_ipv6(data),
+        _ => Err(Other::Unreadable("IP version is neither 4 nor 6")),
+    };
+    let (ip, ip_bytes, ip_packet_len) = match parsed {
+        Ok(parts) => parts,
+        Err(other) => return Classified::Other(other),
+    };
+    let (src, dst) = (ip.source(), ip.destination());
+    let protocol = match &ip {
+        IpHeader::V4(h) => h.protocol,
+        IpHeader::V6(h) => h.next_header,
+    };
+    let header_len = ip_bytes.len();
+    // The IP packet's end per its length field, cut to what was captured.
+    let captured_end = ip_packet_len.min(data.len());
+    let ip_payload = &data[header_len..captured_end.max(header_len)];
+    if protocol == IpNumber::TCP {
+        return Classified::Other(match ip_payload.get(..4) {
+            Some(p) => Other::Tcp {
+                src,
+                dst,
+                src_port: u16::from_be_bytes([p[0], p[1]]),
+                dst_port: u16::from_be_bytes([p[2], p[3]]),
+            },
+            None => Other::Ip { src, dst, protocol: protocol.0 },
+        });
+    }
+    if protocol != IpNumber::UDP {
+        return Classified::Other(Other::Ip { src, dst, protocol: protocol.0 });
+    }
+    let Ok((udp, _)) = UdpHeader::from_slice(ip_payload) else {
+        return Classified::Other(Other::Unreadable("IP packet shorter than its UDP header"));
+    };
+    if udp.destination_port != ROCEV2_UDP_PORT {
+        return Classified::Other(Other::Udp {
+            src,
+            dst,
+            src_port: udp.source_port,
+            dst_port: udp.destination_port,
+        });
+    }
+    let framing_error = if ip_packet_len > data.len() {
+        Some(Error::Truncated)
+    } else if usize::from(udp.length) != ip_packet_len - header_len {
+        Some(Error::Malformed("UDP length disagrees with the IP length"))
+    } else {
+        None
+    };
+    Classified::Roce(RoceFrame {
+        ethernet,
+        ip,
+        udp,
+        ip_bytes,
+        udp_bytes: &ip_payload[..UDP_HEADER_LEN],
+        transport: &ip_payload[UDP_HEADER_LEN..],
+        trailer: &data[captured_end..],
+        framing_error,
+    })
+}
+
+type IpParts<'a> = (IpHeader, &'a [u8], usize);
+
+fn parse_ipv4(data: &[u8]) -> core::result::Result<IpParts<'_>, Other> {
+    let slice =
+        Ipv4HeaderSlice::from_slice(data).map_err(|_| Other::Unreadable("bad IPv4 header"))?;
+    let header = slice.to_header();
+    if header.is_fragmenting_payload() {
+        return Err(Other::Ipv4Fragment);
+    }
+    Ok((IpHeader::V4(header), slice.slice(), usize::from(slice.total_len())))
+}
+
+fn parse_ipv6(data: &[u8]) -> core::result::Result<IpParts<'_>, Other> {
+    let slice =
+        Ipv6HeaderSlice::from_slice(data).map_err(|_| Other::Unreadable("bad IPv6 header"))?;
+    let header = slice.to_header();
+    let len = Ipv6Header::LEN + usize::from(header.payload_length);
+    Ok((IpHeader::V6(header), slice.slice(), len))
+}
+
+impl<'a> RoceFrame<'a> {
+    /// The UDP payload: BTH up to and including the ICRC (cut short if the
+    /// capture was).
+    pub fn transport(&self) -> &'a [u8] {
+        self.transport
+    }
+
+    /// The raw IP header bytes.
+    pub fn ip_header_bytes(&self) -> &'a [u8] {
+        self.ip_bytes
+    }
+
+    /// The transport packet, checked against the opcode table.
+    pub fn packet(&self) -> Result<roce::Packet<&'a [u8]>> {
+        if let Some(error) = self.framing_error {
+            return Err(error);
+        }
+        roce::Packet::new_checked(self.transport)
+    }
+
+    /// The ICRC computed over this frame, or `None` when the frame is too
+    /// short to hold one.
+    pub fn computed_icrc(&self) -> Option<u32> {
+        if self.framing_error.is_some() || self.transport.len() < roce::MIN_LEN {
+            return None;
+        }
+        let covered = &self.transport[..self.transport.len() - ICRC_LEN];
+        icrc::compute(self.ip_bytes, self.udp_bytes, covered)
+    }
+
+    /// The ICRC stored in the frame.
+    pub fn stored_icrc(&self) -> Option<u32> {
+        let at = self.transport.len().checked_sub(ICRC_LEN)?;
+        icrc::read(&self.transport[at..])
+    }
+
+    /// Whether the stored ICRC matches the computed one.
+    pub fn icrc_ok(&self) -> bool {
+        matches!((self.computed_icrc(), self.stored_icrc()), (Some(a), Some(b)) if a == b)
+    }
+
+    /// Whether the IPv4 header checksum is right (always true for IPv6,
+    /// which has none). The ICRC masks this field, so a receiver checks it
+    /// on its own, as the kernel does before rxe sees the packet.
+    pub fn ip_checksum_ok(&self) -> bool {
+        match &self.ip {
+            IpHeader::V4(h) => h.calc_header_checksum() == h.header_checksum,
+            IpHeader::V6(_) => true,
+        }
+    }
+
+    /// Whether the UDP checksum is right: zero (not used, as rxe sends over
+    /// IPv4 and IPv6 alike) or equal to the computed one. The ICRC masks
+    /// this field.
+    pub fn udp_checksum_ok(&self) -> bool {
+        if self.udp.checksum == 0 {
+            return true;
+        }
+        if self.framing_error.is_some() {
+            return false;
+        }
+        let computed = match &self.ip {
+            IpHeader::V4(h) => self.udp.calc_checksum_ipv4(h, self.transport),
+            IpHeader::V6(h) => self.udp.calc_checksum_ipv6(h, self.transport),
+        };
+        computed.map(|sum| sum == self.udp.checksum).unwrap_or(false)
+    }
+
+    /// Whether the frame is intact as far as a receiving RoCE NIC can tell:
+    /// ICRC, IPv4 header checksum and (if used) UDP checksum.
+    pub fn integrity_ok(&self) -> bool {
+        self.icrc_ok() && self.ip_checksum_ok() && self.udp_checksum_ok()
+    }
+
+    /// The frame's contents as a [`FrameRepr`] that emits the same bytes.
+    pub fn repr(&self) -> Result<FrameRepr<'a>> {
+        let packet = self.packet()?;
+        Ok(FrameRepr {
+            ethernet: self.ethernet.clone(),
+            ip: self.ip.clone(),
+            udp: self.udp.clone(),
+            roce: roce::Repr::parse(&packet)?,
+            trailer: self.trailer,
+        })
+    }
+}
+
+/// The contents of a whole RoCEv2 frame, ready to emit.
+#[derive(Debug, Clone)]
+pub struct FrameRepr<'a> {
+    /// Ethernet header, or `None` for a frame that starts with IP.
+    pub ethernet: Option<EthernetInfo>,
+    /// IP header, emitted as is (lengths and checksum included).
+    pub ip: IpHeader,
+    /// UDP header, emitted as is.
+    pub udp: UdpHeader,
+    /// The transport packet.
+    pub roce: roce::Repr<'a>,
+    /// Bytes after the IP packet (Ethernet padding).
+    pub trailer: &'a [u8],
+}
+
+/// The TTL / hop limit rxe's packets leave with (the route's default).
+pub const DEFAULT_TTL: u8 = 64;
+
+impl<'a> FrameRepr<'a> {
+    /// An IPv4 frame as rxe sends it: DF set, TTL 64, TOS 0, the given IP
+    /// ID, UDP checksum 0, lengths and IP checksum computed. No Ethernet
+    /// header until [`FrameRepr::with_ethernet`].
+    pub fn ipv4(
+        addrs: (Ipv4Addr, Ipv4Addr),
+        ip_id: u16,
+        src_port: u16,
+        roce: roce::Repr<'a>,
+    ) -> Result<FrameRepr<'a>> {
+        let udp_len = udp_len_for(&roce)?;
+        let mut ip = Ipv4Header::new(
+            udp_len,
+            DEFAULT_TTL,
+            IpNumber::UDP,
+            addrs.0.octets(),
+            addrs.1.octets(),
+        )
+        .map_err(|_| Error::Malformed("packet too long for IPv4"))?;
+        ip.identification = ip_id;
+        ip.dont_fragment = true;
+        ip.header_checksum = ip.calc_header_checksum();
+        Ok(FrameRepr {
+            ethernet: None,
+            ip: IpHeader::V4(ip),
+            udp: udp_header(src_port, udp_len),
+            roce,
+            trailer: &[],
+        })
+    }
+
+    /// An IPv6 frame as rxe sends it: hop limit 64, traffic class and flow
+    /// label 0, UDP checksum 0.
+    pub fn ipv6(
+        addrs: (Ipv6Addr, Ipv6Addr),
+        src_port: u16,
+        roce: roce::Repr<'a>,
+    ) -> Result<FrameRepr<'a>> {
+        let udp_len = udp_len_for(&roce)?;
+        let ip = Ipv6Header {
+            traffic_class: 0,
+            flow_label: Default::default(),
+            payload_length: udp_len,
+            next_header: IpNumber::UDP,
+            hop_limit: DEFAULT_TTL,
+            source: addrs.0.octets(),
+            destination: addrs.1.octets(),
+        };
+        Ok(FrameRepr {
+            ethernet: None,
+            ip: IpHeader::V6(ip),
+            udp: udp_header(src_port, udp_len),
+            roce,
+            trailer: &[],
+        })
+    }
+
+    /// Adds an Ethernet II header.
+    pub fn with_ethernet(mut self, source: [u8; 6], destination: [u8; 6]) -> FrameRepr<'a> {
+        let ether_type = match self.ip {
+            IpHeader::V4(_) => EtherType(ETHERTYPE_IPV4),
+            IpHeader::V6(_) => EtherType(ETHERTYPE_IPV6),
+        };
+        let header = Ethernet2Header { source, destination, ether_type };
+        self.ethernet = Some(EthernetInfo { header, vlan_tags: [[0; 4]; 2], vlan_count: 0 });
+        self
+    }
+
+    /// Length of the emitted frame.
+    pub fn buffer_len(&self) -> usize {
+        let link = self.ethernet.as_ref().map_or(0, |e| Ethernet2Header::LEN + 4 * e.vlan_count);
+        link + self.ip.header_len() + UDP_HEADER_LEN + self.roce.buffer_len() + self.trailer.len()
+    }
+
+    /// Writes the frame into the start of `buf` and computes the ICRC.
+    /// Returns the number of bytes written.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        self.roce.check()?;
+        let len = self.buffer_len();
+        let out = buf.get_mut(..len).ok_or(Error::Truncated)?;
+        let mut at = 0;
+        if let Some(eth) = &self.ethernet {
+            out[..Ethernet2Header::LEN].copy_from_slice(&eth.header.to_bytes());
+            at = Ethernet2Header::LEN;
+            for tag in &eth.vlan_tags[..eth.vlan_count] {
+                out[at..at + 4].copy_from_slice(tag);
+                at += 4;
+            }
+        }
+        let ip_bytes = self.ip.to_bytes();
+        let ip_range = at..at + ip_bytes.len();
+        out[ip_range.clone()].copy_from_slice(&ip_bytes);
+        at = ip_range.end;
+        let udp_range = at..at + UDP_HEADER_LEN;
+        out[udp_range.clone()].copy_from_slice(&self.udp.to_bytes());
+        at = udp_range.end;
+        let transport_range = at..at + self.roce.buffer_len();
+        self.roce.emit(&mut roce::Packet::new_unchecked(&mut out[transport_range.clone()]));
+        let covered = transport_range.start..transport_range.end - ICRC_LEN;
+        let crc = icrc::compute(&out[ip_range], &out[udp_range], &out[covered])
+            .ok_or(Error::Malformed("IP header unfit for the ICRC"))?;
+        icrc::write(&mut out[transport_range.end - ICRC_LEN..transport_range.end], crc);
+        out[transport_range.end..].copy_from_slice(self.trailer);
+        Ok(len)
+    }
+}
+
+fn udp_len_for(roce: &roce::Repr<'_>) -> Result<u16> {
+    roce.check()?;
+    u16::try_from(UDP_HEADER_LEN + roce.buffer_len())
+        .map_err(|_| Error::Malformed("packet too long for UDP"))
+}
+
+fn udp_header(src_port: u16, length: u16) -> UdpHeader {
+    UdpHeader { source_port: src_port, destination_port: ROCEV2_UDP_PORT, length, checksum: 0 }
+}

@@ -1,0 +1,287 @@
+//! Reading and writing capture files (pcap and pcapng), with `pcap-file`.
+//!
+//! [`CaptureReader`] walks the frames of a whole file held in memory and
+//! never panics, whatever the bytes: a damaged header is an error from
+//! [`CaptureReader::new`], a damaged or cut record ends the walk with an
+//! error item. [`PcapSink`] writes Ethernet frames, as uroce's `--capture`
+//! will.
+
+use crate::frame::Link;
+use core::time::Duration;
+use pcap_file::pcap::{PcapHeader, PcapPacket, PcapParser, PcapWriter};
+use pcap_file::pcapng::{Block, PcapNgParser};
+use pcap_file::{DataLink, PcapError, TsResolution};
+use std::io::Write;
+
+/// One captured frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedFrame<'a> {
+    /// 1-based position in the file.
+    pub number: usize,
+    /// Capture time since the Unix epoch (as the file states it).
+    pub timestamp: Duration,
+    /// How to read the frame, or `None` for a link type uroce cannot read.
+    pub link: Option<Link>,
+    /// The file's link type number.
+    pub link_type: u32,
+    /// The captured bytes (may be shorter than the frame was).
+    pub data: &'a [u8],
+    /// The frame's length on the wire.
+    pub orig_len: u32,
+}
+
+/// Why a capture file could not be read (all of it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureError {
+    /// Not a pcap or pcapng file (bad magic or header).
+    NotACapture(String),
+    /// The file ends in the middle of a record.
+    Truncated {
+        /// Frames read before the cut.
+        after_frame: usize,
+    },
+    /// A record is damaged.
+    BadRecord {
+        /// Frames read before the damaged record.
+        after_frame: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl core::fmt::Display for CaptureError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CaptureError::NotACapture(why) => write!(f, "not a pcap or pcapng file ({why})"),
+            CaptureError::Truncated { after_frame } => {
+                write!(f, "file cut short in the middle of a record after frame {after_frame}")
+            }
+            CaptureError::BadRecord { after_frame, reason } => {
+                write!(f, "damaged record after frame {after_frame}: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CaptureError {}
+
+/// The link type a pcap header names, as uroce reads it.
+pub fn link_for(link_type: u32) -> Option<Link> {
+    match DataLink::from(link_type) {
+        DataLink::ETHERNET => Some(Link::Ethernet),
+        DataLink::RAW | DataLink::IPV4 | DataLink::IPV6 => Some(Link::RawIp),
+        DataLink::LINUX_SLL => Some(Link::LinuxSll),
+        DataLink::LINUX_SLL2 => Some(Link::LinuxSll2),
+        DataLink::NULL | DataLink::LOOP => Some(Link::Null),
+        _ => None,
+    }
+}
+
+enum Format {
+    Pcap(PcapParser),
+    PcapNg(Box<PcapNgParser>),
+}
+
+/// Walks the frames of a capture file held in memory.
+pub struct CaptureReader<'a> {
+    format: Format,
+    rest: &'a [u8],
+    frames: usize,
+    done: bool,
+}
+
+const PCAPNG_MAGIC: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
+
+impl<'a> CaptureReader<'a> {
+    /// Reads the file header.
+    pub fn new(bytes: &'a [u8]) -> Result<CaptureReader<'a>, CaptureError> {
+        let not_a_capture = |e: PcapError| CaptureError::NotACapture(e.to_string());
+        let (rest, format) = if bytes.starts_with(&PCAPNG_MAGIC) {
+            let (rest, parser) = PcapNgParser::new(bytes).map_err(not_a_capture)?;
+            (rest, Format::PcapNg(Box::new(parser)))
+        } else {
+            let (rest, parser) = PcapParser::new(bytes).map_err(not_a_capture)?;
+            (rest, Format::Pcap(parser))
+        };
+        Ok(CaptureReader { format, rest, frames: 0, done: false })
+    }
+
+    /// The link type of a classic pcap file (pcapng states it per interface).
+    pub fn pcap_link_type(&self) -> Option<u32> {
+        match &self.format {
+            Format::Pcap(parser) => Some(u32::from(parser.header().datalink)),
+            Format::PcapNg(_) => None,
+        }
+    }
+
+    fn fail(&mut self, error: PcapError) -> CaptureError {
+        self.done = true;
+        match error {
+            PcapError::IncompleteBuffer => CaptureError::Truncated { after_frame: self.frames },
+            other => {
+                CaptureError::BadRecord { after_frame: self.frames, reason: other.to_string() }
+            }
+        }
+    }
+
+    fn next_pcap(&mut self) -> Option<Result<CapturedFrame<'a>, CaptureError>> {
+        let Format::Pcap(parser) = &self.format else { return None };
+        let header = parser.header();
+        match parser.next_raw_packet(self.rest) {
+            Ok((rest, raw)) => {
+                self.rest = rest;
+                let frac_ns = match header.ts_resolution {
+                    TsResolution::MicroSecond => u64::from(raw.ts_frac) * 1_000,
+                    TsResolution::NanoSecond => u64::from(raw.ts_frac),
+                };
+                let timestamp =
+                    Duration::from_secs(u64::from(raw.ts_sec)) + Duration::from_nanos(frac_ns);
+                let data: &'a [u8] = match raw.data {
+                    std::borrow::Cow::Borrowed(d) => d,
+                    std::borrow::Cow::Owned(_) => unreachable!("the parser borrows"),
+                };
+                let link_type = u32::from(header.datalink);
+                self.frames += 1;
+                Some(Ok(CapturedFrame {
+                    number: self.frames,
+                    timestamp,
+                    link: link_for(link_type),
+                    link_type,
+                    data,
+                    orig_len: raw.orig_len,
+                }))
+            }
+            Err(e) => Some(Err(self.fail(e))),
+        }
+    }
+
+    fn next_pcapng(&mut self) -> Option<Result<CapturedFrame<'a>, CaptureError>> {
+        loop {
+            let Format::PcapNg(parser) = &mut self.format else { return None };
+            let (rest, block) = match parser.next_block(self.rest) {
+                Ok(parsed) => parsed,
+                Err(e) => return Some(Err(self.fail(e))),
+            };
+            self.rest = rest;
+            let (interface_id, timestamp, orig_len, data) = match block {
+                Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.original_len, p.data),
+                Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data),
+                // The obsolete Packet block: microseconds unless the interface says otherwise.
+                Block::Packet(p) => (
+                    u32::from(p.interface_id),
+                    Duration::from_micros(p.timestamp),
+                    p.original_len,
+                    p.data,
+                ),
+                _ => continue,
+            };
+            let link_type =
+                parser.interfaces().get(interface_id as usize).map(|i| u32::from(i.linktype));
+            let data: &'a [u8] = match data {
+                std::borrow::Cow::Borrowed(d) => d,
+                std::borrow::Cow::Owned(_) => unreachable!("the parser borrows"),
+            };
+            self.frames += 1;
+            return Some(Ok(CapturedFrame {
+                number: self.frames,
+                timestamp,
+                link: link_type.and_then(link_for),
+                link_type: link_type.unwrap_or(u32::MAX),
+                data,
+                orig_len,
+            }));
+        }
+    }
+}
+
+impl<'a> Iterator for CaptureReader<'a> {
+    type Item = Result<CapturedFrame<'a>, CaptureError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.rest.is_empty() {
+            return None;
+        }
+        match self.format {
+            Format::Pcap(_) => self.next_pcap(),
+            Format::PcapNg(_) => self.next_pcapng(),
+        }
+    }
+}
+
+/// Writes Ethernet frames to a classic pcap file (nanosecond timestamps),
+/// which tshark and Wireshark open as RoCEv2 on UDP port 4791.
+pub struct PcapSink<W: Write> {
+    writer: PcapWriter<W>,
+}
+
+/// The snapshot length uroce writes: whole jumbo frames.
+pub const SNAPLEN: u32 = 262_144;
+
+impl<W: Write> PcapSink<W> {
+    /// Writes the file header.
+    pub fn new(writer: W) -> Result<PcapSink<W>, PcapError> {
+        let header = PcapHeader {
+            snaplen: SNAPLEN,
+            datalink: DataLink::ETHERNET,
+            ts_resolution: TsResolution::NanoSecond,
+            ..PcapHeader::default()
+        };
+        Ok(PcapSink { writer: PcapWriter::with_header(writer, header)? })
+    }
+
+    /// Writes one frame captured at `timestamp`.
+    pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> Result<(), PcapError> {
+        let len = u32::try_from(frame.len())
+            .map_err(|_| PcapError::InvalidField("frame longer than u32::MAX"))?;
+        self.writer.write_packet(&PcapPacket::new(timestamp, len, frame))?;
+        Ok(())
+    }
+
+    /// Returns the writer.
+    pub fn into_inner(self) -> W {
+        self.writer.into_writer()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_then_read_back() {
+        let mut sink = PcapSink::new(Vec::new()).unwrap();
+        sink.write_frame(Duration::new(5, 7), &[1, 2, 3]).unwrap();
+        sink.write_frame(Duration::new(6, 0), &[4; 100]).unwrap();
+        let bytes = sink.into_inner();
+        let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().collect();
+        assert_eq!(frames.len(), 2);
+        let first = frames[0].as_ref().unwrap();
+        assert_eq!(first.number, 1);
+        assert_eq!(first.timestamp, Duration::new(5, 7));
+        assert_eq!(first.data, &[1, 2, 3]);
+        assert_eq!(first.link, Some(Link::Ethernet));
+        assert_eq!(frames[1].as_ref().unwrap().data.len(), 100);
+    }
+
+    #[test]
+    fn cut_file_reports_truncation_after_the_last_whole_frame() {
+        let mut sink = PcapSink::new(Vec::new()).unwrap();
+        sink.write_frame(Duration::ZERO, &[1; 40]).unwrap();
+        sink.write_frame(Duration::ZERO, &[2; 40]).unwrap();
+        let bytes = sink.into_inner();
+        let cut = &bytes[..bytes.len() - 10];
+        let items: Vec<_> = CaptureReader::new(cut).unwrap().collect();
+        assert_eq!(items.len(), 2);
+        assert!(items[0].is_ok());
+        assert_eq!(items[1], Err(CaptureError::Truncated { after_frame: 1 }));
+    }
+
+    #[test]
+    fn garbage_is_not_a_capture() {
+        assert!(matches!(
+            CaptureReader::new(b"hello, this is not a pcap"),
+            Err(CaptureError::NotACapture(_))
+        ));
+        assert!(CaptureReader::new(&[]).is_err());
+    }
+}
