@@ -88,3 +88,5 @@ pub fn check_capture(bytes: &[u8]) -> GoldenReport {
     }
     report
 }
+
+pub mod fuzz;
