@@ -271,11 +271,11 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
         IpHeader::V6(h) => h.next_header,
     };
     let header_len = ip_bytes.len();
-    // The IP packet's end per its length field, cut to what was captured.
-    let captured_end = ip_packet_len.min(data.len());
-    let ip_payload = &data[header_len..captured_end.max(header_len)];
+    // The transport header is read from the captured bytes, whatever the IP
+    // length says: a damaged length must not hide a RoCEv2 frame.
+    let after_ip = &data[header_len..];
     if protocol == IpNumber::TCP {
-        return Classified::Other(match ip_payload.get(..4) {
+        return Classified::Other(match after_ip.get(..4) {
             Some(p) => Other::Tcp {
                 src,
                 dst,
@@ -288,7 +288,7 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
     if protocol != IpNumber::UDP {
         return Classified::Other(Other::Ip { src, dst, protocol: protocol.0 });
     }
-    let Ok((udp, _)) = UdpHeader::from_slice(ip_payload) else {
+    let Ok((udp, _)) = UdpHeader::from_slice(after_ip) else {
         return Classified::Other(Other::Unreadable("IP packet shorter than its UDP header"));
     };
     if udp.destination_port != ROCEV2_UDP_PORT {
@@ -299,21 +299,26 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
             dst_port: udp.destination_port,
         });
     }
-    let framing_error = if ip_packet_len > data.len() {
+    let transport_start = header_len + UDP_HEADER_LEN;
+    let framing_error = if ip_packet_len < transport_start {
+        Some(Error::Malformed("IP length shorter than the IP and UDP headers"))
+    } else if ip_packet_len > data.len() {
         Some(Error::Truncated)
     } else if usize::from(udp.length) != ip_packet_len - header_len {
         Some(Error::Malformed("UDP length disagrees with the IP length"))
     } else {
         None
     };
+    // The packet ends where the IP header says, within what was captured.
+    let end = ip_packet_len.clamp(transport_start, data.len());
     Classified::Roce(RoceFrame {
         ethernet,
         ip,
         udp,
         ip_bytes,
-        udp_bytes: &ip_payload[..UDP_HEADER_LEN],
-        transport: &ip_payload[UDP_HEADER_LEN..],
-        trailer: &data[captured_end..],
+        udp_bytes: &data[header_len..transport_start],
+        transport: &data[transport_start..end],
+        trailer: &data[end..],
         framing_error,
     })
 }
