@@ -195,6 +195,21 @@ const ETHERTYPE_ARP: u16 = 0x0806;
 const ETHERTYPE_VLAN: u16 = 0x8100;
 const ETHERTYPE_QINQ: u16 = 0x88a8;
 const UDP_HEADER_LEN: usize = 8;
+const IPV4_FLAGS_BYTE: usize = 6;
+const IPV4_RESERVED_FLAG: u8 = 0x80;
+
+/// The one's-complement sum of 16-bit words (RFC 1071), folded and
+/// inverted: 0 over a header whose checksum field is right.
+fn internet_checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
 
 /// Sorts one captured frame. Never panics, whatever the bytes.
 pub fn classify(data: &[u8], link: Link) -> Classified<'_> {
@@ -389,7 +404,9 @@ impl<'a> RoceFrame<'a> {
     /// on its own, as the kernel does before rxe sees the packet.
     pub fn ip_checksum_ok(&self) -> bool {
         match &self.ip {
-            IpHeader::V4(h) => h.calc_header_checksum() == h.header_checksum,
+            // Over the bytes as received: the parsed header drops the
+            // reserved flag, which the checksum covers.
+            IpHeader::V4(_) => internet_checksum(self.ip_bytes) == 0,
             IpHeader::V6(_) => true,
         }
     }
@@ -417,6 +434,13 @@ impl<'a> RoceFrame<'a> {
         self.icrc_ok() && self.ip_checksum_ok() && self.udp_checksum_ok()
     }
 
+    /// The IPv4 reserved flag ("must be zero", bit 7 of byte 6), which
+    /// etherparse's header type does not hold.
+    pub fn ipv4_reserved_flag(&self) -> bool {
+        matches!(self.ip, IpHeader::V4(_))
+            && self.ip_bytes[IPV4_FLAGS_BYTE] & IPV4_RESERVED_FLAG != 0
+    }
+
     /// The frame's contents as a [`FrameRepr`] that emits the same bytes.
     pub fn repr(&self) -> Result<FrameRepr<'a>> {
         let packet = self.packet()?;
@@ -426,6 +450,7 @@ impl<'a> RoceFrame<'a> {
             udp: self.udp.clone(),
             roce: roce::Repr::parse(&packet)?,
             trailer: self.trailer,
+            ipv4_reserved_flag: self.ipv4_reserved_flag(),
         })
     }
 }
@@ -443,6 +468,9 @@ pub struct FrameRepr<'a> {
     pub roce: roce::Repr<'a>,
     /// Bytes after the IP packet (Ethernet padding).
     pub trailer: &'a [u8],
+    /// The IPv4 reserved flag, emitted as is (the IP checksum field is not
+    /// recomputed for it).
+    pub ipv4_reserved_flag: bool,
 }
 
 /// The TTL / hop limit rxe's packets leave with (the route's default).
@@ -476,6 +504,7 @@ impl<'a> FrameRepr<'a> {
             udp: udp_header(src_port, udp_len),
             roce,
             trailer: &[],
+            ipv4_reserved_flag: false,
         })
     }
 
@@ -502,6 +531,7 @@ impl<'a> FrameRepr<'a> {
             udp: udp_header(src_port, udp_len),
             roce,
             trailer: &[],
+            ipv4_reserved_flag: false,
         })
     }
 
@@ -540,6 +570,9 @@ impl<'a> FrameRepr<'a> {
         let ip_bytes = self.ip.to_bytes();
         let ip_range = at..at + ip_bytes.len();
         out[ip_range.clone()].copy_from_slice(&ip_bytes);
+        if self.ipv4_reserved_flag && matches!(self.ip, IpHeader::V4(_)) {
+            out[ip_range.start + IPV4_FLAGS_BYTE] |= IPV4_RESERVED_FLAG;
+        }
         at = ip_range.end;
         let udp_range = at..at + UDP_HEADER_LEN;
         out[udp_range.clone()].copy_from_slice(&self.udp.to_bytes());
