@@ -1,9 +1,16 @@
-//! The uroce HCA.
+//! The uroce HCA: a sans-IO RoCEv2 host channel adapter.
 //!
-//! The HCA will be a sans-IO state machine (see `../shared/design`): time
-//! enters as an argument, packets and doorbells are inputs, transmits,
-//! timeouts and events are polled outputs. Its tables, rings and engines
-//! arrive with the HCA issue; today this crate only fixes the name and the
-//! dependency on [`uroce_wire`], whose packet formats the engines will use.
+//! The HCA is a state machine (quinn-proto style): time enters as an
+//! argument, packets and doorbells are inputs, transmits, timeouts and
+//! events are polled outputs; it never touches a socket, a thread or a
+//! clock. Runtimes drive it: the simulated fabric ([`sim`]) here, real UDP
+//! and L2 transports later.
 
 pub use uroce_wire as wire;
+
+pub mod endpoint;
+pub mod sim;
+pub mod time;
+
+pub use endpoint::{Endpoint, Transmit};
+pub use time::Instant;

@@ -1,0 +1,46 @@
+//! What a network runtime drives: anything that takes IP packets in and
+//! hands IP packets out, with timers, and never does I/O itself.
+//!
+//! The HCA implements it; the simulated fabric and (later) the UDP and L2
+//! runtimes drive it. Packets are whole IP packets — IPv4 or IPv6 header,
+//! UDP header, RoCEv2 transport packet with its ICRC — because the ICRC
+//! covers the IP and UDP headers: whoever builds the transport packet must
+//! know them.
+
+use crate::time::Instant;
+use core::net::IpAddr;
+
+/// One IP packet ready to leave, written into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where it goes (the IP destination).
+    pub destination: IpAddr,
+    /// Length of the IP packet at the start of the buffer.
+    pub len: usize,
+}
+
+/// The largest IP packet an endpoint emits: a 4096-byte path MTU payload
+/// plus IPv6 (40), UDP (8), BTH and extension headers (at most 40 with
+/// RDETH+DETH+RETH... in practice 32), pad (3) and ICRC (4), rounded up.
+pub const MAX_PACKET_LEN: usize = 4096 + 256;
+
+/// A sans-IO network endpoint.
+pub trait Endpoint {
+    /// The endpoint's IP addresses: packets to any of them are its own.
+    fn addresses(&self) -> &[IpAddr];
+
+    /// Takes one received IP packet. Bad packets are dropped and counted,
+    /// never trusted.
+    fn receive(&mut self, now: Instant, packet: &[u8]);
+
+    /// Writes the next packet to send into `buf` (at least
+    /// [`MAX_PACKET_LEN`] bytes) and says where it goes, or `None` when
+    /// there is nothing to send now.
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit>;
+
+    /// When the endpoint next needs [`Endpoint::handle_timeout`], if ever.
+    fn poll_timeout(&self) -> Option<Instant>;
+
+    /// Lets timers that are due fire. Calling it early is harmless.
+    fn handle_timeout(&mut self, now: Instant);
+}

@@ -1,0 +1,1 @@
+//! The simulated fabric (to be written).
