@@ -8,9 +8,14 @@
 
 pub use uroce_wire as wire;
 
+pub mod config;
 pub mod endpoint;
+pub mod mem;
+pub mod mr;
 pub mod sim;
+pub mod tables;
 pub mod time;
+pub mod types;
 
 pub use endpoint::{Endpoint, Transmit};
 pub use time::Instant;

@@ -1,0 +1,307 @@
+//! Host memory as the HCA reaches it: the DMA boundary.
+//!
+//! Everything the HCA reads or writes on the host — registered memory
+//! regions, WQE and CQE rings, doorbell records — goes through
+//! [`HostMemory`]. Every implementation checks each access against the
+//! ranges it knows, so the trait is safe to call with any address: an
+//! address outside them is a [`MemFault`], never undefined behaviour.
+//!
+//! [`SimMemory`] is an arena in ordinary Rust memory: addresses are
+//! numbers, not pointers, allocations are separated by unmapped guard
+//! gaps, and the whole state is deterministic. The simulated fabric and
+//! the fuzzers use it. In strict mode a fault panics, so a test fails on
+//! the first stray access.
+//!
+//! RDMA atomics act on 8-byte words in the host's byte order; the arena
+//! stores them little-endian, as on x86-64.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// An access the memory map does not allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemFault {
+    /// First address of the access.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u64,
+}
+
+impl core::fmt::Display for MemFault {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "memory fault: {} bytes at 0x{:x}", self.len, self.addr)
+    }
+}
+
+impl std::error::Error for MemFault {}
+
+/// Why an allocation failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocError {
+    /// Zero length, an alignment that is not a power of two, or a size
+    /// past the limit.
+    BadRequest,
+    /// The arena's budget is spent.
+    OutOfMemory,
+}
+
+/// The HCA's view of host memory.
+pub trait HostMemory: Send + Sync {
+    /// Copies `dst.len()` bytes from `addr`.
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault>;
+    /// Copies `src` to `addr`.
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault>;
+    /// Reads a ring index published by the other side (acquire).
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault>;
+    /// Publishes a ring index (release).
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault>;
+    /// Atomically: `old = *addr; if old == compare { *addr = swap }`;
+    /// returns `old`. `addr` must be 8-byte aligned.
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault>;
+    /// Atomically: `old = *addr; *addr = old + add`; returns `old`.
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault>;
+    /// Atomically stores an 8-byte word (ATOMIC WRITE).
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault>;
+    /// Allocates `len` bytes aligned to `align` (a power of two), zeroed.
+    fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError>;
+    /// Frees an allocation made by [`HostMemory::allocate`]; returns
+    /// whether there was one at `addr`.
+    fn free(&self, addr: u64) -> bool;
+}
+
+/// The unmapped gap left after every arena allocation, so that an access
+/// running past the end of one never lands in the next.
+pub const GUARD_GAP: u64 = 1 << 16;
+/// Where the arena's first allocation goes (address 0 stays unmapped).
+pub const ARENA_BASE: u64 = 0x1000_0000;
+
+struct Arena {
+    /// Allocations by start address.
+    regions: BTreeMap<u64, Vec<u8>>,
+    next: u64,
+    allocated_bytes: u64,
+    faults: u64,
+}
+
+/// A deterministic host memory made of separate allocations.
+pub struct SimMemory {
+    arena: Mutex<Arena>,
+    budget_bytes: u64,
+    strict: bool,
+}
+
+impl SimMemory {
+    /// An arena that allocates at most `budget_bytes` in all.
+    pub fn new(budget_bytes: u64) -> SimMemory {
+        SimMemory {
+            arena: Mutex::new(Arena {
+                regions: BTreeMap::new(),
+                next: ARENA_BASE,
+                allocated_bytes: 0,
+                faults: 0,
+            }),
+            budget_bytes,
+            strict: false,
+        }
+    }
+
+    /// Like [`SimMemory::new`], but any fault panics: for tests and fuzzers
+    /// that must fail on the first access outside known memory.
+    pub fn strict(budget_bytes: u64) -> SimMemory {
+        SimMemory { strict: true, ..SimMemory::new(budget_bytes) }
+    }
+
+    /// How many faults were reported.
+    pub fn faults(&self) -> u64 {
+        self.lock().faults
+    }
+
+    /// Bytes currently allocated.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.lock().allocated_bytes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Arena> {
+        // A panic while holding the lock (strict mode) must not hide later
+        // faults behind a poisoned mutex.
+        self.arena.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `f` on the bytes `[addr, addr + len)`, which must lie inside
+    /// one allocation.
+    fn with_range<R>(
+        &self,
+        addr: u64,
+        len: u64,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R, MemFault> {
+        let fault = MemFault { addr, len };
+        let mut arena = self.lock();
+        let found = arena.regions.range_mut(..=addr).next_back().and_then(|(&start, bytes)| {
+            let offset = addr - start;
+            let end = offset.checked_add(len)?;
+            (end <= bytes.len() as u64).then(|| f(&mut bytes[offset as usize..end as usize]))
+        });
+        match found {
+            Some(result) => Ok(result),
+            None => {
+                arena.faults += 1;
+                drop(arena);
+                assert!(!self.strict, "strict SimMemory: {fault}");
+                Err(fault)
+            }
+        }
+    }
+
+    fn with_word<R>(&self, addr: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, MemFault> {
+        if addr % 8 != 0 {
+            let mut arena = self.lock();
+            arena.faults += 1;
+            drop(arena);
+            let fault = MemFault { addr, len: 8 };
+            assert!(!self.strict, "strict SimMemory: unaligned atomic, {fault}");
+            return Err(fault);
+        }
+        self.with_range(addr, 8, f)
+    }
+}
+
+fn word(bytes: &[u8]) -> u64 {
+    u64::from_le_bytes(bytes.try_into().expect("8-byte range"))
+}
+
+impl HostMemory for SimMemory {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        self.with_range(addr, dst.len() as u64, |src| dst.copy_from_slice(src))
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        self.with_range(addr, src.len() as u64, |dst| dst.copy_from_slice(src))
+    }
+
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        self.with_range(addr, 4, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        self.with_range(addr, 4, |b| b.copy_from_slice(&value.to_le_bytes()))
+    }
+
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        self.with_word(addr, |b| {
+            let old = word(b);
+            if old == compare {
+                b.copy_from_slice(&swap.to_le_bytes());
+            }
+            old
+        })
+    }
+
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        self.with_word(addr, |b| {
+            let old = word(b);
+            b.copy_from_slice(&old.wrapping_add(add).to_le_bytes());
+            old
+        })
+    }
+
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        self.with_word(addr, |b| b.copy_from_slice(&value.to_le_bytes()))
+    }
+
+    fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
+        if len == 0 || !align.is_power_of_two() || len > self.budget_bytes {
+            return Err(AllocError::BadRequest);
+        }
+        let mut arena = self.lock();
+        if arena.allocated_bytes + len > self.budget_bytes {
+            return Err(AllocError::OutOfMemory);
+        }
+        let start = arena.next.checked_next_multiple_of(align).ok_or(AllocError::OutOfMemory)?;
+        let next = start
+            .checked_add(len)
+            .and_then(|end| end.checked_add(GUARD_GAP))
+            .ok_or(AllocError::OutOfMemory)?;
+        arena.regions.insert(start, vec![0; len as usize]);
+        arena.next = next;
+        arena.allocated_bytes += len;
+        Ok(start)
+    }
+
+    fn free(&self, addr: u64) -> bool {
+        let mut arena = self.lock();
+        match arena.regions.remove(&addr) {
+            Some(bytes) => {
+                arena.allocated_bytes -= bytes.len() as u64;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_back_what_was_written() {
+        let mem = SimMemory::new(1 << 20);
+        let a = mem.allocate(100, 64).unwrap();
+        assert_eq!(a % 64, 0);
+        mem.write(a + 10, b"hello").unwrap();
+        let mut buf = [0u8; 5];
+        mem.read(a + 10, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello");
+    }
+
+    #[test]
+    fn accesses_outside_an_allocation_fault() {
+        let mem = SimMemory::new(1 << 20);
+        let a = mem.allocate(100, 8).unwrap();
+        let b = mem.allocate(100, 8).unwrap();
+        assert!(b >= a + 100 + GUARD_GAP, "guard gap between allocations");
+        let mut buf = [0u8; 8];
+        assert_eq!(mem.read(a + 96, &mut buf), Err(MemFault { addr: a + 96, len: 8 }));
+        assert!(mem.read(a - 1, &mut buf[..1]).is_err());
+        assert!(mem.read(0, &mut buf).is_err());
+        assert!(mem.write(u64::MAX - 2, &buf).is_err());
+        assert!(mem.read(a + 92, &mut buf).is_ok());
+        assert_eq!(mem.faults(), 4);
+        assert!(mem.free(a));
+        assert!(mem.read(a, &mut buf).is_err(), "freed memory faults");
+        assert!(!mem.free(a));
+    }
+
+    #[test]
+    fn atomics_act_on_aligned_words() {
+        let mem = SimMemory::new(1 << 20);
+        let a = mem.allocate(16, 8).unwrap();
+        assert_eq!(mem.fetch_add_u64(a, 5).unwrap(), 0);
+        assert_eq!(mem.fetch_add_u64(a, u64::MAX).unwrap(), 5);
+        assert_eq!(mem.compare_swap_u64(a, 4, 99).unwrap(), 4);
+        assert_eq!(mem.compare_swap_u64(a, 4, 7).unwrap(), 99, "no swap when compare differs");
+        mem.store_u64(a + 8, 0x0102_0304_0506_0708).unwrap();
+        let mut raw = [0u8; 8];
+        mem.read(a + 8, &mut raw).unwrap();
+        assert_eq!(raw, [8, 7, 6, 5, 4, 3, 2, 1], "little-endian words");
+        assert!(mem.fetch_add_u64(a + 4, 1).is_err(), "unaligned atomic");
+    }
+
+    #[test]
+    fn budget_is_enforced() {
+        let mem = SimMemory::new(1000);
+        assert!(mem.allocate(600, 8).is_ok());
+        assert_eq!(mem.allocate(600, 8), Err(AllocError::OutOfMemory));
+        assert_eq!(mem.allocate(0, 8), Err(AllocError::BadRequest));
+        assert_eq!(mem.allocate(8, 3), Err(AllocError::BadRequest));
+    }
+
+    #[test]
+    #[should_panic(expected = "strict SimMemory")]
+    fn strict_mode_panics_on_a_fault() {
+        let mem = SimMemory::strict(1 << 20);
+        let mut buf = [0u8; 1];
+        let _ = mem.read(12345, &mut buf);
+    }
+}
