@@ -9,13 +9,16 @@
 pub use uroce_wire as wire;
 
 pub mod config;
+pub mod cqe;
 pub mod endpoint;
 pub mod mem;
 pub mod mr;
+pub mod ring;
 pub mod sim;
 pub mod tables;
 pub mod time;
 pub mod types;
+pub mod wqe;
 
 pub use endpoint::{Endpoint, Transmit};
 pub use time::Instant;
