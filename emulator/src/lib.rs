@@ -8,11 +8,13 @@
 
 pub use uroce_wire as wire;
 
+pub mod command;
 pub mod config;
 pub mod cqe;
 pub mod endpoint;
 pub mod mem;
 pub mod mr;
+pub mod qp_state;
 pub mod ring;
 pub mod sim;
 pub mod tables;
