@@ -280,6 +280,151 @@ impl MemoryTables {
         Ok(make_key(index, fresh))
     }
 
+    /// Allocates an unbound memory window of type 1 or 2; returns its
+    /// R_Key (usable only once bound).
+    pub fn alloc_window(&mut self, pd: PdIndex, window_type: u8) -> Result<u32, RegisterError> {
+        if !matches!(window_type, 1 | 2) {
+            return Err(RegisterError::BadArgument);
+        }
+        let key = self.fresh_key();
+        let entry = MptEntry {
+            kind: MptKind::Window { window_type, bound_to: None, qpn: None },
+            pd,
+            key,
+            valid: false,
+            iova: 0,
+            length: 0,
+            access: Access::EMPTY,
+        };
+        let index = self.mpt.insert_with(|_| entry)?;
+        Ok(make_key(index as u32, key))
+    }
+
+    /// Frees a memory window (unbinding it).
+    pub fn dealloc_window(&mut self, rkey: u32) -> Result<(), RegisterError> {
+        let (index, _) = key_parts(rkey);
+        let entry = *self.entry_for_key(rkey).ok_or(RegisterError::NotFound)?;
+        let MptKind::Window { bound_to, .. } = entry.kind else {
+            return Err(RegisterError::NotFound);
+        };
+        if let Some(region) = bound_to {
+            self.release_region(region);
+        }
+        self.mpt.remove(index as usize);
+        Ok(())
+    }
+
+    fn release_region(&mut self, region: u32) {
+        if let Some(MptEntry { kind: MptKind::Region { bound_windows, .. }, .. }) =
+            self.mpt.get_mut(region as usize)
+        {
+            *bound_windows = bound_windows.saturating_sub(1);
+        }
+    }
+
+    /// Binds window `mw_rkey` to `[va, va + length)` of the region `mr_lkey`
+    /// with `access`, through QP `qpn` in protection domain `pd` (IBA
+    /// 10.6.7). The window's 8-bit key becomes `new_key` (type 2, from the
+    /// WR) or the next key (type 1). Returns the new R_Key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn bind_window(
+        &mut self,
+        mw_rkey: u32,
+        new_key: Option<u8>,
+        mr_lkey: u32,
+        va: u64,
+        length: u64,
+        access: Access,
+        pd: PdIndex,
+        qpn: Qpn,
+    ) -> Result<u32, AccessError> {
+        let (mw_index, _) = key_parts(mw_rkey);
+        let window = *self.entry_for_key(mw_rkey).ok_or(AccessError::BadKey)?;
+        let MptKind::Window { window_type, bound_to, .. } = window.kind else {
+            return Err(AccessError::BadKey);
+        };
+        if window.pd != pd && window_type == 2 {
+            return Err(AccessError::WrongPd);
+        }
+        let (mr_index, _) = key_parts(mr_lkey);
+        let region = *self.entry_for_key(mr_lkey).filter(|e| e.valid).ok_or(AccessError::BadKey)?;
+        if !matches!(region.kind, MptKind::Region { .. }) {
+            return Err(AccessError::BadKey);
+        }
+        if region.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        if !region.access.contains(Access::MW_BIND) || access.has_unknown_bits() {
+            return Err(AccessError::NotPermitted);
+        }
+        // Remote write or atomic through the window needs local write on
+        // the region.
+        if access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            && !region.access.contains(Access::LOCAL_WRITE)
+        {
+            return Err(AccessError::NotPermitted);
+        }
+        if length > 0 && !region.covers(va, length) {
+            return Err(AccessError::OutOfBounds);
+        }
+        if let Some(old) = bound_to {
+            self.release_region(old);
+        }
+        let key = match (window_type, new_key) {
+            (2, Some(k)) => k,
+            _ => self.fresh_key(),
+        };
+        if let Some(MptEntry { kind: MptKind::Region { bound_windows, .. }, .. }) =
+            self.mpt.get_mut(mr_index as usize)
+        {
+            *bound_windows += 1;
+        }
+        let entry = self.mpt.get_mut(mw_index as usize).ok_or(AccessError::BadKey)?;
+        entry.kind = MptKind::Window {
+            window_type,
+            bound_to: Some(mr_index),
+            qpn: (window_type == 2).then_some(qpn),
+        };
+        entry.key = key;
+        entry.valid = true;
+        entry.iova = va;
+        entry.length = length;
+        entry.access = access.without(Access::MW_BIND);
+        Ok(make_key(mw_index, key))
+    }
+
+    /// The protection domain of a key's entry (any state).
+    pub fn pd_of(&self, key: u32) -> Option<PdIndex> {
+        self.entry_for_key(key).map(|e| e.pd)
+    }
+
+    /// Invalidates a key that a remote SEND with invalidate names, or a
+    /// LOCAL_INV: a region or a type-2 window of protection domain `pd`.
+    /// A window is unbound.
+    pub fn invalidate_for(&mut self, key: u32, pd: PdIndex) -> Result<(), AccessError> {
+        let (index, _) = key_parts(key);
+        let entry = *self.entry_for_key(key).filter(|e| e.valid).ok_or(AccessError::BadKey)?;
+        if entry.pd != pd {
+            return Err(AccessError::WrongPd);
+        }
+        match entry.kind {
+            MptKind::Region { .. } => {
+                self.invalidate(key);
+            }
+            MptKind::Window { window_type: 2, bound_to, .. } => {
+                if let Some(region) = bound_to {
+                    self.release_region(region);
+                }
+                if let Some(e) = self.mpt.get_mut(index as usize) {
+                    e.valid = false;
+                    e.kind = MptKind::Window { window_type: 2, bound_to: None, qpn: None };
+                }
+            }
+            MptKind::Window { .. } => return Err(AccessError::NotPermitted),
+        }
+        Ok(())
+    }
+
     fn entry_for_key(&self, key: u32) -> Option<&MptEntry> {
         let (index, key_byte) = key_parts(key);
         self.mpt.get(index as usize).filter(|e| e.key == key_byte)
