@@ -9,13 +9,21 @@
 pub use uroce_wire as wire;
 
 pub mod command;
+mod comp;
 pub mod config;
+pub mod counters;
+pub mod cq;
 pub mod cqe;
 pub mod endpoint;
+pub mod hca;
 pub mod mem;
 pub mod mr;
+pub mod qp;
 pub mod qp_state;
+mod req;
+mod resp;
 pub mod ring;
+mod rx;
 pub mod sim;
 pub mod tables;
 pub mod time;
@@ -23,4 +31,5 @@ pub mod types;
 pub mod wqe;
 
 pub use endpoint::{Endpoint, Transmit};
+pub use hca::{Doorbell, Event, Hca, SharedHca};
 pub use time::Instant;

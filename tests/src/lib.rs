@@ -90,3 +90,5 @@ pub fn check_capture(bytes: &[u8]) -> GoldenReport {
 }
 
 pub mod fuzz;
+
+pub mod world;

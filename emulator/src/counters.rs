@@ -1,0 +1,74 @@
+//! Device counters, named as Linux rxe names its `hw_counters`.
+
+/// Counters of one HCA. Every drop and every protocol event is counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Counters {
+    /// Packets sent.
+    pub sent_pkts: u64,
+    /// Packets received and accepted for processing.
+    pub rcvd_pkts: u64,
+    /// Requests received again (duplicates) and answered from state.
+    pub duplicate_request: u64,
+    /// Requests received ahead of the expected PSN.
+    pub out_of_seq_request: u64,
+    /// RNR NAKs received (requester).
+    pub rcvd_rnr_err: u64,
+    /// RNR NAKs sent (responder).
+    pub send_rnr_err: u64,
+    /// PSN sequence error NAKs received (requester).
+    pub rcvd_seq_err: u64,
+    /// Requester retransmissions (go-back-N restarts) after a timeout.
+    pub completer_retry_err: u64,
+    /// Transport retries exhausted.
+    pub retry_exceeded_err: u64,
+    /// RNR retries exhausted.
+    pub retry_rnr_exceeded_err: u64,
+    /// Received packets whose ICRC, IPv4 checksum or UDP checksum failed.
+    pub rcvd_icrc_err: u64,
+    /// Received packets that are not well-formed RoCEv2.
+    pub rcvd_malformed: u64,
+    /// Received packets for no QP, or a QP that cannot take them.
+    pub rcvd_unknown_qp: u64,
+    /// Received packets dropped for a bad P_Key, Q_Key or address.
+    pub rcvd_bad_key_or_addr: u64,
+    /// Responses that matched nothing outstanding (dropped).
+    pub rcvd_ghost_response: u64,
+    /// NAKs sent, of any kind but RNR.
+    pub send_nak: u64,
+    /// Link downed events.
+    pub link_downed: u64,
+    /// Completion queue overruns.
+    pub cq_overrun: u64,
+    /// WQEs refused as malformed (local error completions).
+    pub bad_wqe: u64,
+    /// Host memory faults met on the DMA path.
+    pub dma_faults: u64,
+}
+
+impl Counters {
+    /// Every counter with its name, for `devinfo`-style dumps.
+    pub fn named(&self) -> [(&'static str, u64); 20] {
+        [
+            ("sent_pkts", self.sent_pkts),
+            ("rcvd_pkts", self.rcvd_pkts),
+            ("duplicate_request", self.duplicate_request),
+            ("out_of_seq_request", self.out_of_seq_request),
+            ("rcvd_rnr_err", self.rcvd_rnr_err),
+            ("send_rnr_err", self.send_rnr_err),
+            ("rcvd_seq_err", self.rcvd_seq_err),
+            ("completer_retry_err", self.completer_retry_err),
+            ("retry_exceeded_err", self.retry_exceeded_err),
+            ("retry_rnr_exceeded_err", self.retry_rnr_exceeded_err),
+            ("rcvd_icrc_err", self.rcvd_icrc_err),
+            ("rcvd_malformed", self.rcvd_malformed),
+            ("rcvd_unknown_qp", self.rcvd_unknown_qp),
+            ("rcvd_bad_key_or_addr", self.rcvd_bad_key_or_addr),
+            ("rcvd_ghost_response", self.rcvd_ghost_response),
+            ("send_nak", self.send_nak),
+            ("link_downed", self.link_downed),
+            ("cq_overrun", self.cq_overrun),
+            ("bad_wqe", self.bad_wqe),
+            ("dma_faults", self.dma_faults),
+        ]
+    }
+}
