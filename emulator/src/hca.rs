@@ -692,7 +692,14 @@ impl Hca {
         self.cancel_timer(index, TimerKind::Retransmit);
         self.cancel_timer(index, TimerKind::Rnr);
         if let Some(qp) = self.qps.get_mut(index as usize) {
-            qp.resp.queue.clear();
+            // Nothing more is answered, except a NAK that explains the
+            // error to the peer.
+            qp.resp.queue.retain(|r| {
+                matches!(
+                    r,
+                    crate::qp::Response::Ack { syndrome: uroce_wire::aeth::Syndrome::Nak(_), .. }
+                )
+            });
             qp.resp.msg = None;
             if qp.srq.is_some() {
                 let qpn = qp.qpn.value();

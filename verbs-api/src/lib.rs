@@ -580,6 +580,31 @@ impl SendWr {
     }
 }
 
+impl SendWr {
+    /// A type-2 memory window bind (`IBV_WR_BIND_MW`): binds `mw` to
+    /// `length` bytes of `mr` from `offset` with `access`, under the new
+    /// 8-bit key `new_key`. Returns the WR and the R_Key the window will
+    /// have once the bind completes.
+    pub fn bind_mw(
+        wr_id: u64,
+        mw: &Mw,
+        mr: &Mr,
+        offset: u64,
+        length: u64,
+        access: Access,
+        new_key: u8,
+    ) -> (SendWr, Rkey) {
+        let mut wr = SendWr::new(wr_id, WrOpcode::BindMw);
+        wr.imm_or_inv = mw.rkey().0;
+        wr.remote = RemoteTarget { addr: mr.addr() + offset, rkey: Rkey(u32::from(new_key)) };
+        wr.compare_add = length;
+        wr.swap = u64::from(access.0);
+        wr.ud = Some((mr.lkey().0, Qpn::new(0), Qkey(0)));
+        let new_rkey = Rkey((mw.rkey().0 & !0xff) | u32::from(new_key));
+        (wr, new_rkey)
+    }
+}
+
 /// A receive work request (`ibv_recv_wr`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr {
