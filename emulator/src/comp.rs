@@ -94,7 +94,9 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
         let mut i = qp.sq.consumer;
         let mut implied_nak = None;
-        while i != qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0)) {
+        // Every entry with PSNs may be covered, including ones a go-back
+        // queued to be sent again.
+        while i != qp.fetched {
             let Some(entry) = qp.entry_mut(i) else { break };
             if !entry.psn_assigned || psn.is_before(entry.first_psn) {
                 break;
