@@ -370,9 +370,11 @@ impl MemoryTables {
         if let Some(old) = bound_to {
             self.release_region(old);
         }
-        let key = match (window_type, new_key) {
-            (2, Some(k)) => k,
-            _ => self.fresh_key(),
+        // The driver picks the new 8-bit key (libibverbs increments it for
+        // a type-1 bind; a type-2 bind WR carries it).
+        let key = match new_key {
+            Some(k) => k,
+            None => self.fresh_key(),
         };
         if let Some(MptEntry { kind: MptKind::Region { bound_windows, .. }, .. }) =
             self.mpt.get_mut(mr_index as usize)

@@ -40,8 +40,13 @@ impl Hca {
         match qp.sq.refresh(host.as_ref()) {
             Ok(_) => {}
             Err(RingError::IndexJump { .. }) | Err(_) => {
-                self.counters.bad_wqe += 1;
-                self.fatal(now, index);
+                // Nothing in this ring can be trusted any more. A QP already
+                // in error only flushes what it had fetched (going fatal
+                // again would flush, fetch and fail here again).
+                if qp.state != QpState::Err {
+                    self.counters.bad_wqe += 1;
+                    self.fatal(now, index);
+                }
                 return;
             }
         }

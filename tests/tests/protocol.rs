@@ -727,3 +727,114 @@ fn a_naked_psn_sequence_error_syndrome_decodes() {
     assert_eq!(Syndrome::from_u8(0x60), Syndrome::Nak(NakCode::PsnSequenceError));
     assert!(Opcode::RC_RDMA_READ_RESPONSE_MIDDLE.info().unwrap().is(Mask::READ));
 }
+
+#[test]
+fn type_1_window_bound_by_the_verb_gets_the_next_key() {
+    let mut p = rc_pair(|_| {});
+    let mw = p.w.nodes[1].pd.alloc_mw(1).unwrap();
+    let old = mw.rkey();
+    let rkey = p.b.bind_mw(1, &mw, &p.mr_b, 0, 4096, uroce_verbs::Access::REMOTE_READ).unwrap();
+    assert_eq!(rkey.0 >> 8, old.0 >> 8, "same MPT entry");
+    assert_eq!(rkey.0 as u8, (old.0 as u8).wrapping_add(1), "the next 8-bit key");
+    let mut b_sends = SendWr::new(0, WrOpcode::Send);
+    b_sends.flags = SendFlags::EMPTY;
+    let _ = b_sends;
+    assert_eq!(statuses(&p.w.wait(1, 1, 10 * MS)), vec![(1, WcStatus::Success)]);
+    let data = pattern(4096, 17);
+    p.mr_b.write(0, &data).unwrap();
+    let mut r = read(2, &p.mr_a, 0, 4096, &p.mr_b, 0);
+    r.remote.rkey = rkey;
+    p.a.post_send(&[r]).unwrap();
+    assert_eq!(statuses(&p.w.wait(0, 1, 10 * MS)), vec![(2, WcStatus::Success)]);
+    assert_eq!(p.mr_a.read_vec(0, 4096).unwrap(), data);
+    // The window allows READ only.
+    let mut w2 = write(3, &p.mr_a, 0, 8, &p.mr_b, 0);
+    w2.remote.rkey = rkey;
+    p.a.post_send(&[w2]).unwrap();
+    assert_eq!(statuses(&p.w.wait(0, 1, 10 * MS)), vec![(3, WcStatus::RemAccessErr)]);
+}
+
+#[test]
+fn atomic_write_stores_eight_bytes_at_once() {
+    let mut p = rc_pair(|_| {});
+    let mut wr = SendWr::new(1, WrOpcode::AtomicWrite);
+    wr.inline_data = Some(0x1122_3344_5566_7788u64.to_le_bytes().to_vec());
+    wr.remote = RemoteTarget { addr: p.mr_b.addr() + 64, rkey: p.mr_b.rkey() };
+    p.a.post_send(&[wr]).unwrap();
+    let done = p.w.wait(0, 1, 10 * MS);
+    assert_eq!(statuses(&done), vec![(1, WcStatus::Success)]);
+    assert_eq!(done[0].opcode, WcOpcode::AtomicWrite);
+    assert_eq!(p.mr_b.read_vec(64, 8).unwrap(), 0x1122_3344_5566_7788u64.to_le_bytes());
+}
+
+#[test]
+fn flush_checks_rights_and_range_and_completes() {
+    let mut p = rc_pair(|_| {});
+    let flushable = p.w.nodes[1]
+        .pd
+        .alloc_mr(4096, uroce_verbs::Access(ALL_ACCESS.0 | uroce_verbs::Access::FLUSH_GLOBAL.0))
+        .unwrap();
+    let mut ok = SendWr::new(1, WrOpcode::Flush);
+    ok.remote = RemoteTarget { addr: flushable.addr(), rkey: flushable.rkey() };
+    ok.compare_add = 4096; // length
+    ok.swap = 1; // placement type: global visibility
+    let mut not_allowed = ok.clone();
+    not_allowed.wr_id = 2;
+    not_allowed.remote = RemoteTarget { addr: p.mr_b.addr(), rkey: p.mr_b.rkey() };
+    p.a.post_send(&[ok, not_allowed]).unwrap();
+    let done = p.w.wait(0, 2, 10 * MS);
+    assert_eq!(statuses(&done), vec![(1, WcStatus::Success), (2, WcStatus::RemAccessErr)]);
+    assert_eq!(done[0].opcode, WcOpcode::Flush);
+}
+
+#[test]
+fn a_producer_index_jumping_past_the_ring_is_fatal_for_the_qp_only() {
+    let mut p = rc_pair(|_| {});
+    while p.w.nodes[0].ctx.next_event().is_some() {}
+    let sq = p.w.nodes[0].hca.borrow().qp(p.a.qpn()).unwrap().sq.desc;
+    let host = p.w.nodes[0].hca.borrow().memory().host().clone();
+    host.store_release_u32(sq.base, sq.entries + 5).unwrap(); // hostile
+    p.w.nodes[0]
+        .hca
+        .borrow_mut()
+        .doorbell(p.w.now(), uroce_emulator::Doorbell::SendQueue(p.a.qpn()));
+    p.w.settle(10 * MS);
+    assert_eq!(qp_state(&p.w, 0, &p.a), QpState::Err);
+    let events: Vec<_> = std::iter::from_fn(|| p.w.nodes[0].ctx.next_event()).collect();
+    assert!(events.contains(&uroce_emulator::Event::Async {
+        event: uroce_emulator::types::EventType::QpFatal,
+        element: p.a.qpn().value()
+    }));
+    // Another QP of the same device still works.
+    let c = p.w.qp(0, QpType::Rc, cap(8, 1, 0));
+    let d = p.w.qp(1, QpType::Rc, cap(8, 1, 0));
+    p.w.connect(0, &c, 1, &d, &tuning());
+    c.post_send(&[write(7, &p.mr_a, 0, 64, &p.mr_b, 0)]).unwrap();
+    let done = p.w.wait(0, 1, 10 * MS);
+    assert_eq!(statuses(&done), vec![(7, WcStatus::Success)]);
+}
+
+#[test]
+fn rc_over_ipv6_link_local_gids() {
+    use uroce_emulator::command::Gid;
+    use uroce_verbs::connect::{self, Remote};
+    let mut w = World::new(2, FabricConfig::new(11));
+    let a = w.qp(0, QpType::Rc, cap(8, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(8, 1, 0));
+    let gid = |n: usize| w.nodes[n].ctx.query_gid(0).unwrap();
+    let (ga, gb): (Gid, Gid) = (gid(0), gid(1));
+    assert!(ga.to_ip().is_ipv6());
+    let mut t = tuning();
+    t.sgid_index = 0;
+    connect::to_init(&a, ALL_ACCESS, 0).unwrap();
+    connect::to_init(&b, ALL_ACCESS, 0).unwrap();
+    connect::to_rts(&a, Some(Remote { gid: gb, qpn: b.qpn(), psn: 0 }), &t).unwrap();
+    connect::to_rts(&b, Some(Remote { gid: ga, qpn: a.qpn(), psn: 0 }), &t).unwrap();
+    let mr_a = w.nodes[0].pd.alloc_mr(8192, ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(8192, ALL_ACCESS).unwrap();
+    let data = pattern(3000, 18);
+    mr_a.write(0, &data).unwrap();
+    a.post_send(&[write(1, &mr_a, 0, 3000, &mr_b, 0)]).unwrap();
+    assert_eq!(statuses(&w.wait(0, 1, 10 * MS)), vec![(1, WcStatus::Success)]);
+    assert_eq!(mr_b.read_vec(0, 3000).unwrap(), data);
+}

@@ -788,6 +788,28 @@ impl Qp {
         result
     }
 
+    /// `ibv_bind_mw` for a type-1 window: posts the bind through this QP's
+    /// send queue (as libibverbs does) under the next 8-bit key, and updates
+    /// the window's R_Key at once. The bind completes like any WR.
+    pub fn bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &Mw,
+        mr: &Mr,
+        offset: u64,
+        length: u64,
+        access: Access,
+    ) -> Result<Rkey> {
+        if mw.mw_type() != 1 {
+            return Err(Error::Invalid("ibv_bind_mw binds type-1 windows; use a BIND_MW WR"));
+        }
+        let next_key = (mw.rkey().0 as u8).wrapping_add(1);
+        let (wr, rkey) = SendWr::bind_mw(wr_id, mw, mr, offset, length, access, next_key);
+        self.post_send(&[wr]).map_err(|(_, e)| e)?;
+        mw.set_rkey(rkey);
+        Ok(rkey)
+    }
+
     /// `ibv_destroy_qp`.
     pub fn destroy(self) -> Result<()> {
         self.ctx.command(Command::DestroyQp { qpn: self.qpn })?;
