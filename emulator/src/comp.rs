@@ -273,7 +273,10 @@ impl Hca {
         let status = if payload.len() as u64 != expected_len || ends != is_last {
             Some(WcStatus::BadRespErr)
         } else {
-            scatter(&self.mem, pd, &entry.wqe.payload, offset, payload).err()
+            match &entry.wqe.payload {
+                Payload::Sges(sges) => scatter(&self.mem, pd, sges, offset, payload).err(),
+                Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
+            }
         };
         if has_aeth {
             self.ack_up_to(now, index, psn.wrapping_sub(1));
@@ -522,11 +525,10 @@ fn resume_psn(entry: &crate::qp::SqEntry, mtu: u32) -> Psn {
 pub(crate) fn scatter(
     mem: &crate::mr::MemoryTables,
     pd: u32,
-    payload: &Payload,
+    sges: &[crate::wqe::Sge],
     offset: u64,
     data: &[u8],
 ) -> Result<(), WcStatus> {
-    let Payload::Sges(sges) = payload else { return Err(WcStatus::LocQpOpErr) };
     let mut skip = offset;
     let mut done = 0usize;
     for sge in sges {

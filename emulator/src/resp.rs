@@ -307,13 +307,7 @@ impl Hca {
         let at = *offset;
         let fits = at + payload.len() as u64 <= wqe.capacity();
         let placed = if fits {
-            crate::comp::scatter(
-                &self.mem,
-                pd,
-                &crate::wqe::Payload::Sges(wqe.sges.clone()),
-                at,
-                payload,
-            )
+            crate::comp::scatter(&self.mem, pd, &wqe.sges, at, payload)
         } else {
             Err(WcStatus::LocLenErr)
         };
@@ -725,13 +719,13 @@ impl Hca {
             grh[20..40].copy_from_slice(&ip[..20]);
         }
         let payload = packet.payload();
-        let sges = crate::wqe::Payload::Sges(wqe.sges.clone());
+        let sges = &wqe.sges;
         let total = 40 + payload.len() as u64;
         let status = if total > wqe.capacity() {
             Err(WcStatus::LocLenErr)
         } else {
-            crate::comp::scatter(&self.mem, pd, &sges, 0, &grh)
-                .and_then(|()| crate::comp::scatter(&self.mem, pd, &sges, 40, payload))
+            crate::comp::scatter(&self.mem, pd, sges, 0, &grh)
+                .and_then(|()| crate::comp::scatter(&self.mem, pd, sges, 40, payload))
         };
         let qpn = qp.qpn;
         let cq = qp.recv_cq;
