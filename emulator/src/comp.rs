@@ -107,7 +107,12 @@ impl Hca {
                     WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
                 );
                 if response_needed {
-                    implied_nak = Some(i);
+                    // Only an acknowledgement of the READ's last PSN (or
+                    // later) says its responses were lost; the AETH of a
+                    // READ response acknowledges PSNs inside the READ.
+                    if !psn.is_before(entry.last_psn()) {
+                        implied_nak = Some(i);
+                    }
                     break;
                 }
                 // Fully acknowledged: done, even if a go-back had queued it
@@ -129,7 +134,7 @@ impl Hca {
         }
         if let Some(entry_index) = implied_nak {
             // The response to a READ/atomic before `psn` was lost: send the
-            // request again (counts as a retry).
+            // request again (go-back-N from it).
             let resume = qp.entry(entry_index).map(|e| resume_psn(e, qp.mtu()));
             if let Some(resume) = resume {
                 if qp.comp.psn.is_after(resume) {
@@ -177,6 +182,10 @@ impl Hca {
     }
 
     fn on_atomic_ack(&mut self, now: Instant, index: u32, psn: Psn, orig: u64) {
+        if self.qps.get(index as usize).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
+            // Its AETH acknowledges everything before it.
+            self.ack_up_to(now, index, psn.wrapping_sub(1));
+        }
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
         if psn != qp.comp.psn {
             if psn.is_after(qp.comp.psn) {
@@ -239,6 +248,17 @@ impl Hca {
         psn: Psn,
         packet: &roce::Packet<&[u8]>,
     ) {
+        // The AETH of a READ response acknowledges every request before
+        // the READ (an ACK for them may have been lost; rxe completes them
+        // too), never the READ's own response PSNs.
+        if packet.aeth().is_some() {
+            if let Some(first) = self
+                .entry_at_psn(index, psn)
+                .and_then(|i| self.qps.get(index as usize)?.entry(i).map(|e| e.first_psn))
+            {
+                self.ack_up_to(now, index, first.wrapping_sub(1));
+            }
+        }
         let Some(qp) = self.qps.get(index as usize) else { return };
         if psn != qp.comp.psn {
             if psn.is_after(qp.comp.psn) {
@@ -261,8 +281,6 @@ impl Hca {
             self.counters.rcvd_ghost_response += 1;
             return;
         }
-        // The AETH of FIRST/LAST/ONLY acknowledges everything before.
-        let has_aeth = packet.aeth().is_some();
         let offset = u64::from(entry.first_psn.distance_to(psn) as u32) * mtu;
         let total = entry.wqe.length();
         let payload = packet.payload();
@@ -278,9 +296,6 @@ impl Hca {
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }
         };
-        if has_aeth {
-            self.ack_up_to(now, index, psn.wrapping_sub(1));
-        }
         let qp = self.qps.get_mut(index as usize).expect("checked");
         qp.comp.psn = psn.next();
         qp.comp.retry_left = qp.attr.retry_cnt;
@@ -355,7 +370,6 @@ impl Hca {
         if qp.comp.psn == qp.req.next_psn || qp.state == QpState::Err {
             return;
         }
-        self.counters.completer_retry_err += 1;
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
             self.retry(now, index, from);
@@ -372,6 +386,8 @@ impl Hca {
     /// Go-back-N: the requester resumes at PSN `from`.
     pub(crate) fn retry(&mut self, _now: Instant, index: u32, from: Psn) {
         let Some(start) = self.entry_at_psn(index, from) else { return };
+        // Every go-back, whatever caused it (rxe's completer_retry_err).
+        self.counters.completer_retry_err += 1;
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
         let mtu = qp.mtu();
         let mut i = start;
@@ -432,8 +448,12 @@ impl Hca {
             let cqe = (status != WcStatus::Success || entry.signaled).then(|| {
                 let mut cqe =
                     Cqe::new(entry.wqe.wr_id, status, entry.wqe.opcode.completion(), qp.qpn);
-                if entry.wqe.opcode == WrOpcode::RdmaRead && status == WcStatus::Success {
-                    cqe.byte_len = entry.wqe.length() as u32;
+                if status == WcStatus::Success {
+                    cqe.byte_len = match entry.wqe.opcode {
+                        WrOpcode::RdmaRead => entry.wqe.length() as u32,
+                        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+                        _ => 0,
+                    };
                 }
                 cqe
             });
@@ -467,7 +487,7 @@ impl Hca {
         self.sq_drained_check(index);
     }
 
-    fn sq_drained_check(&mut self, index: u32) {
+    pub(crate) fn sq_drained_check(&mut self, index: u32) {
         let Some(qp) = self.qps.get(index as usize) else { return };
         if qp.state == QpState::Sqd && qp.sq.consumer == qp.req.index && qp.attr.en_sqd_async_notify
         {

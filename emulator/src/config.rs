@@ -44,8 +44,9 @@ pub struct HcaConfig {
     pub active_mtu: Mtu,
     /// Page size of the MTT, as a power of two.
     pub page_shift: u32,
-    /// Packets the HCA builds per QP in one scheduling turn, so that one
-    /// busy QP cannot starve the others.
+    /// Local operations and refused WQEs the requester finishes per QP in
+    /// one scheduling turn (each turn sends at most one packet per QP, so
+    /// one busy QP cannot starve the others).
     pub max_packets_per_turn: u32,
     /// Packets a requester may have unacknowledged (rxe: 128).
     pub max_unacked_psns: u32,

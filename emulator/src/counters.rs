@@ -17,7 +17,8 @@ pub struct Counters {
     pub send_rnr_err: u64,
     /// PSN sequence error NAKs received (requester).
     pub rcvd_seq_err: u64,
-    /// Requester retransmissions (go-back-N restarts) after a timeout.
+    /// Requester go-backs (after a timeout, a sequence NAK, an RNR NAK or
+    /// an implied NAK).
     pub completer_retry_err: u64,
     /// Transport retries exhausted.
     pub retry_exceeded_err: u64,
@@ -35,13 +36,15 @@ pub struct Counters {
     pub rcvd_ghost_response: u64,
     /// NAKs sent, of any kind but RNR.
     pub send_nak: u64,
-    /// Link downed events.
+    /// Link down events: kept for rxe's name; an in-process device has no
+    /// link of its own to lose (runtimes with real links count theirs).
     pub link_downed: u64,
     /// Completion queue overruns.
     pub cq_overrun: u64,
     /// WQEs refused as malformed (local error completions).
     pub bad_wqe: u64,
-    /// Host memory faults met on the DMA path.
+    /// Host memory faults met on the DMA path (registered memory the
+    /// application freed).
     pub dma_faults: u64,
 }
 

@@ -42,7 +42,7 @@ pub struct Cqe {
     pub src_qp: Qpn,
     /// Partition key index.
     pub pkey_index: u16,
-    /// Vendor error code (0 = none; uroce puts a reason code here).
+    /// Vendor error code (always 0 today).
     pub vendor_err: u32,
 }
 

@@ -592,6 +592,9 @@ impl Hca {
             self.enter_error(now, index as u32);
         } else if matches!(to, QpState::Rts | QpState::Sqe | QpState::Sqd) {
             self.schedule(index as u32);
+            if to == QpState::Sqd {
+                self.sq_drained_check(index as u32);
+            }
         }
         Ok(Reply::Done)
     }
@@ -606,11 +609,14 @@ impl Hca {
                 let Some(index) = qp_index(qpn).filter(|&i| self.qps.get(i).is_some()) else {
                     return;
                 };
-                let in_error = self.qps.get(index).is_some_and(|qp| qp.state == QpState::Err);
-                if in_error {
-                    self.flush(now, index as u32);
-                } else {
-                    self.schedule(index as u32);
+                let state = self.qps.get(index).map(|qp| qp.state);
+                match (state, doorbell) {
+                    (Some(QpState::Err), _) => self.flush(now, index as u32),
+                    // SQE: sends flush, receives go on.
+                    (Some(QpState::Sqe), Doorbell::SendQueue(_)) => {
+                        self.flush_send_queue(now, index as u32)
+                    }
+                    _ => self.schedule(index as u32),
                 }
             }
             Doorbell::Srq(_) => {}

@@ -210,6 +210,8 @@ impl MemoryTables {
         access: Access,
     ) -> Result<u32, RegisterError> {
         check_region_access(access)?;
+        // A zero-based region is addressed by offsets from its start.
+        let iova = if access.contains(Access::ZERO_BASED) { 0 } else { iova };
         if length == 0 || length > self.max_region_len || iova.checked_add(length).is_none() {
             return Err(RegisterError::BadArgument);
         }

@@ -141,11 +141,14 @@ impl Hca {
             if qp.req.index == qp.fetched || !qp.can_send() {
                 return None;
             }
-            if qp.state == QpState::Sqd && qp.req.sent_pkts == 0 {
-                return None;
-            }
             let req_index = qp.req.index;
             let entry = qp.entry(req_index)?;
+            // SQD starts no new WQE, but finishes (and resends) the ones
+            // that already have PSNs.
+            if qp.state == QpState::Sqd && qp.req.sent_pkts == 0 && !entry.psn_assigned {
+                self.sq_drained_check(index);
+                return None;
+            }
             if matches!(entry.state, EntryState::Done(_)) {
                 // Acknowledged while queued for a resend: skip it.
                 let qp = self.qps.get_mut(index as usize)?;
@@ -292,7 +295,6 @@ impl Hca {
         let payload_len = match gathered {
             Ok(n) => n,
             Err(status) => {
-                self.counters.dma_faults += u64::from(status == WcStatus::LocProtErr);
                 // A local protection error ends the WQE (and the QP).
                 let qp = self.qps.get_mut(index as usize)?;
                 if opcode.is_read_or_atomic() {

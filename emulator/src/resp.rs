@@ -81,9 +81,10 @@ impl Hca {
             }
         } else if psn != epsn {
             if psn.is_after(epsn) {
-                self.counters.out_of_seq_request += 1;
                 let qp = self.qps.get_mut(index as usize).expect("checked");
                 if !qp.resp.nak_sent {
+                    // Counted once per gap, as rxe does.
+                    self.counters.out_of_seq_request += 1;
                     qp.resp.nak_sent = true;
                     let msn = qp.resp.msn;
                     self.owe(
@@ -130,7 +131,9 @@ impl Hca {
             Refusal::Drop => return,
         };
         if refusal == Refusal::NotReady {
-            qp.resp.msg = None;
+            // The packets behind this one are out of sequence now; they
+            // must not draw a PSN sequence NAK on top of the RNR NAK.
+            qp.resp.nak_sent = true;
             self.owe(index, Response::Ack { psn, syndrome, msn });
             return;
         }
@@ -141,10 +144,12 @@ impl Hca {
         qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
         qp.state = QpState::Err;
         let qpn = qp.qpn.value();
-        self.push_event(crate::hca::Event::Async {
-            event: crate::types::EventType::QpAccessErr,
-            element: qpn,
-        });
+        let event = match refusal {
+            Refusal::AccessError => crate::types::EventType::QpAccessErr,
+            Refusal::InvalidRequest => crate::types::EventType::QpReqErr,
+            _ => crate::types::EventType::QpFatal,
+        };
+        self.push_event(crate::hca::Event::Async { event, element: qpn });
         self.enter_error(now, index);
         self.schedule(index);
     }
@@ -224,51 +229,65 @@ impl Hca {
     /// SRQ (taken at once) or peeked from the RQ (consumed at completion).
     fn take_recv_wqe(&mut self, now: Instant, index: u32) -> Result<RecvWqe, Refusal> {
         let host = self.mem.host().clone();
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
-        if let Some(srq_index) = qp.srq {
-            let srq = self.srqs.get_mut(srq_index as usize).ok_or(Refusal::OperationalError)?;
-            if srq.ring.refresh(host.as_ref()).is_err() {
-                return Err(Refusal::OperationalError);
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let (slot, max_sge) = match qp.srq {
+            Some(srq_index) => {
+                let srq = self.srqs.get_mut(srq_index as usize).ok_or(Refusal::OperationalError)?;
+                if srq.ring.refresh(host.as_ref()).is_err() {
+                    return Err(Refusal::OperationalError);
+                }
+                if srq.ring.available() == 0 {
+                    return Err(Refusal::NotReady);
+                }
+                let mut slot = vec![0u8; srq.ring.desc.stride as usize];
+                srq.ring
+                    .read_entry(host.as_ref(), srq.ring.consumer, &mut slot)
+                    .map_err(|_| Refusal::OperationalError)?;
+                // An SRQ WQE is taken at once: other QPs share the ring.
+                srq.ring.consume(host.as_ref(), 1).map_err(|_| Refusal::OperationalError)?;
+                let max_sge = srq.max_sge;
+                if srq.limit > 0 && srq.ring.available() < srq.limit {
+                    srq.limit = 0;
+                    self.push_event(crate::hca::Event::Async {
+                        event: crate::types::EventType::SrqLimitReached,
+                        element: srq_index,
+                    });
+                }
+                (slot, max_sge)
             }
-            if srq.ring.available() == 0 {
-                return Err(Refusal::NotReady);
+            None => {
+                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+                let max_sge = qp.cap.max_recv_sge;
+                let rq = qp.rq.as_mut().ok_or(Refusal::OperationalError)?;
+                if rq.refresh(host.as_ref()).is_err() {
+                    return Err(Refusal::OperationalError);
+                }
+                if rq.available() == 0 {
+                    return Err(Refusal::NotReady);
+                }
+                let mut slot = vec![0u8; rq.desc.stride as usize];
+                rq.read_entry(host.as_ref(), rq.consumer, &mut slot)
+                    .map_err(|_| Refusal::OperationalError)?;
+                // An RQ WQE stays at the head until its message completes.
+                (slot, max_sge)
             }
-            let mut slot = vec![0u8; srq.ring.desc.stride as usize];
-            srq.ring
-                .read_entry(host.as_ref(), srq.ring.consumer, &mut slot)
-                .map_err(|_| Refusal::OperationalError)?;
-            srq.ring.consume(host.as_ref(), 1).map_err(|_| Refusal::OperationalError)?;
-            let left = srq.ring.available();
-            let wqe = RecvWqe::decode(&slot, srq.max_sge);
-            if srq.limit > 0 && left < srq.limit {
-                srq.limit = 0;
-                self.push_event(crate::hca::Event::Async {
-                    event: crate::types::EventType::SrqLimitReached,
-                    element: srq_index,
-                });
-            }
-            return wqe.map_err(|e| {
+        };
+        match RecvWqe::decode(&slot, max_sge) {
+            Ok(wqe) => Ok(wqe),
+            Err(error) => {
+                // A malformed receive WQE completes with its status and
+                // takes the QP to the error state.
                 self.counters.bad_wqe += 1;
-                let _ = now;
-                let _ = e;
-                Refusal::OperationalError
-            });
+                let wr_id = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+                self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
+                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+                if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
+                    qp.state = QpState::Err;
+                    self.enter_error(now, index);
+                }
+                Err(Refusal::OperationalError)
+            }
         }
-        let max_sge = qp.cap.max_recv_sge;
-        let rq = qp.rq.as_mut().ok_or(Refusal::OperationalError)?;
-        if rq.refresh(host.as_ref()).is_err() {
-            return Err(Refusal::OperationalError);
-        }
-        if rq.available() == 0 {
-            return Err(Refusal::NotReady);
-        }
-        let mut slot = vec![0u8; rq.desc.stride as usize];
-        rq.read_entry(host.as_ref(), rq.consumer, &mut slot)
-            .map_err(|_| Refusal::OperationalError)?;
-        RecvWqe::decode(&slot, max_sge).map_err(|_| {
-            self.counters.bad_wqe += 1;
-            Refusal::OperationalError
-        })
     }
 
     /// Gives the RQ slot of a finished receive back (SRQ WQEs were taken
@@ -415,6 +434,23 @@ impl Hca {
         if end > u64::from(dma_len) || (info.is(Mask::END) && end != u64::from(dma_len)) {
             return Err(Refusal::InvalidRequest);
         }
+        // WRITE with immediate consumes a receive WQE: find it before
+        // touching memory, so that after an RNR NAK the requester's resent
+        // packet finds the message exactly as it was.
+        let recv_wqe = match (info.is(Mask::END), packet.immdt()) {
+            (true, Some(_)) => match self.take_recv_wqe(now, index) {
+                Ok(wqe) => Some(wqe),
+                Err(refusal) => {
+                    if info.is(Mask::START) {
+                        if let Some(qp) = self.qps.get_mut(index as usize) {
+                            qp.resp.msg = None;
+                        }
+                    }
+                    return Err(refusal);
+                }
+            },
+            _ => None,
+        };
         let range = self
             .mem
             .check(
@@ -433,18 +469,7 @@ impl Hca {
         }
         if info.is(Mask::END) {
             qp.resp.msg = None;
-            if let Some(imm) = packet.immdt() {
-                // WRITE with immediate consumes a receive WQE.
-                let wqe = match self.take_recv_wqe(now, index) {
-                    Ok(w) => w,
-                    Err(refusal) => {
-                        if let Some(qp) = self.qps.get_mut(index as usize) {
-                            // Replayed whole after the RNR wait.
-                            qp.resp.msg = None;
-                        }
-                        return Err(refusal);
-                    }
-                };
+            if let (Some(imm), Some(wqe)) = (packet.immdt(), recv_wqe) {
                 let solicited = packet.bth().solicited();
                 self.complete_recv(
                     now,
@@ -811,11 +836,23 @@ impl Hca {
                     .and_then(|range| self.mem.read(&range, &mut self.scratch[..this_len]));
                 let qp = self.qps.get_mut(index as usize)?;
                 if read.is_err() {
-                    qp.resp.queue.clear();
+                    // The key was invalidated (or the memory freed) since the
+                    // READ was accepted: a remote access error, like any
+                    // other, and the NAK goes out now.
                     let psn = first_psn + next;
+                    qp.resp.queue.clear();
+                    self.counters.send_nak += 1;
                     let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
+                    let qp = self.qps.get_mut(index as usize)?;
                     qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
-                    return None;
+                    qp.state = QpState::Err;
+                    let qpn = qp.qpn.value();
+                    self.push_event(crate::hca::Event::Async {
+                        event: crate::types::EventType::QpAccessErr,
+                        element: qpn,
+                    });
+                    self.enter_error(Instant::ZERO.max(self.now()), index);
+                    return self.next_response_packet(index, buf);
                 }
                 if last {
                     qp.resp.queue.pop_front();

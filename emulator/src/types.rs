@@ -425,9 +425,10 @@ impl WrOpcode {
         use WrOpcode::*;
         match qp_type {
             QpType::Rc => true,
+            // UC has no SEND-with-invalidate opcodes.
             QpType::Uc => matches!(
                 self,
-                RdmaWrite | RdmaWriteWithImm | Send | SendWithImm | LocalInv | BindMw | SendWithInv
+                RdmaWrite | RdmaWriteWithImm | Send | SendWithImm | LocalInv | BindMw
             ),
             QpType::Ud => matches!(self, Send | SendWithImm),
         }

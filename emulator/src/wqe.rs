@@ -10,6 +10,7 @@
 //! 11  u8  reserved (0)
 //! 12  u32 imm_data        (WITH_IMM; the value sent big-endian on the wire)
 //!         or invalidate R_Key (SEND_WITH_INV, LOCAL_INV)
+//!         or the window's current R_Key (BIND_MW)
 //! 16  u64 remote_addr     (RDMA, atomics, FLUSH; BIND_MW: window start)
 //! 24  u32 rkey            (RDMA, atomics, FLUSH; BIND_MW: the window's new R_Key)
 //! 28  u32 inline_len      (INLINE)
