@@ -386,22 +386,9 @@ impl Hca {
     /// Go-back-N: the requester resumes at PSN `from`.
     pub(crate) fn retry(&mut self, _now: Instant, index: u32, from: Psn) {
         let Some(start) = self.entry_at_psn(index, from) else { return };
-        // Every go-back, whatever caused it (rxe's completer_retry_err).
-        self.counters.completer_retry_err += 1;
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
-        let mtu = qp.mtu();
-        let mut i = start;
-        let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
-        while i != end {
-            if let Some(entry) = qp.entry_mut(i) {
-                if entry.state == EntryState::Pending {
-                    entry.state = EntryState::Posted;
-                }
-            }
-            i = i.wrapping_add(1);
-        }
         let Some(entry) = qp.entry(start) else { return };
-        let sent_pkts = match entry.wqe.opcode {
+        let resume_pkts = match entry.wqe.opcode {
             WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpAndSwp
             | WrOpcode::AtomicFetchAndAdd
@@ -409,10 +396,32 @@ impl Hca {
             | WrOpcode::Flush => 0,
             _ => entry.first_psn.distance_to(from).max(0) as u32,
         };
-        let _ = mtu;
+        // Positions in the send queue, counted from its head. A go-back
+        // never moves the requester forward: when it is already rewound to
+        // an earlier point (an implied NAK for a READ before this PSN, say),
+        // that point stands.
+        let consumer = qp.sq.consumer;
+        let position = |i: u32| i.wrapping_sub(consumer);
+        if (position(start), resume_pkts) >= (position(qp.req.index), qp.req.sent_pkts) {
+            return;
+        }
+        // Every go-back, whatever caused it (rxe's completer_retry_err).
+        self.counters.completer_retry_err += 1;
+        let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
+        // start is at or before end, both within [consumer, fetched].
+        let span = position(end).saturating_sub(position(start));
+        for k in 0..span {
+            if let Some(entry) = qp.entry_mut(start.wrapping_add(k)) {
+                if entry.state == EntryState::Pending {
+                    entry.state = EntryState::Posted;
+                }
+            }
+        }
         qp.req.index = start;
-        qp.req.sent_pkts = sent_pkts;
-        qp.comp.psn = from;
+        qp.req.sent_pkts = resume_pkts;
+        if from.is_before(qp.comp.psn) {
+            qp.comp.psn = from;
+        }
         self.schedule(index);
     }
 

@@ -90,5 +90,6 @@ pub fn check_capture(bytes: &[u8]) -> GoldenReport {
 }
 
 pub mod fuzz;
+pub mod hca_fuzz;
 
 pub mod world;
