@@ -62,20 +62,25 @@ impl Hca {
         let epsn = qp.resp.epsn;
         let info = packet.info();
         if qp_type == QpType::Uc {
+            // UC resynchronises on every FIRST/ONLY: a message that lost a
+            // packet is dropped whole, silently, and counted once.
             let qp = self.qps.get_mut(index as usize).expect("checked");
-            if psn != epsn {
-                self.counters.out_of_seq_request += 1;
-                if !info.is(Mask::START) {
-                    // Lost the middle of a message: drop until the next one.
-                    qp.resp.drop_msg = true;
-                    qp.resp.msg = None;
-                    return;
-                }
-                qp.resp.epsn = psn;
-            }
             if info.is(Mask::START) {
+                if psn != epsn || qp.resp.msg.is_some() {
+                    self.counters.out_of_seq_request += 1;
+                }
+                // A message cut short by loss is abandoned (its receive WQE
+                // stays at the head of the RQ for the next message).
+                qp.resp.msg = None;
                 qp.resp.drop_msg = false;
+                qp.resp.epsn = psn;
             } else if qp.resp.drop_msg {
+                qp.resp.epsn = psn.next();
+                return;
+            } else if psn != epsn {
+                self.counters.out_of_seq_request += 1;
+                qp.resp.drop_msg = true;
+                qp.resp.msg = None;
                 qp.resp.epsn = psn.next();
                 return;
             }
