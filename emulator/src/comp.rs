@@ -84,14 +84,17 @@ impl Hca {
     /// An ACK (or the AETH of a READ response) acknowledges every PSN up to
     /// and including `psn`.
     fn on_ack(&mut self, now: Instant, index: u32, psn: Psn) {
-        self.ack_up_to(now, index, psn);
-        self.after_progress(now, index);
+        // A stale or duplicate ACK must not postpone the retransmit timer.
+        if self.ack_up_to(now, index, psn) {
+            self.after_progress(now, index);
+        }
     }
 
     /// Completes SEND/WRITE/ATOMIC WRITE/FLUSH WQEs acknowledged by `psn`;
     /// a READ or atomic passed by the ACK lost its response.
-    fn ack_up_to(&mut self, now: Instant, index: u32, psn: Psn) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    /// Returns whether the oldest unacknowledged PSN moved forward.
+    fn ack_up_to(&mut self, now: Instant, index: u32, psn: Psn) -> bool {
+        let Some(qp) = self.qps.get_mut(index as usize) else { return false };
         let mut i = qp.sq.consumer;
         let mut implied_nak = None;
         // Every entry with PSNs may be covered, including ones a go-back
@@ -127,29 +130,39 @@ impl Hca {
             }
             i = i.wrapping_add(1);
         }
-        if psn.next().is_after(qp.comp.psn) {
-            qp.comp.psn = psn.next();
+        // The acknowledged point stops at a READ/atomic whose response was
+        // lost: the PSNs after it are received, but not "done" in order.
+        let resume = implied_nak.and_then(|i| qp.entry(i).map(|e| resume_psn(e, qp.mtu())));
+        let acked = resume.unwrap_or(psn.next());
+        let progressed = acked.is_after(qp.comp.psn);
+        if progressed {
+            qp.comp.psn = acked;
             qp.comp.retry_left = qp.attr.retry_cnt;
             qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+            qp.comp.started_retry = false;
         }
-        if let Some(entry_index) = implied_nak {
+        if let Some(resume) = resume {
             // The response to a READ/atomic before `psn` was lost: send the
-            // request again (go-back-N from it).
-            let resume = qp.entry(entry_index).map(|e| resume_psn(e, qp.mtu()));
-            if let Some(resume) = resume {
-                if qp.comp.psn.is_after(resume) {
-                    qp.comp.psn = resume;
-                }
+            // request again, once per go-back (rxe's started_retry), not once
+            // per ACK that passes it.
+            if !qp.comp.started_retry && self.consume_retry(now, index) {
                 self.retry(now, index, resume);
+                if let Some(qp) = self.qps.get_mut(index as usize) {
+                    qp.comp.started_retry = true;
+                }
             }
         }
         self.retire(now, index);
+        progressed
     }
 
     fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) {
         self.counters.rcvd_seq_err += 1;
         self.ack_up_to(now, index, psn.wrapping_sub(1));
-        if self.consume_retry(now, index) {
+        // If the acknowledged point stopped before `psn` (a READ or atomic
+        // lost its response), that go-back already covers this NAK.
+        let behind = self.qps.get(index as usize).is_some_and(|qp| qp.comp.psn.is_before(psn));
+        if !behind && self.consume_retry(now, index) {
             self.retry(now, index, psn);
             self.rearm(now, index);
         }
@@ -190,10 +203,7 @@ impl Hca {
         if psn != qp.comp.psn {
             if psn.is_after(qp.comp.psn) {
                 // Something before it was lost: go back.
-                let from = qp.comp.psn;
-                if self.consume_retry(now, index) {
-                    self.retry(now, index, from);
-                }
+                self.go_back_once(now, index);
             }
             return;
         }
@@ -237,6 +247,7 @@ impl Hca {
         qp.comp.psn = psn.next();
         qp.comp.retry_left = qp.attr.retry_cnt;
         qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+        qp.comp.started_retry = false;
         self.retire(now, index);
         self.after_progress(now, index);
     }
@@ -262,10 +273,7 @@ impl Hca {
         let Some(qp) = self.qps.get(index as usize) else { return };
         if psn != qp.comp.psn {
             if psn.is_after(qp.comp.psn) {
-                let from = qp.comp.psn;
-                if self.consume_retry(now, index) {
-                    self.retry(now, index, from);
-                }
+                self.go_back_once(now, index);
             }
             // Behind: a duplicate response; drop it.
             return;
@@ -300,6 +308,7 @@ impl Hca {
         qp.comp.psn = psn.next();
         qp.comp.retry_left = qp.attr.retry_cnt;
         qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+        qp.comp.started_retry = false;
         let Some(entry) = qp.entry_mut(entry_index) else { return };
         entry.read_placed = offset + payload.len() as u64;
         if let Some(status) = status {
@@ -364,6 +373,23 @@ impl Hca {
         true
     }
 
+    /// A response arrived ahead of the expected PSN: one before it was
+    /// lost. Go back once; the responses still in flight behind the lost one
+    /// will arrive out of sequence too and must not spend more retries.
+    fn go_back_once(&mut self, now: Instant, index: u32) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if qp.comp.started_retry {
+            return;
+        }
+        let from = qp.comp.psn;
+        if self.consume_retry(now, index) {
+            self.retry(now, index, from);
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.comp.started_retry = true;
+            }
+        }
+    }
+
     /// The retransmit timer fired.
     pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: u32) {
         let Some(qp) = self.qps.get(index as usize) else { return };
@@ -373,6 +399,9 @@ impl Hca {
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
             self.retry(now, index, from);
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.comp.started_retry = true;
+            }
             self.rearm(now, index);
         }
     }

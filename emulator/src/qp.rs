@@ -92,6 +92,11 @@ pub struct Completer {
     pub retransmit_at: Option<Instant>,
     /// When an RNR wait ends, if waiting.
     pub rnr_until: Option<Instant>,
+    /// A go-back caused by an out-of-sequence response or an implied NAK
+    /// is under way: later such responses do not start (or pay for)
+    /// another one until the acknowledged point moves (rxe's
+    /// `started_retry`).
+    pub started_retry: bool,
 }
 
 /// A READ or atomic the responder has executed, kept to answer it again

@@ -234,7 +234,12 @@ impl Hca {
         let entry = qp.entry(req_index)?;
         let opcode = entry.wqe.opcode;
         if starting {
-            if entry.wqe.flags.contains(SendFlags::FENCE) && outstanding > 0 {
+            // FENCE holds a WQE's first transmission until the READs and
+            // atomics before it completed. A resend after a go-back is not
+            // held: the READs outstanding then may be ones posted after it,
+            // which cannot complete before it is resent.
+            if entry.wqe.flags.contains(SendFlags::FENCE) && outstanding > 0 && !entry.psn_assigned
+            {
                 return None;
             }
             if opcode.is_read_or_atomic() && !entry.psn_assigned && outstanding >= max_rd_atomic {

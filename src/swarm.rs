@@ -1,0 +1,332 @@
+//! `uroce sim`: a seeded swarm in the spirit of TigerBeetle's VOPR.
+//!
+//! One seed decides everything: how many nodes and connections, which
+//! transport each connection uses (RC, UC, UD), the queue sizes, the
+//! workload (a random mix of SEND, SEND with immediate, RDMA WRITE, WRITE
+//! with immediate, RDMA READ, FETCH_ADD and COMPARE_SWAP; sizes from 0 to
+//! 64 KiB biased to MTU boundaries; chains of up to 8 WRs per post; some
+//! unsignaled, some inline, some fenced, spread over several SGEs with
+//! gaps) and the faults (loss, duplication, reordering, bit corruption).
+//! Flags override the seed's choices. Everything runs in one thread in
+//! virtual time, so a run is a pure function of its [`Plan`]: the same
+//! seed gives the same fabric trace hash.
+//!
+//! # The reference model
+//!
+//! * **Send queues** — completions come in posting order: one per signaled
+//!   WR; unsignaled WRs before a completion completed silently. The first
+//!   error completion may only be RETRY_EXC_ERR (RC, and only where the
+//!   loss, corruption and reordering rates make eight failed go-back
+//!   rounds in a row plausible, see [`Plan::retry_exhaustion_plausible`];
+//!   elsewhere it means a stuck requester) or WR_FLUSH_ERR on a QP the
+//!   application moved to ERR; after it, every later WR completes with
+//!   WR_FLUSH_ERR, one completion each, in order. Opcodes and READ lengths
+//!   must match.
+//! * **RC receives** — the n-th receive WR takes the n-th SEND / WRITE with
+//!   immediate its peer posted: exact length, immediate and data, and no
+//!   byte of the buffer (slack, gaps between SGEs) outside the message
+//!   changed. Receives complete in posting order; once one is flushed, the
+//!   rest are.
+//! * **UC and UD receives** — delivery is not promised under faults, but
+//!   whatever arrives must be, whole, a message sent to that QP (source
+//!   QP and GRH addresses for UD), at most once (twice when the fabric
+//!   duplicates), never a UD datagram sent with a wrong Q_Key. On a
+//!   fault-free fabric every UC/UD message must arrive exactly once.
+//! * **Memory** — each RC/UC QP WRITEs into its own window on its peer.
+//!   Over RC the final image is exact; WRITEs that may or may not have run
+//!   (the QP failed with them outstanding) and every UC WRITE may each
+//!   leave their bytes or not. READs return the (never written) source
+//!   bytes. Buffers keep a canary wherever the HCA must not write.
+//! * **Atomics** — FETCH_ADD counters shared by many QPs must end at the
+//!   initial value plus every addition that ran, each returned value must
+//!   fit a sequential history, and each QP's results increase in posting
+//!   order. COMPARE_SWAP words (unique swap values) must show one chain of
+//!   successful swaps from the initial to the final value, every failed
+//!   swap must have seen a value of that chain, and each QP saw it in
+//!   order.
+//! * **Counters** — no CQ overrun, malformed WQE, DMA fault, malformed
+//!   packet, host memory fault, unexpected asynchronous event, or packet
+//!   above the path MTU.
+//!
+//! When an RC QP fails (RETRY_EXC_ERR), the application tears the
+//! connection down (it moves the peer to ERR, and both sides flush) and,
+//! once both QPs have drained, connects a new pair (new QPNs) in its place.
+//! The local ACK timeout follows the ports: 1 to 4 ms on infinitely fast
+//! ports, 17 to 67 ms on 100 to 10 Gb/s ports, where go-back-N bursts of
+//! many QPs queue for milliseconds (a shorter timeout is congestion
+//! collapse, not a fault of the HCA).
+//!
+//! Two knobs relax the run, for narrowing a failure down:
+//! [`SwarmConfig::no_fence`] leaves FENCE out of the workload and
+//! [`SwarmConfig::allow_retry_exhaustion`] accepts RETRY_EXC_ERR at any
+//! fault rate. Both show in the command that reproduces a run. The CI
+//! sweeps run with neither.
+//!
+//! # Liveness
+//!
+//! Once every operation is posted the fabric heals; every send WR (and
+//! every receive on a live RC connection) must then complete or flush
+//! within two seconds of virtual time. At the end every QP goes to ERR and
+//! every receive still posted must flush.
+
+mod arena;
+mod model;
+mod plan;
+mod run;
+
+pub use plan::{
+    fraction, parse_fraction, parse_mtu, Plan, SwarmConfig, DEFAULT_OPS, MAX_NODES, MAX_OPS,
+    MAX_QPS,
+};
+
+use std::io::Write;
+use uroce_emulator::sim::FabricCounters;
+use uroce_emulator::Instant;
+
+/// Mismatches kept in the report's log (all are counted).
+const MAX_LOG: usize = 40;
+
+/// What the run counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Send WRs posted.
+    pub posted: u64,
+    /// Posted, by operation: SEND, SEND with immediate, WRITE, WRITE with
+    /// immediate, READ, FETCH_ADD, COMPARE_SWAP.
+    pub posted_by_op: [u64; 7],
+    /// Send WRs that completed successfully (signaled or not).
+    pub completed: u64,
+    /// Send WRs that failed with RETRY_EXC_ERR.
+    pub retry_exc: u64,
+    /// Send WRs flushed.
+    pub flushed: u64,
+    /// Receives that completed successfully.
+    pub recv_ok: u64,
+    /// Receives flushed.
+    pub recv_flushed: u64,
+    /// RC connections lost (a QP failed and the connection was torn down).
+    pub rc_lost: u64,
+    /// Lost RC connections replaced by a new pair of QPs.
+    pub rc_replaced: u64,
+    /// RC receives posted late on purpose (to provoke RNR NAKs).
+    pub late_recvs: u64,
+    /// UC messages sent (SEND, WRITE with immediate).
+    pub uc_sent: u64,
+    /// UC messages delivered.
+    pub uc_delivered: u64,
+    /// UD datagrams sent.
+    pub ud_sent: u64,
+    /// UD datagrams delivered.
+    pub ud_delivered: u64,
+    /// UC/UD deliveries of a message already delivered once.
+    pub dup_delivered: u64,
+}
+
+#[derive(Debug, Default)]
+struct Log {
+    mismatches: u64,
+    mismatch_log: Vec<String>,
+    liveness_log: Vec<String>,
+}
+
+impl Log {
+    fn mismatch(&mut self, text: String) {
+        self.mismatches += 1;
+        if self.mismatch_log.len() < MAX_LOG {
+            self.mismatch_log.push(text);
+        }
+    }
+
+    fn liveness(&mut self, text: String) {
+        if self.liveness_log.len() < MAX_LOG {
+            self.liveness_log.push(text);
+        }
+    }
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct SwarmReport {
+    /// What ran.
+    pub plan: Plan,
+    /// Connections by transport: RC, UC, UD.
+    pub connections: [u32; 3],
+    /// Counts.
+    pub stats: Stats,
+    /// Model mismatches (every one counted).
+    pub mismatches: u64,
+    /// The first mismatches, spelled out.
+    pub mismatch_log: Vec<String>,
+    /// Liveness failures, spelled out; empty when liveness held.
+    pub liveness_log: Vec<String>,
+    /// Requester go-back-N restarts over all HCAs (the HCA counter
+    /// `completer_retry_err`: after a retransmit timeout, a PSN sequence
+    /// NAK, an RNR NAK or an implied NAK).
+    pub retransmits: u64,
+    /// The fabric's trace hash.
+    pub trace_hash: u64,
+    /// When the faults healed (virtual time).
+    pub healed_at: Instant,
+    /// When every WR had finished, if it did.
+    pub done_at: Option<Instant>,
+    /// When the run ended.
+    pub ended_at: Instant,
+    /// The fabric's counters.
+    pub fabric: FabricCounters,
+    /// The HCAs' counters, summed, by name.
+    pub hca: Vec<(&'static str, u64)>,
+}
+
+impl SwarmReport {
+    /// An HCA counter summed over the nodes (0 if there is no such
+    /// counter).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.hca.iter().find(|(n, _)| *n == name).map_or(0, |c| c.1)
+    }
+
+    /// Whether liveness held.
+    pub fn liveness_ok(&self) -> bool {
+        self.liveness_log.is_empty()
+    }
+
+    /// Nothing mismatched and liveness held.
+    pub fn passed(&self) -> bool {
+        self.mismatches == 0 && self.liveness_ok()
+    }
+
+    /// The last line `uroce sim` prints.
+    pub fn last_line(&self) -> String {
+        format!(
+            "seed={} ops={} completed={} mismatches={} retransmits={} trace_hash={:016x}",
+            self.plan.seed,
+            self.stats.posted,
+            self.stats.completed,
+            self.mismatches,
+            self.retransmits,
+            self.trace_hash
+        )
+    }
+
+    /// The command that reproduces the run.
+    pub fn reproduce(&self) -> String {
+        self.plan.command_line()
+    }
+
+    /// Writes the summary, the failures (with the command that reproduces
+    /// them) and the last line.
+    pub fn write(&self, out: &mut dyn Write) -> std::io::Result<()> {
+        let s = &self.stats;
+        let [rc, uc, ud] = self.connections;
+        writeln!(out, "connections: {rc} RC (replacements included), {uc} UC, {ud} UD")?;
+        let by_op = s.posted_by_op;
+        writeln!(
+            out,
+            "posted: {} WRs (send {}, send+imm {}, write {}, write+imm {}, read {}, fetch_add {}, \
+             cmp_swap {})",
+            s.posted, by_op[0], by_op[1], by_op[2], by_op[3], by_op[4], by_op[5], by_op[6]
+        )?;
+        writeln!(
+            out,
+            "send WRs: {} completed, {} RETRY_EXC_ERR, {} flushed; receives: {} completed, {} \
+             flushed; RC connections lost: {} (replaced {})",
+            s.completed,
+            s.retry_exc,
+            s.flushed,
+            s.recv_ok,
+            s.recv_flushed,
+            s.rc_lost,
+            s.rc_replaced
+        )?;
+        writeln!(
+            out,
+            "unreliable: UC {}/{} delivered, UD {}/{} delivered, {} duplicate deliveries; {} \
+             late RC receives",
+            s.uc_delivered, s.uc_sent, s.ud_delivered, s.ud_sent, s.dup_delivered, s.late_recvs
+        )?;
+        let f = &self.fabric;
+        writeln!(
+            out,
+            "fabric: {} sent, {} delivered, {} lost, {} duplicated, {} reordered, {} corrupted; \
+             HCAs: {} ICRC errors, {} duplicate requests, {} go-backs, {} sequence NAKs, {} RNR \
+             NAKs",
+            f.sent,
+            f.delivered,
+            f.dropped_loss,
+            f.duplicated,
+            f.delayed_reorder,
+            f.corrupted,
+            self.counter("rcvd_icrc_err"),
+            self.counter("duplicate_request"),
+            self.counter("completer_retry_err"),
+            self.counter("rcvd_seq_err"),
+            self.counter("rcvd_rnr_err")
+        )?;
+        let nonzero: Vec<String> =
+            self.hca.iter().filter(|c| c.1 > 0).map(|(n, v)| format!("{n}={v}")).collect();
+        writeln!(out, "HCA counters: {}", nonzero.join(" "))?;
+        let done = self.done_at.map_or_else(|| "never".to_string(), |t| t.to_string());
+        writeln!(
+            out,
+            "time: faults healed at {}, every WR done at {}, end at {} (virtual)",
+            self.healed_at, done, self.ended_at
+        )?;
+        for line in &self.mismatch_log {
+            writeln!(out, "MISMATCH: {line}")?;
+        }
+        if self.mismatches > self.mismatch_log.len() as u64 {
+            writeln!(out, "MISMATCH: ... {} in all", self.mismatches)?;
+        }
+        for line in &self.liveness_log {
+            writeln!(out, "LIVENESS: {line}")?;
+        }
+        if self.passed() {
+            writeln!(out, "ok: the model agrees and liveness held")?;
+        } else {
+            writeln!(out, "FAILED; reproduce: {}", self.reproduce())?;
+        }
+        writeln!(out, "{}", self.last_line())
+    }
+}
+
+/// The plan's first line: what the run is.
+pub fn describe(plan: &Plan) -> String {
+    let rate = plan
+        .port_rate_bits_per_sec
+        .map_or_else(|| "unlimited".to_string(), |r| format!("{} Gb/s", r / 1_000_000_000));
+    let mut knobs = String::new();
+    if !plan.fence {
+        knobs.push_str(" no-fence");
+    }
+    if plan.allow_retry_exhaustion {
+        knobs.push_str(" allow-retry-exhaustion");
+    }
+    format!(
+        "uroce sim: seed={} ops={} qps={} nodes={} mtu={} loss={} dup={} reorder={} corrupt={}{knobs} \
+         (latency {} ns, ports {rate}, reorder delay up to {} ns)",
+        plan.seed,
+        plan.ops,
+        plan.qps,
+        plan.nodes,
+        plan.mtu.bytes(),
+        fraction(plan.loss),
+        fraction(plan.dup),
+        fraction(plan.reorder),
+        fraction(plan.corrupt),
+        plan.latency_ns,
+        plan.reorder_max_delay_ns
+    )
+}
+
+/// Runs a swarm.
+pub fn run(config: &SwarmConfig) -> SwarmReport {
+    run_plan(Plan::resolve(config))
+}
+
+/// Runs a resolved plan.
+pub fn run_plan(plan: Plan) -> SwarmReport {
+    let mut sim = run::Sim::new(plan);
+    sim.workload();
+    sim.liveness();
+    sim.finish();
+    sim.report()
+}
