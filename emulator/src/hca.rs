@@ -198,6 +198,11 @@ impl Hca {
         self.qps.get(qp_index(qpn)?)
     }
 
+    /// Whether events are waiting for [`Hca::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
@@ -967,13 +972,38 @@ impl Endpoint for Hca {
 pub struct SharedHca {
     hca: std::rc::Rc<std::cell::RefCell<Hca>>,
     addresses: Vec<IpAddr>,
+    /// Called after a runtime step that left events waiting (the driver's
+    /// event dispatch: completion channels, async events).
+    notifiers: Notifiers,
 }
+
+/// The functions a [`SharedHca`] calls when events are waiting.
+type Notifiers = std::rc::Rc<std::cell::RefCell<Vec<Box<dyn Fn()>>>>;
 
 impl SharedHca {
     /// Wraps an HCA.
     pub fn new(hca: Hca) -> SharedHca {
         let addresses = hca.addresses.clone();
-        SharedHca { hca: std::rc::Rc::new(std::cell::RefCell::new(hca)), addresses }
+        SharedHca {
+            hca: std::rc::Rc::new(std::cell::RefCell::new(hca)),
+            addresses,
+            notifiers: Default::default(),
+        }
+    }
+
+    /// Registers a function called (with the HCA not borrowed) whenever a
+    /// runtime step leaves events waiting.
+    pub fn on_events(&self, notify: Box<dyn Fn()>) {
+        self.notifiers.borrow_mut().push(notify);
+    }
+
+    /// Calls the notifiers if events are waiting.
+    pub fn notify_if_events(&self) {
+        if self.hca.borrow().has_events() {
+            for notify in self.notifiers.borrow().iter() {
+                notify();
+            }
+        }
     }
 
     /// Borrows the HCA. Panics if it is already borrowed (a programming
@@ -994,14 +1024,18 @@ impl Endpoint for SharedHca {
     }
     fn receive(&mut self, now: Instant, packet: &[u8]) {
         self.hca.borrow_mut().receive(now, packet);
+        self.notify_if_events();
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        self.hca.borrow_mut().poll_transmit(now, buf)
+        let transmit = self.hca.borrow_mut().poll_transmit(now, buf);
+        self.notify_if_events();
+        transmit
     }
     fn poll_timeout(&self) -> Option<Instant> {
         self.hca.borrow().poll_timeout()
     }
     fn handle_timeout(&mut self, now: Instant) {
         self.hca.borrow_mut().handle_timeout(now);
+        self.notify_if_events();
     }
 }

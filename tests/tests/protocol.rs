@@ -998,3 +998,43 @@ fn a_malformed_receive_wqe_completes_with_loc_qp_op_err() {
     assert_eq!(statuses(&p.w.wait(0, 1, 10 * MS)), vec![(1, WcStatus::RemOpErr)]);
     assert_eq!(qp_state(&p.w, 1, &p.b), QpState::Err);
 }
+
+#[test]
+fn a_completion_channel_descriptor_becomes_readable_for_an_armed_cq() {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut w = World::new(2, FabricConfig::new(15));
+    let channel = w.nodes[1].ctx.create_comp_channel().unwrap();
+    let cq = w.nodes[1].ctx.create_cq_with_channel(16, &channel).unwrap();
+    let init = uroce_verbs::QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: cap(8, 1, 0),
+        sq_sig_all: false,
+    };
+    let b = w.nodes[1].pd.create_qp(&init).unwrap();
+    let a = w.qp(0, QpType::Rc, cap(8, 1, 0));
+    w.connect(0, &a, 1, &b, &tuning());
+    let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let readable = |channel: &uroce_verbs::CompChannel| {
+        let mut fds = [PollFd::new(channel, PollFlags::IN)];
+        let no_wait = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+        poll(&mut fds, Some(&no_wait)).unwrap() == 1
+    };
+    b.post_recv(&[recv(1, &mr_b, 0, 64), recv(2, &mr_b, 64, 64)]).unwrap();
+    cq.req_notify(false);
+    assert!(!readable(&channel), "nothing yet");
+    a.post_send(&[send(1, &mr_a, 0, 16)]).unwrap();
+    w.settle(10 * MS);
+    assert!(readable(&channel), "the armed CQ got a completion");
+    assert_eq!(channel.get_cq_event(), Some(cq.index()));
+    assert!(!readable(&channel), "drained");
+    assert_eq!(statuses(&cq.poll(4).unwrap()), vec![(1, WcStatus::Success)]);
+    // Not re-armed: the next completion raises no event.
+    a.post_send(&[send(2, &mr_a, 0, 16)]).unwrap();
+    w.settle(10 * MS);
+    assert!(!readable(&channel));
+    assert_eq!(statuses(&cq.poll(4).unwrap()), vec![(2, WcStatus::Success)]);
+}

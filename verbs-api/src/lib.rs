@@ -17,8 +17,10 @@
 //! [`Mr::write`]): the safe API hands out no reference into it, so the
 //! application can never race the device.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::rc::{Rc, Weak};
 use uroce_emulator::command::{
     AhAttr, CmdError, Command, DeviceAttr, Gid, PortAttr, QpAttr, QpCap, QpInit, Reply,
 };
@@ -92,12 +94,58 @@ pub type Result<T> = core::result::Result<T, Error>;
 #[derive(Clone)]
 pub struct Context {
     hca: SharedHca,
+    events: Rc<EventState>,
+}
+
+/// Where the context sorts the HCA's events: completion events of CQs that
+/// have a channel go to that channel, everything else waits for
+/// [`Context::next_event`].
+struct EventState {
+    hca: SharedHca,
+    channels: RefCell<BTreeMap<u32, Weak<ChannelInner>>>,
+    other: RefCell<VecDeque<Event>>,
 }
 
 impl Context {
-    /// Opens a device.
+    /// Opens a device. One context per device is expected: it takes every
+    /// event the device raises.
     pub fn open(hca: &SharedHca) -> Context {
-        Context { hca: hca.clone() }
+        let events = Rc::new(EventState {
+            hca: hca.clone(),
+            channels: RefCell::new(BTreeMap::new()),
+            other: RefCell::new(VecDeque::new()),
+        });
+        // The device keeps only a weak link back: no reference cycle.
+        let weak = Rc::downgrade(&events);
+        hca.on_events(Box::new(move || {
+            if let Some(events) = weak.upgrade() {
+                dispatch(&events);
+            }
+        }));
+        Context { hca: hca.clone(), events }
+    }
+
+    /// `ibv_create_comp_channel`: a file descriptor that becomes readable
+    /// when a CQ attached to it has a completion event (after
+    /// [`Cq::req_notify`]). Wait on it with epoll, poll or tokio's
+    /// `AsyncFd`, then call [`CompChannel::get_cq_event`].
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        let fd = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+        )
+        .map_err(|_| Error::NoMemory("eventfd"))?;
+        Ok(CompChannel {
+            inner: Rc::new(ChannelInner { fd, ready: RefCell::new(VecDeque::new()) }),
+            ctx: self.clone(),
+        })
+    }
+
+    /// `ibv_create_cq` with a completion channel.
+    pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
+        let cq = self.create_cq(cqe)?;
+        self.events.channels.borrow_mut().insert(cq.index, Rc::downgrade(&channel.inner));
+        Ok(cq)
     }
 
     fn now(&self) -> Instant {
@@ -112,6 +160,7 @@ impl Context {
     fn doorbell(&self, doorbell: Doorbell) {
         let now = self.now();
         self.hca.borrow_mut().doorbell(now, doorbell);
+        self.hca.notify_if_events();
     }
 
     fn host(&self) -> std::sync::Arc<dyn HostMemory> {
@@ -173,9 +222,75 @@ impl Context {
         }
     }
 
-    /// `ibv_get_async_event` / completion channel: the next event.
+    /// `ibv_get_async_event`: the next asynchronous event (and completion
+    /// events of CQs without a channel).
     pub fn next_event(&self) -> Option<Event> {
-        self.hca.borrow_mut().poll_event()
+        dispatch(&self.events);
+        self.events.other.borrow_mut().pop_front()
+    }
+}
+
+/// Sorts the HCA's pending events.
+fn dispatch(events: &EventState) {
+    loop {
+        let Some(event) = events.hca.borrow_mut().poll_event() else { break };
+        let channel = match event {
+            Event::Completion { cq } => events.channels.borrow().get(&cq).and_then(Weak::upgrade),
+            Event::Async { .. } => None,
+        };
+        match (channel, event) {
+            (Some(channel), Event::Completion { cq }) => channel.signal(cq),
+            _ => events.other.borrow_mut().push_back(event),
+        }
+    }
+}
+
+struct ChannelInner {
+    fd: rustix::fd::OwnedFd,
+    ready: RefCell<VecDeque<u32>>,
+}
+
+impl ChannelInner {
+    fn signal(&self, cq: u32) {
+        self.ready.borrow_mut().push_back(cq);
+        // An eventfd counter: a write cannot block or fail short of a
+        // counter overflow, which 2^64 - 2 pending events cannot reach.
+        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+    }
+}
+
+/// A completion channel (`ibv_comp_channel`).
+pub struct CompChannel {
+    inner: Rc<ChannelInner>,
+    ctx: Context,
+}
+
+impl CompChannel {
+    /// `ibv_get_cq_event` without blocking: the index of a CQ that had a
+    /// completion event, or `None`. Re-arm the CQ with [`Cq::req_notify`]
+    /// before polling it, as with libibverbs.
+    pub fn get_cq_event(&self) -> Option<u32> {
+        dispatch(&self.ctx.events);
+        let cq = self.inner.ready.borrow_mut().pop_front();
+        if self.inner.ready.borrow().is_empty() {
+            // Drain the counter so the descriptor stops being readable.
+            let mut counter = [0u8; 8];
+            let _ = rustix::io::read(&self.inner.fd, &mut counter);
+        }
+        cq
+    }
+}
+
+impl rustix::fd::AsFd for CompChannel {
+    fn as_fd(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.inner.fd.as_fd()
+    }
+}
+
+impl std::os::fd::AsRawFd for CompChannel {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        use rustix::fd::AsFd;
+        self.inner.fd.as_fd().as_raw_fd()
     }
 }
 
