@@ -18,6 +18,7 @@ pub mod endpoint;
 pub mod hca;
 pub mod mem;
 pub mod mr;
+pub mod process_mem;
 pub mod qp;
 pub mod qp_state;
 mod req;

@@ -67,6 +67,28 @@ pub trait HostMemory: Send + Sync {
     /// Frees an allocation made by [`HostMemory::allocate`]; returns
     /// whether there was one at `addr`.
     fn free(&self, addr: u64) -> bool;
+
+    /// Makes `len` bytes of the application's own memory at `ptr`
+    /// reachable, and returns their address. Memories whose addresses are
+    /// not pointers (the simulated arena) refuse.
+    ///
+    /// # Safety
+    ///
+    /// The range must stay allocated and writable until
+    /// [`HostMemory::unregister_external`] removes it, and while it is
+    /// registered the caller must not hold references into it nor race
+    /// non-atomic accesses with the device, which may read and write it at
+    /// any time (DMA semantics).
+    unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
+        let _ = (ptr, len);
+        Err(AllocError::BadRequest)
+    }
+
+    /// Removes a range registered with [`HostMemory::register_external`].
+    fn unregister_external(&self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
 }
 
 /// The unmapped gap left after every arena allocation, so that an access

@@ -57,14 +57,22 @@ impl World {
     /// `n` nodes (10.0.0.1 ... in the simulation only) on a fabric with
     /// `config`.
     pub fn new(n: usize, config: FabricConfig) -> World {
+        World::with_memory(n, config, || Arc::new(SimMemory::strict(1 << 30)))
+    }
+
+    /// Like [`World::new`], with each HCA's host memory from `memory`.
+    pub fn with_memory(
+        n: usize,
+        config: FabricConfig,
+        memory: impl Fn() -> Arc<dyn uroce_emulator::mem::HostMemory>,
+    ) -> World {
         let mut hcas = Vec::new();
         let mut ips = Vec::new();
         for i in 0..n {
             let ip = Ipv4Addr::new(10, 0, 0, 1 + i as u8);
             let mac = [0x02, 0, 0, 0, 0, 1 + i as u8];
             let gids = vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(ip))];
-            let memory = Arc::new(SimMemory::strict(1 << 30));
-            let hca = Hca::new(HcaConfig::default(), gids, memory).expect("HCA config");
+            let hca = Hca::new(HcaConfig::default(), gids, memory()).expect("HCA config");
             hcas.push(SharedHca::new(hca));
             ips.push(ip);
         }

@@ -1038,3 +1038,33 @@ fn a_completion_channel_descriptor_becomes_readable_for_an_armed_cq() {
     assert!(!readable(&channel));
     assert_eq!(statuses(&cq.poll(4).unwrap()), vec![(2, WcStatus::Success)]);
 }
+
+#[test]
+fn raw_registration_of_the_applications_own_memory() {
+    use uroce_emulator::process_mem::ProcessMemory;
+    let mut w = World::with_memory(2, FabricConfig::new(16), || {
+        std::sync::Arc::new(ProcessMemory::new(1 << 30))
+    });
+    let a = w.qp(0, QpType::Rc, cap(8, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(8, 1, 0));
+    w.connect(0, &a, 1, &b, &tuning());
+    let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let data = pattern(3000, 21);
+    mr_a.write(0, &data).unwrap();
+    // Node 1's application owns this buffer and lends it to its HCA.
+    let mut mine = vec![0u8; 4096];
+    // SAFETY: `mine` outlives the registration (deregistered below before
+    // it is read or dropped), and nothing touches it while registered.
+    let mr_b =
+        unsafe { w.nodes[1].pd.reg_mr_raw(mine.as_mut_ptr(), mine.len(), ALL_ACCESS).unwrap() };
+    a.post_send(&[write(1, &mr_a, 0, 3000, &mr_b, 100)]).unwrap();
+    assert_eq!(statuses(&w.wait(0, 1, 10 * MS)), vec![(1, WcStatus::Success)]);
+    mr_b.dereg().map_err(|(_, e)| e).unwrap();
+    assert_eq!(&mine[100..3100], &data[..], "the WRITE landed in the application's buffer");
+    // A device on the simulated arena refuses raw registration.
+    let sim = World::new(1, FabricConfig::new(17));
+    let mut other = vec![0u8; 64];
+    // SAFETY: as above; the call is refused and registers nothing.
+    let refused = unsafe { sim.nodes[0].pd.reg_mr_raw(other.as_mut_ptr(), 64, ALL_ACCESS) };
+    assert_eq!(refused.err().map(|e| e.errno()), Some(22));
+}

@@ -316,12 +316,54 @@ impl Pd {
         let reply =
             self.ctx.command(Command::RegMr { pd: self.index, addr, length, iova: addr, access });
         match reply {
-            Ok(Reply::Mr { lkey, rkey }) => {
-                Ok(Mr { ctx: self.ctx.clone(), addr, length, lkey: Lkey(lkey), rkey: Rkey(rkey) })
-            }
+            Ok(Reply::Mr { lkey, rkey }) => Ok(Mr {
+                ctx: self.ctx.clone(),
+                addr,
+                length,
+                lkey: Lkey(lkey),
+                rkey: Rkey(rkey),
+                owned: true,
+            }),
             Ok(_) => unreachable!("RegMr answers Mr"),
             Err(e) => {
                 host.free(addr);
+                Err(e)
+            }
+        }
+    }
+
+    /// `ibv_reg_mr` on the application's own memory: registers `length`
+    /// bytes at `ptr` with `access`. Only devices on real process memory
+    /// ([`uroce_emulator::process_mem::ProcessMemory`]) accept it.
+    ///
+    /// # Safety
+    ///
+    /// Until the region is deregistered, the memory must stay allocated,
+    /// and the application must neither hold references into it nor read
+    /// or write it while the device may (after posting work that uses it
+    /// and before its completion, or while a peer holds its R_Key): the
+    /// device reads and writes it at any time, like DMA.
+    pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, length: usize, access: Access) -> Result<Mr> {
+        let host = self.ctx.host();
+        // SAFETY: the caller's contract above is the one register_external
+        // asks for.
+        let addr = unsafe { host.register_external(ptr, length) }
+            .map_err(|_| Error::Invalid("this device cannot register external memory"))?;
+        let length = length as u64;
+        let reply =
+            self.ctx.command(Command::RegMr { pd: self.index, addr, length, iova: addr, access });
+        match reply {
+            Ok(Reply::Mr { lkey, rkey }) => Ok(Mr {
+                ctx: self.ctx.clone(),
+                addr,
+                length,
+                lkey: Lkey(lkey),
+                rkey: Rkey(rkey),
+                owned: false,
+            }),
+            Ok(_) => unreachable!("RegMr answers Mr"),
+            Err(e) => {
+                host.unregister_external(addr);
                 Err(e)
             }
         }
@@ -423,6 +465,9 @@ pub struct Mr {
     length: u64,
     lkey: Lkey,
     rkey: Rkey,
+    /// The library allocated the memory (else the application registered
+    /// its own with [`Pd::reg_mr_raw`]).
+    owned: bool,
 }
 
 impl Mr {
@@ -473,11 +518,17 @@ impl Mr {
         Ok(self.ctx.host().write(at, src)?)
     }
 
-    /// `ibv_dereg_mr`. The memory is freed with it.
+    /// `ibv_dereg_mr`. Memory the library allocated is freed with it;
+    /// the application's own memory is handed back.
     pub fn dereg(self) -> core::result::Result<(), (Mr, Error)> {
         match self.ctx.command(Command::DeregMr { lkey: self.lkey.0 }) {
             Ok(_) => {
-                self.ctx.host().free(self.addr);
+                let host = self.ctx.host();
+                if self.owned {
+                    host.free(self.addr);
+                } else {
+                    host.unregister_external(self.addr);
+                }
                 Ok(())
             }
             Err(e) => Err((self, e)),
