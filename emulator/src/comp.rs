@@ -587,18 +587,7 @@ pub(crate) fn scatter(
     offset: u64,
     data: &[u8],
 ) -> Result<(), WcStatus> {
-    let mut skip = offset;
-    let mut done = 0usize;
-    for sge in sges {
-        if done == data.len() {
-            break;
-        }
-        let sge_len = u64::from(sge.length);
-        if skip >= sge_len {
-            skip -= sge_len;
-            continue;
-        }
-        let piece = ((sge_len - skip) as usize).min(data.len() - done);
+    crate::wqe::walk_sges(sges, offset, data.len(), |sge, skip, at, piece| {
         let range = mem
             .check(
                 sge.lkey.0,
@@ -609,13 +598,6 @@ pub(crate) fn scatter(
                 Origin::Local,
             )
             .map_err(|_| WcStatus::LocProtErr)?;
-        mem.write(&range, &data[done..done + piece]).map_err(|_| WcStatus::LocProtErr)?;
-        done += piece;
-        skip = 0;
-    }
-    if done == data.len() {
-        Ok(())
-    } else {
-        Err(WcStatus::LocLenErr)
-    }
+        mem.write(&range, &data[at..at + piece]).map_err(|_| WcStatus::LocProtErr)
+    })
 }

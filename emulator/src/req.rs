@@ -471,18 +471,7 @@ pub(crate) fn gather(
             out[..len].copy_from_slice(src);
         }
         Payload::Sges(sges) => {
-            let mut skip = offset;
-            let mut done = 0usize;
-            for sge in sges {
-                if done == len {
-                    break;
-                }
-                let sge_len = u64::from(sge.length);
-                if skip >= sge_len {
-                    skip -= sge_len;
-                    continue;
-                }
-                let piece = ((sge_len - skip) as usize).min(len - done);
+            crate::wqe::walk_sges(sges, offset, len, |sge, skip, at, piece| {
                 let range = mem
                     .check(
                         sge.lkey.0,
@@ -493,13 +482,8 @@ pub(crate) fn gather(
                         Origin::Local,
                     )
                     .map_err(|_| WcStatus::LocProtErr)?;
-                mem.read(&range, &mut out[done..done + piece]).map_err(|_| WcStatus::LocProtErr)?;
-                done += piece;
-                skip = 0;
-            }
-            if done != len {
-                return Err(WcStatus::LocLenErr);
-            }
+                mem.read(&range, &mut out[at..at + piece]).map_err(|_| WcStatus::LocProtErr)
+            })?;
         }
     }
     Ok(len)

@@ -81,6 +81,40 @@ fn le64(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
 }
 
+/// Walks `len` bytes from byte `offset` of an SGE list, calling
+/// `step(sge, offset_in_sge, at, piece)` for each piece: `piece` bytes at
+/// `offset_in_sge` into `sge`, which are bytes `at..at + piece` of the
+/// walk. Fails with LOC_LEN_ERR when the list is shorter than
+/// `offset + len`; errors from `step` end the walk.
+pub(crate) fn walk_sges(
+    sges: &[Sge],
+    offset: u64,
+    len: usize,
+    mut step: impl FnMut(&Sge, u64, usize, usize) -> Result<(), WcStatus>,
+) -> Result<(), WcStatus> {
+    let mut skip = offset;
+    let mut done = 0usize;
+    for sge in sges {
+        if done == len {
+            break;
+        }
+        let sge_len = u64::from(sge.length);
+        if skip >= sge_len {
+            skip -= sge_len;
+            continue;
+        }
+        let piece = ((sge_len - skip) as usize).min(len - done);
+        step(sge, skip, done, piece)?;
+        done += piece;
+        skip = 0;
+    }
+    if done == len {
+        Ok(())
+    } else {
+        Err(WcStatus::LocLenErr)
+    }
+}
+
 /// Where a UD send goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct UdDest {
