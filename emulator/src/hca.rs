@@ -741,9 +741,7 @@ impl Hca {
         while rq.available() > 0 {
             let wr_id = match rq.read_entry(host.as_ref(), rq.consumer, &mut slot) {
                 Ok(()) => crate::wqe::RecvWqe::decode(&slot, max_sge)
-                    .map_or(u64::from_le_bytes(slot[..8].try_into().expect("8 bytes")), |w| {
-                        w.wr_id
-                    }),
+                    .map_or(crate::wqe::slot_wr_id(&slot), |w| w.wr_id),
                 Err(_) => break,
             };
             if rq.consume(host.as_ref(), 1).is_err() {

@@ -87,7 +87,7 @@ impl Hca {
                     }
                 }
                 Err(status) => {
-                    let wr_id = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+                    let wr_id = crate::wqe::slot_wr_id(&slot);
                     SqEntry {
                         wqe: SendWqe {
                             wr_id,

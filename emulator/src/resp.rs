@@ -207,12 +207,8 @@ impl Hca {
             return Err(Refusal::InvalidRequest);
         }
         // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet.
+        self.accept_request(index, psn.next(), info.is(Mask::END), false).ok_or(Refusal::Drop)?;
         let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
-        qp.resp.epsn = psn.next();
-        qp.resp.nak_sent = false;
-        if info.is(Mask::END) {
-            qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-        }
         qp.resp.unacked_pkts += 1;
         let coalesce_limit = self.config.max_pkt_per_ack;
         if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
@@ -228,6 +224,30 @@ impl Hca {
             );
         }
         Ok(())
+    }
+
+    /// An in-sequence request was executed: expect `next_epsn`, allow one
+    /// PSN sequence NAK for the next gap, and count the message if this
+    /// packet completes it. A READ or atomic is `answered` by its own
+    /// responses, which acknowledge everything before them: the ACK
+    /// coalescing count starts again. Returns the MSN to report.
+    fn accept_request(
+        &mut self,
+        index: u32,
+        next_epsn: Psn,
+        completes_message: bool,
+        answered: bool,
+    ) -> Option<u32> {
+        let resp = &mut self.qps.get_mut(index as usize)?.resp;
+        resp.epsn = next_epsn;
+        resp.nak_sent = false;
+        if completes_message {
+            resp.msn = (resp.msn + 1) & 0x00ff_ffff;
+        }
+        if answered {
+            resp.unacked_pkts = 0;
+        }
+        Some(resp.msn)
     }
 
     /// The receive WQE a SEND (or WRITE with immediate) goes into: from the
@@ -283,7 +303,7 @@ impl Hca {
                 // A malformed receive WQE completes with its status and
                 // takes the QP to the error state.
                 self.counters.bad_wqe += 1;
-                let wr_id = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+                let wr_id = crate::wqe::slot_wr_id(&slot);
                 self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
                 let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
                 if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
@@ -524,12 +544,7 @@ impl Hca {
         let resource =
             Resource::Read { first_psn: psn, npkts, va: reth.va(), rkey: reth.rkey().0, len };
         let slot = self.store_resource(index, resource).ok_or(Refusal::Drop)?;
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
-        qp.resp.epsn = psn + npkts;
-        qp.resp.nak_sent = false;
-        qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-        qp.resp.unacked_pkts = 0;
-        let msn = qp.resp.msn;
+        let msn = self.accept_request(index, psn + npkts, true, true).ok_or(Refusal::Drop)?;
         self.owe(index, Response::Read { resource: slot, start: 0, next: 0, msn });
         Ok(())
     }
@@ -573,12 +588,7 @@ impl Hca {
         .map_err(|_| Refusal::OperationalError)?;
         let slot =
             self.store_resource(index, Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
-        qp.resp.epsn = psn.next();
-        qp.resp.nak_sent = false;
-        qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-        qp.resp.unacked_pkts = 0;
-        let msn = qp.resp.msn;
+        let msn = self.accept_request(index, psn.next(), true, true).ok_or(Refusal::Drop)?;
         self.owe(index, Response::AtomicAck { resource: slot, msn });
         Ok(())
     }

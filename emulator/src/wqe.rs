@@ -115,6 +115,12 @@ pub(crate) fn walk_sges(
     }
 }
 
+/// The `wr_id` at the start of a raw WQE slot (for the error completion
+/// of a WQE that does not decode); 0 for a slot too short to hold one.
+pub(crate) fn slot_wr_id(slot: &[u8]) -> u64 {
+    slot.get(..8).map_or(0, le64)
+}
+
 /// Where a UD send goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct UdDest {
