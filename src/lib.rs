@@ -1,6 +1,7 @@
 //! The `uroce` command's subcommands, as a library so that tests run them
 //! in-process. `src/main.rs` only hands `std::env::args` to [`cli::run`].
 
+pub mod app;
 pub mod cli;
 pub mod decode;
 pub mod swarm;

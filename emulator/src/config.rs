@@ -53,11 +53,26 @@ pub struct HcaConfig {
     /// Coalesce: the responder ACKs at least every this many packets even
     /// without AckReq (rxe: `RXE_MAX_PKT_PER_ACK`).
     pub max_pkt_per_ack: u32,
+    /// Which IPv4 identification the HCA writes into the headers its ICRC
+    /// covers: whatever carries its packets must send exactly that.
+    pub ipv4_id: Ipv4IdPolicy,
 }
 
 /// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
 /// as in rxe.
 pub const FIRST_QPN: u32 = 16;
+
+/// The IPv4 identification policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipv4IdPolicy {
+    /// One counter per device, incremented per packet (as rxe's kernel
+    /// path does per destination): for transports that write the IP header
+    /// themselves (simulated fabric, L2).
+    Counter,
+    /// Always 0: what Linux writes for a DF datagram from an unconnected
+    /// UDP socket, so the UDP runtime's ICRC covers what the kernel sends.
+    Zero,
+}
 
 impl Default for HcaConfig {
     /// Linux rxe's limits, with table sizes trimmed to what one process
@@ -85,6 +100,7 @@ impl Default for HcaConfig {
             max_packets_per_turn: 64,
             max_unacked_psns: 128,
             max_pkt_per_ack: 64,
+            ipv4_id: Ipv4IdPolicy::Counter,
         }
     }
 }

@@ -218,6 +218,9 @@ impl Hca {
     /// The next IPv4 identification (rxe: the kernel's per-destination
     /// counter; uroce: one counter per device).
     pub(crate) fn next_ip_id(&mut self) -> u16 {
+        if self.config.ipv4_id == crate::config::Ipv4IdPolicy::Zero {
+            return 0;
+        }
         self.ip_id = self.ip_id.wrapping_add(1);
         self.ip_id
     }
@@ -963,56 +966,114 @@ impl Endpoint for Hca {
     }
 }
 
-/// An HCA shared between the network runtime that drives it and the
-/// application (verbs-api) in the same thread: the simulated fabric owns
-/// one `SharedHca` per node while the application keeps a clone.
+/// An HCA shared between the runtime that drives it and the application
+/// (verbs-api): the simulated fabric owns one `SharedHca` per node while
+/// the application keeps a clone; the UDP runtime shares it between the
+/// application's threads and its background progress thread.
 #[derive(Clone)]
 pub struct SharedHca {
-    hca: std::rc::Rc<std::cell::RefCell<Hca>>,
+    hca: Arc<std::sync::Mutex<Hca>>,
     addresses: Vec<IpAddr>,
     /// Called after a runtime step that left events waiting (the driver's
     /// event dispatch: completion channels, async events).
     notifiers: Notifiers,
+    /// The runtime that moves packets and time, when one does so on the
+    /// application's behalf (the UDP runtime); `None` on the simulated
+    /// fabric, whose loop drives everything.
+    driver: Arc<std::sync::OnceLock<std::sync::Weak<dyn Driver>>>,
 }
 
 /// The functions a [`SharedHca`] calls when events are waiting.
-type Notifiers = std::rc::Rc<std::cell::RefCell<Vec<Box<dyn Fn()>>>>;
+type Notifiers = Arc<std::sync::Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>;
+
+/// A runtime that the application's own verbs calls can drive: `poll_cq`,
+/// `post_send` and `post_recv` call [`Driver::progress`] so that packets
+/// move in the application's thread, with no hand-off to another thread.
+pub trait Driver: Send + Sync {
+    /// The runtime's current time.
+    fn now(&self) -> Instant;
+    /// Receives what has arrived, fires due timers and sends what is
+    /// ready, without blocking. Called with the HCA unlocked.
+    fn progress(&self);
+    /// The application is about to sleep on a completion channel (it armed
+    /// a CQ): the runtime must keep the device progressing by itself.
+    fn app_sleeping(&self) {}
+}
 
 impl SharedHca {
     /// Wraps an HCA.
     pub fn new(hca: Hca) -> SharedHca {
         let addresses = hca.addresses.clone();
         SharedHca {
-            hca: std::rc::Rc::new(std::cell::RefCell::new(hca)),
+            hca: Arc::new(std::sync::Mutex::new(hca)),
             addresses,
             notifiers: Default::default(),
+            driver: Default::default(),
         }
     }
 
-    /// Registers a function called (with the HCA not borrowed) whenever a
-    /// runtime step leaves events waiting.
-    pub fn on_events(&self, notify: Box<dyn Fn()>) {
-        self.notifiers.borrow_mut().push(notify);
+    /// Attaches the runtime that drives this HCA (once). The HCA keeps a
+    /// weak link: the runtime owns the HCA, not the other way round.
+    pub fn set_driver(
+        &self,
+        driver: std::sync::Weak<dyn Driver>,
+    ) -> Result<(), std::sync::Weak<dyn Driver>> {
+        self.driver.set(driver)
+    }
+
+    /// The attached driver, while it runs.
+    pub fn driver(&self) -> Option<Arc<dyn Driver>> {
+        self.driver.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The time to hand the HCA: the driver's clock, or (on the simulated
+    /// fabric) the latest time the HCA saw.
+    pub fn now(&self) -> Instant {
+        match self.driver() {
+            Some(driver) => driver.now(),
+            None => self.lock().now(),
+        }
+    }
+
+    /// Lets the driver move packets and time (no-op without a driver).
+    pub fn progress(&self) {
+        if let Some(driver) = self.driver() {
+            driver.progress();
+        }
+    }
+
+    /// Registers a function called (with the HCA unlocked, possibly from
+    /// the runtime's thread) whenever a runtime step leaves events waiting.
+    pub fn on_events(&self, notify: Box<dyn Fn() + Send + Sync>) {
+        self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(notify);
     }
 
     /// Calls the notifiers if events are waiting.
     pub fn notify_if_events(&self) {
-        if self.hca.borrow().has_events() {
-            for notify in self.notifiers.borrow().iter() {
+        if self.lock().has_events() {
+            for notify in self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                 notify();
             }
         }
     }
 
-    /// Borrows the HCA. Panics if it is already borrowed (a programming
-    /// error: engines never call back into the application).
-    pub fn borrow(&self) -> std::cell::Ref<'_, Hca> {
-        self.hca.borrow()
+    /// Locks the HCA. The engines never call back into the application,
+    /// so a lock is never taken twice by one thread unless the caller
+    /// holds a guard across another call (a programming error).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Hca> {
+        // A panic while holding the lock leaves tables consistent enough
+        // to inspect (each command either finishes or returns early).
+        self.hca.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Borrows the HCA mutably.
-    pub fn borrow_mut(&self) -> std::cell::RefMut<'_, Hca> {
-        self.hca.borrow_mut()
+    /// Same as [`SharedHca::lock`] (read access for dumps).
+    pub fn borrow(&self) -> std::sync::MutexGuard<'_, Hca> {
+        self.lock()
+    }
+
+    /// Same as [`SharedHca::lock`].
+    pub fn borrow_mut(&self) -> std::sync::MutexGuard<'_, Hca> {
+        self.lock()
     }
 }
 
@@ -1021,19 +1082,19 @@ impl Endpoint for SharedHca {
         &self.addresses
     }
     fn receive(&mut self, now: Instant, packet: &[u8]) {
-        self.hca.borrow_mut().receive(now, packet);
+        self.lock().receive(now, packet);
         self.notify_if_events();
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let transmit = self.hca.borrow_mut().poll_transmit(now, buf);
+        let transmit = self.lock().poll_transmit(now, buf);
         self.notify_if_events();
         transmit
     }
     fn poll_timeout(&self) -> Option<Instant> {
-        self.hca.borrow().poll_timeout()
+        self.lock().poll_timeout()
     }
     fn handle_timeout(&mut self, now: Instant) {
-        self.hca.borrow_mut().handle_timeout(now);
+        self.lock().handle_timeout(now);
         self.notify_if_events();
     }
 }

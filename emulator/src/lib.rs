@@ -29,8 +29,9 @@ pub mod sim;
 pub mod tables;
 pub mod time;
 pub mod types;
+pub mod udp;
 pub mod wqe;
 
 pub use endpoint::{Endpoint, Transmit};
-pub use hca::{Doorbell, Event, Hca, SharedHca};
+pub use hca::{Doorbell, Driver, Event, Hca, SharedHca};
 pub use time::Instant;

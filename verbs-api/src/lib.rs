@@ -17,10 +17,10 @@
 //! [`Mr::write`]): the safe API hands out no reference into it, so the
 //! application can never race the device.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
-use std::rc::{Rc, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use uroce_emulator::command::{
     AhAttr, CmdError, Command, DeviceAttr, Gid, PortAttr, QpAttr, QpCap, QpInit, Reply,
 };
@@ -94,7 +94,7 @@ pub type Result<T> = core::result::Result<T, Error>;
 #[derive(Clone)]
 pub struct Context {
     hca: SharedHca,
-    events: Rc<EventState>,
+    events: Arc<EventState>,
 }
 
 /// Where the context sorts the HCA's events: completion events of CQs that
@@ -102,21 +102,21 @@ pub struct Context {
 /// [`Context::next_event`].
 struct EventState {
     hca: SharedHca,
-    channels: RefCell<BTreeMap<u32, Weak<ChannelInner>>>,
-    other: RefCell<VecDeque<Event>>,
+    channels: Mutex<BTreeMap<u32, Weak<ChannelInner>>>,
+    other: Mutex<VecDeque<Event>>,
 }
 
 impl Context {
     /// Opens a device. One context per device is expected: it takes every
     /// event the device raises.
     pub fn open(hca: &SharedHca) -> Context {
-        let events = Rc::new(EventState {
+        let events = Arc::new(EventState {
             hca: hca.clone(),
-            channels: RefCell::new(BTreeMap::new()),
-            other: RefCell::new(VecDeque::new()),
+            channels: Mutex::new(BTreeMap::new()),
+            other: Mutex::new(VecDeque::new()),
         });
         // The device keeps only a weak link back: no reference cycle.
-        let weak = Rc::downgrade(&events);
+        let weak = Arc::downgrade(&events);
         hca.on_events(Box::new(move || {
             if let Some(events) = weak.upgrade() {
                 dispatch(&events);
@@ -136,7 +136,7 @@ impl Context {
         )
         .map_err(|_| Error::NoMemory("eventfd"))?;
         Ok(CompChannel {
-            inner: Rc::new(ChannelInner { fd, ready: RefCell::new(VecDeque::new()) }),
+            inner: Arc::new(ChannelInner { fd, ready: Mutex::new(VecDeque::new()) }),
             ctx: self.clone(),
         })
     }
@@ -144,27 +144,33 @@ impl Context {
     /// `ibv_create_cq` with a completion channel.
     pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
         let cq = self.create_cq(cqe)?;
-        self.events.channels.borrow_mut().insert(cq.index, Rc::downgrade(&channel.inner));
+        locked(&self.events.channels).insert(cq.index, Arc::downgrade(&channel.inner));
         Ok(cq)
     }
 
     fn now(&self) -> Instant {
-        self.hca.borrow().now()
+        self.hca.now()
     }
 
     fn command(&self, command: Command) -> Result<Reply> {
         let now = self.now();
-        Ok(self.hca.borrow_mut().command(now, command)?)
+        Ok(self.hca.lock().command(now, command)?)
     }
 
     fn doorbell(&self, doorbell: Doorbell) {
         let now = self.now();
-        self.hca.borrow_mut().doorbell(now, doorbell);
+        self.hca.lock().doorbell(now, doorbell);
         self.hca.notify_if_events();
     }
 
+    /// Lets the device's runtime move packets in this thread (UDP runtime;
+    /// nothing on the simulated fabric).
+    fn progress(&self) {
+        self.hca.progress();
+    }
+
     fn host(&self) -> std::sync::Arc<dyn HostMemory> {
-        self.hca.borrow().memory().host().clone()
+        self.hca.lock().memory().host().clone()
     }
 
     fn alloc_ring(&self, shape: RingDesc) -> Result<RingDesc> {
@@ -226,33 +232,39 @@ impl Context {
     /// events of CQs without a channel).
     pub fn next_event(&self) -> Option<Event> {
         dispatch(&self.events);
-        self.events.other.borrow_mut().pop_front()
+        locked(&self.events.other).pop_front()
     }
+}
+
+/// Locks a driver-side mutex; a panic elsewhere cannot leave these
+/// queues inconsistent, so a poisoned lock is still usable.
+fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Sorts the HCA's pending events.
 fn dispatch(events: &EventState) {
     loop {
-        let Some(event) = events.hca.borrow_mut().poll_event() else { break };
+        let Some(event) = events.hca.lock().poll_event() else { break };
         let channel = match event {
-            Event::Completion { cq } => events.channels.borrow().get(&cq).and_then(Weak::upgrade),
+            Event::Completion { cq } => locked(&events.channels).get(&cq).and_then(Weak::upgrade),
             Event::Async { .. } => None,
         };
         match (channel, event) {
             (Some(channel), Event::Completion { cq }) => channel.signal(cq),
-            _ => events.other.borrow_mut().push_back(event),
+            _ => locked(&events.other).push_back(event),
         }
     }
 }
 
 struct ChannelInner {
     fd: rustix::fd::OwnedFd,
-    ready: RefCell<VecDeque<u32>>,
+    ready: Mutex<VecDeque<u32>>,
 }
 
 impl ChannelInner {
     fn signal(&self, cq: u32) {
-        self.ready.borrow_mut().push_back(cq);
+        locked(&self.ready).push_back(cq);
         // An eventfd counter: a write cannot block or fail short of a
         // counter overflow, which 2^64 - 2 pending events cannot reach.
         let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
@@ -261,7 +273,7 @@ impl ChannelInner {
 
 /// A completion channel (`ibv_comp_channel`).
 pub struct CompChannel {
-    inner: Rc<ChannelInner>,
+    inner: Arc<ChannelInner>,
     ctx: Context,
 }
 
@@ -271,8 +283,9 @@ impl CompChannel {
     /// before polling it, as with libibverbs.
     pub fn get_cq_event(&self) -> Option<u32> {
         dispatch(&self.ctx.events);
-        let cq = self.inner.ready.borrow_mut().pop_front();
-        if self.inner.ready.borrow().is_empty() {
+        let mut ready = locked(&self.inner.ready);
+        let cq = ready.pop_front();
+        if ready.is_empty() {
             // Drain the counter so the descriptor stops being readable.
             let mut counter = [0u8; 8];
             let _ = rustix::io::read(&self.inner.fd, &mut counter);
@@ -600,6 +613,7 @@ impl Cq {
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        self.ctx.progress();
         let host = self.ctx.host();
         let producer = host.load_acquire_u32(self.ring.base + PRODUCER_OFFSET)?;
         let mut out = Vec::new();
@@ -620,6 +634,9 @@ impl Cq {
     /// raises an [`Event::Completion`].
     pub fn req_notify(&self, solicited_only: bool) {
         self.ctx.doorbell(Doorbell::ArmCq { cq: self.index, solicited_only });
+        if let Some(driver) = self.ctx.hca.driver() {
+            driver.app_sleeping();
+        }
     }
 
     /// `ibv_destroy_cq`: refused (EBUSY) while QPs use it.
@@ -668,6 +685,7 @@ impl Srq {
                 .map_err(|e| (i, e.into()))?;
         }
         self.ctx.doorbell(Doorbell::Srq(self.index));
+        self.ctx.progress();
         Ok(())
     }
 
@@ -870,6 +888,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
+            self.ctx.progress();
         }
         result
     }
@@ -950,6 +969,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
+            self.ctx.progress();
         }
         result
     }

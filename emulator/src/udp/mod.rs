@@ -1,0 +1,1062 @@
+//! The UDP runtime: a uroce device embedded in the application's process,
+//! driving the sans-IO [`Hca`] with real time and kernel UDP sockets.
+//!
+//! - **Addresses.** The device owns one IP address (config or
+//!   `UROCE_ADDR`), receives on `addr:4791`, and sends each QP's packets
+//!   from the UDP source port rxe computes for it (one socket per source
+//!   port in use, bound to `addr:port`), to destination port 4791. Its GID
+//!   table holds a link-local GID at index 0 and the address at index 1,
+//!   as rxe's does.
+//! - **The exact wire.** The ICRC covers the IP header (IPv4 ID, flags,
+//!   length, addresses) and the UDP header, which the kernel writes. Facts
+//!   the design rests on (checked by `tests/tests/udp_wire.rs` with a packet
+//!   capture): a DF datagram from an unconnected socket leaves with IPv4
+//!   ID 0, flags DF, UDP checksum 0 is kept on IPv4. So the HCA runs with
+//!   [`Ipv4IdPolicy::Zero`] and every transmitted ICRC covers exactly what
+//!   the kernel sends. A UDP socket does not show the received IP header;
+//!   the runtime rebuilds it as a uroce (or any DF, unconnected) sender
+//!   sends it — ID 0, DF, UDP checksum 0 — and the HCA checks the ICRC
+//!   over that. Packets with a bad ICRC, bad headers or an unknown QP are
+//!   dropped and counted by the HCA.
+//! - **Progress.** The application's own verbs calls drive the device in
+//!   the application's thread ([`Driver::progress`]): no hand-off to
+//!   another thread. A background thread keeps a passive target going: it
+//!   stays out of the way while the application is calling verbs and takes
+//!   over when the application goes quiet (or arms a CQ to sleep on a
+//!   completion channel), waiting per [`ProgressMode`].
+//! - **Observability and faults.** `capture` writes every packet sent and
+//!   received as a full Ethernet frame to a pcap file; `faults` applies
+//!   seeded loss, duplication, delay, reordering and corruption to
+//!   outgoing packets.
+
+mod faults;
+mod sys;
+
+pub use faults::{FaultSpec, FaultSpecError};
+
+use crate::command::Gid;
+use crate::config::{HcaConfig, Ipv4IdPolicy};
+use crate::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
+use crate::hca::{Driver, Hca, SharedHca};
+use crate::process_mem::ProcessMemory;
+use crate::time::Instant;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use faults::Faults;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::net::UdpSocket;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use uroce_wire::pcap::PcapSink;
+
+/// The RoCEv2 UDP destination port.
+pub const ROCE_PORT: u16 = 4791;
+
+/// How long after the application's last verbs call the background thread
+/// leaves the device to it.
+const APP_ACTIVE_NS: u64 = 1_000_000;
+/// Datagrams received per `recvmmsg` call.
+const RECEIVE_BATCH: usize = 32;
+/// Room before each received datagram for the IP and UDP headers the
+/// runtime rebuilds (IPv6 40 + UDP 8).
+const HEADROOM: usize = 48;
+/// A receive buffer: one datagram, or one GRO run of datagrams.
+const RECEIVE_BUFFER: usize = 65_536;
+/// Packets handed out per progress round before receiving again.
+const TRANSMIT_BURST: usize = 256;
+/// Socket buffer sizes asked for (the kernel caps them at rmem_max/wmem_max).
+const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// GSO: at most this many segments per send (the kernel's limit is 64).
+const GSO_MAX_SEGMENTS: usize = 64;
+
+/// How the background thread waits when it is in charge of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Spin on the socket: lowest latency, one core kept busy.
+    Busy,
+    /// Sleep in `poll(2)` on the socket until a packet or a timer: no CPU
+    /// while idle, a thread wake-up per burst.
+    Event,
+    /// Spin for `spin_us` after the last packet, then sleep as `Event`.
+    Hybrid {
+        /// Microseconds to keep spinning after the last activity.
+        spin_us: u32,
+    },
+}
+
+impl ProgressMode {
+    /// The default hybrid mode (spin 50 µs).
+    pub const HYBRID: ProgressMode = ProgressMode::Hybrid { spin_us: 50 };
+
+    /// Parses `busy`, `event`, `hybrid` or `hybrid:<spin_us>`.
+    pub fn parse(text: &str) -> Option<ProgressMode> {
+        match text.trim() {
+            "busy" => Some(ProgressMode::Busy),
+            "event" => Some(ProgressMode::Event),
+            "hybrid" => Some(ProgressMode::HYBRID),
+            other => {
+                let spin = other.strip_prefix("hybrid:")?.parse().ok()?;
+                Some(ProgressMode::Hybrid { spin_us: spin })
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for ProgressMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ProgressMode::Busy => f.write_str("busy"),
+            ProgressMode::Event => f.write_str("event"),
+            ProgressMode::Hybrid { spin_us } => write!(f, "hybrid:{spin_us}"),
+        }
+    }
+}
+
+/// A device's configuration.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// The device's IP address (loopback addresses work without any set-up:
+    /// all of 127.0.0.0/8 is local on Linux).
+    pub addr: IpAddr,
+    /// How the background thread waits.
+    pub progress: ProgressMode,
+    /// Run the background thread at all (a process that drives the device
+    /// itself, e.g. a benchmark loop, may turn it off).
+    pub background: bool,
+    /// Faults applied to outgoing packets.
+    pub faults: Option<FaultSpec>,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Segmentation offload: UDP GSO on send (equal-sized packets to one
+    /// destination leave in one call). Receivers always accept GRO.
+    /// Only for uroce peers (see `docs/performance.md`).
+    pub offload: bool,
+    /// The HCA's limits.
+    pub hca: HcaConfig,
+    /// Bytes of host memory the device may allocate for rings and MRs.
+    pub memory_budget_bytes: u64,
+}
+
+impl UdpConfig {
+    /// A device at `addr` with defaults: hybrid progress, background
+    /// thread on, no faults, no capture, no offload.
+    pub fn new(addr: IpAddr) -> UdpConfig {
+        UdpConfig {
+            addr,
+            progress: ProgressMode::HYBRID,
+            background: true,
+            faults: None,
+            capture: None,
+            offload: false,
+            hca: HcaConfig::default(),
+            memory_budget_bytes: 16 << 30,
+        }
+    }
+
+    /// The configuration the environment asks for: `UROCE_ADDR` (default
+    /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
+    /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
+    /// path), `UROCE_OFFLOAD` (`1` for GSO).
+    pub fn from_env() -> Result<UdpConfig, UdpError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`UdpConfig::from_env`] over any variable source.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<UdpConfig, UdpError> {
+        let addr = match var("UROCE_ADDR") {
+            Some(text) => parse_addr(&text)?,
+            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        };
+        let mut config = UdpConfig::new(addr);
+        if let Some(text) = var("UROCE_PROGRESS") {
+            config.progress = ProgressMode::parse(&text).ok_or_else(|| {
+                UdpError::Config(format!(
+                    "UROCE_PROGRESS=`{text}`: expected busy, event, hybrid or hybrid:<spin_us>"
+                ))
+            })?;
+        }
+        if let Some(text) = var("UROCE_FAULTS") {
+            let spec = FaultSpec::parse(&text)
+                .map_err(|e| UdpError::Config(format!("UROCE_FAULTS: {e}")))?;
+            config.faults = spec.is_active().then_some(spec);
+        }
+        if let Some(path) = var("UROCE_CAPTURE").filter(|p| !p.is_empty()) {
+            config.capture = Some(PathBuf::from(path));
+        }
+        if let Some(text) = var("UROCE_OFFLOAD") {
+            config.offload = match text.trim() {
+                "1" | "on" | "yes" | "true" => true,
+                "0" | "off" | "no" | "false" | "" => false,
+                _ => {
+                    return Err(UdpError::Config(format!(
+                        "UROCE_OFFLOAD=`{text}`: expected 0 or 1"
+                    )))
+                }
+            };
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a device address: an IP, optionally with a `/prefix` (ignored
+/// here; the L2 transport uses it).
+pub fn parse_addr(text: &str) -> Result<IpAddr, UdpError> {
+    let ip = text.trim().split('/').next().unwrap_or_default();
+    ip.parse().map_err(|_| UdpError::Config(format!("UROCE_ADDR=`{text}` is not an IP address")))
+}
+
+/// Why a device could not be opened.
+#[derive(Debug)]
+pub enum UdpError {
+    /// A configuration value is wrong; the text says which.
+    Config(String),
+    /// A system call failed; the text says what was being done.
+    Io(String, io::Error),
+}
+
+impl core::fmt::Display for UdpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            UdpError::Config(text) => f.write_str(text),
+            UdpError::Io(what, e) => write!(f, "{what}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for UdpError {}
+
+/// What the runtime counted (the HCA counts protocol events itself).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams taken from the socket (a GRO run counts its datagrams).
+    pub rx_datagrams: u64,
+    /// `recvmmsg` calls that returned datagrams.
+    pub rx_batches: u64,
+    /// Datagrams that cannot be a RoCE packet or came from a source of
+    /// another address family; dropped before the HCA.
+    pub rx_dropped: u64,
+    /// Packets the HCA handed out.
+    pub tx_packets: u64,
+    /// Send system calls (a GSO send counts once).
+    pub tx_calls: u64,
+    /// Sends the kernel refused (the packet is lost; the transport's
+    /// retransmission recovers it).
+    pub tx_errors: u64,
+    /// Packets sent from port 4791 because the QP's own source port could
+    /// not be bound (the ICRC is recomputed for the port actually used).
+    pub tx_port_fallbacks: u64,
+    /// Packets the fault injector dropped.
+    pub faults_lost: u64,
+    /// Extra copies the fault injector sent.
+    pub faults_duplicated: u64,
+    /// Packets the fault injector held back.
+    pub faults_delayed: u64,
+    /// Packets the fault injector corrupted.
+    pub faults_corrupted: u64,
+    /// Times the background thread progressed the device.
+    pub background_steps: u64,
+    /// Frames that could not be written to the capture file.
+    pub capture_errors: u64,
+}
+
+/// A uroce device on the real network. Keep it alive while the
+/// application uses the device: dropping it stops the runtime.
+pub struct UdpDevice {
+    hca: SharedHca,
+    runtime: Arc<Runtime>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl core::fmt::Debug for UdpDevice {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("UdpDevice").field("addr", &self.runtime.addr).finish()
+    }
+}
+
+/// A locally administered MAC derived from an IP address: the device has
+/// no NIC, but its link-local GID and capture frames need one.
+pub fn mac_for(ip: IpAddr) -> [u8; 6] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let o = v4.octets();
+            [0x02, 0x00, o[0], o[1], o[2], o[3]]
+        }
+        IpAddr::V6(v6) => {
+            let o = v6.octets();
+            [0x02, o[11], o[12], o[13], o[14], o[15]]
+        }
+    }
+}
+
+impl UdpDevice {
+    /// Opens a device: binds `addr:4791`, creates the HCA, starts the
+    /// background thread.
+    pub fn open(config: UdpConfig) -> Result<UdpDevice, UdpError> {
+        let addr = config.addr;
+        if addr.is_unspecified() || addr.is_multicast() {
+            return Err(UdpError::Config(format!("{addr} cannot be a device address")));
+        }
+        let socket = UdpSocket::bind(SocketAddr::new(addr, ROCE_PORT))
+            .map_err(|e| UdpError::Io(format!("binding {addr}:{ROCE_PORT}"), e))?;
+        let ipv6 = addr.is_ipv6();
+        let setup = |what: &str, r: io::Result<()>| {
+            r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{ROCE_PORT}"), e))
+        };
+        setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
+        setup(
+            "sizing the receive buffer",
+            sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map(drop),
+        )?;
+        setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
+        // GRO is an optimisation: a kernel without it still works.
+        let _ = sys::enable_gro(&socket);
+
+        let mut hca_config = config.hca.clone();
+        hca_config.ipv4_id = Ipv4IdPolicy::Zero;
+        let gids = vec![Gid::link_local_from_mac(mac_for(addr)), Gid::from_ip(addr)];
+        let memory = Arc::new(ProcessMemory::new(config.memory_budget_bytes));
+        let hca =
+            Hca::new(hca_config, gids, memory).map_err(|e| UdpError::Config(e.to_string()))?;
+        let hca = SharedHca::new(hca);
+
+        let (capture, capture_file) = match &config.capture {
+            Some(path) => {
+                let file = File::create(path)
+                    .map_err(|e| UdpError::Io(format!("creating {}", path.display()), e))?;
+                let file = CaptureFile(Arc::new(Mutex::new(BufWriter::new(file))));
+                let sink = PcapSink::new(file.clone()).map_err(|e| {
+                    UdpError::Io(format!("writing {}", path.display()), io::Error::other(e))
+                })?;
+                (Some(sink), Some(file))
+            }
+            None => (None, None),
+        };
+        let wake = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+        )
+        .map_err(|e| UdpError::Io("creating an eventfd".into(), e.into()))?;
+        let epoch = std::time::Instant::now();
+        let runtime = Arc::new(Runtime {
+            hca: hca.clone(),
+            addr,
+            mode: config.progress,
+            offload: config.offload,
+            socket,
+            wake,
+            epoch,
+            last_app_ns: AtomicU64::new(0),
+            app_sleeping: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            io: Mutex::new(Io {
+                rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
+                rx_meta: Vec::with_capacity(RECEIVE_BATCH),
+                tx_buffer: vec![0u8; MAX_PACKET_LEN],
+                gso: GsoBatch::default(),
+                send_sockets: HashMap::new(),
+                faults: config.faults.map(Faults::new),
+                delayed: BinaryHeap::new(),
+                delayed_seq: 0,
+                capture,
+                capture_file,
+                frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
+                stats: UdpStats::default(),
+            }),
+        });
+        let driver: Arc<dyn Driver> = runtime.clone();
+        let _ = hca.set_driver(Arc::downgrade(&driver));
+        let thread = if config.background {
+            let rt = runtime.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("uroce {addr}"))
+                .spawn(move || rt.background())
+                .map_err(|e| UdpError::Io("starting the progress thread".into(), e))?;
+            Some(handle)
+        } else {
+            None
+        };
+        Ok(UdpDevice { hca, runtime, thread })
+    }
+
+    /// Opens the device the environment describes ([`UdpConfig::from_env`]).
+    pub fn open_from_env() -> Result<UdpDevice, UdpError> {
+        UdpDevice::open(UdpConfig::from_env()?)
+    }
+
+    /// The HCA, for `uroce_verbs::Context::open`.
+    pub fn hca(&self) -> &SharedHca {
+        &self.hca
+    }
+
+    /// The device's address.
+    pub fn addr(&self) -> IpAddr {
+        self.runtime.addr
+    }
+
+    /// What the runtime counted.
+    pub fn stats(&self) -> UdpStats {
+        lock(&self.runtime.io).stats.clone()
+    }
+
+    /// Moves packets and time now, in the caller's thread.
+    pub fn progress(&self) {
+        self.runtime.progress_by(false);
+    }
+
+    /// Writes buffered capture frames to the file.
+    pub fn flush_capture(&self) -> io::Result<()> {
+        match lock(&self.runtime.io).capture_file.as_mut() {
+            Some(file) => file.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The capture file, shared between the pcap writer and whoever flushes.
+#[derive(Clone)]
+struct CaptureFile(Arc<Mutex<BufWriter<File>>>);
+
+impl Write for CaptureFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        lock(&self.0).write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        lock(&self.0).flush()
+    }
+}
+
+type Capture = PcapSink<CaptureFile>;
+
+impl Drop for UdpDevice {
+    fn drop(&mut self) {
+        self.runtime.stop.store(true, Ordering::Release);
+        self.runtime.wake();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let _ = self.flush_capture();
+    }
+}
+
+/// Locks a runtime mutex; a panic elsewhere leaves the I/O state usable.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The part of the runtime shared by the application's threads and the
+/// background thread.
+struct Runtime {
+    hca: SharedHca,
+    addr: IpAddr,
+    mode: ProgressMode,
+    offload: bool,
+    /// Bound to `addr:4791`: every packet arrives here.
+    socket: UdpSocket,
+    /// Wakes the background thread (stop, or the application went to sleep).
+    wake: OwnedFd,
+    epoch: std::time::Instant,
+    /// When the application last drove the device (runtime nanoseconds).
+    last_app_ns: AtomicU64,
+    /// The application armed a CQ and may be asleep on a channel.
+    app_sleeping: AtomicBool,
+    stop: AtomicBool,
+    io: Mutex<Io>,
+}
+
+/// A packet the fault injector holds back.
+struct Delayed {
+    due_ns: u64,
+    seq: u64,
+    packet: Vec<u8>,
+    destination: IpAddr,
+}
+
+impl PartialEq for Delayed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due_ns, self.seq) == (other.due_ns, other.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due_ns, self.seq).cmp(&(other.due_ns, other.seq))
+    }
+}
+
+/// Equal-sized packets waiting to leave in one GSO send.
+#[derive(Default)]
+struct GsoBatch {
+    /// Concatenated transport packets (UDP payloads).
+    bytes: Vec<u8>,
+    /// Their common size.
+    segment: usize,
+    /// How many.
+    count: usize,
+    /// Where they go, from which source port.
+    destination: Option<(IpAddr, u16)>,
+}
+
+struct Io {
+    rx_buffers: Vec<Vec<u8>>,
+    rx_meta: Vec<sys::Received>,
+    tx_buffer: Vec<u8>,
+    gso: GsoBatch,
+    /// One socket per UDP source port in use; `None` when the port could
+    /// not be bound (packets then leave from port 4791).
+    send_sockets: HashMap<u16, Option<UdpSocket>>,
+    faults: Option<Faults>,
+    delayed: BinaryHeap<Reverse<Delayed>>,
+    delayed_seq: u64,
+    capture: Option<Capture>,
+    capture_file: Option<CaptureFile>,
+    /// Scratch for one capture frame.
+    frame: Vec<u8>,
+    stats: UdpStats,
+}
+
+impl Driver for Runtime {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.now_ns())
+    }
+
+    fn progress(&self) {
+        self.progress_by(true);
+    }
+
+    fn app_sleeping(&self) {
+        self.app_sleeping.store(true, Ordering::Release);
+        self.wake();
+    }
+}
+
+impl Runtime {
+    fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn wake(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+
+    /// One progress step: receive what is waiting, fire timers, send what
+    /// is ready, until nothing moves (bounded). Returns whether anything
+    /// moved.
+    fn progress_by(&self, app: bool) -> bool {
+        if app {
+            self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
+            self.app_sleeping.store(false, Ordering::Relaxed);
+        }
+        let mut moved = false;
+        {
+            let mut io = lock(&self.io);
+            for _ in 0..8 {
+                let now = self.now_ns();
+                let received = self.receive_some(&mut io, now);
+                let sent = self.transmit_some(&mut io, now);
+                if received == 0 && sent == 0 {
+                    break;
+                }
+                moved = true;
+            }
+        }
+        self.hca.notify_if_events();
+        moved
+    }
+
+    /// Takes one batch from the socket into the HCA.
+    fn receive_some(&self, io: &mut Io, now_ns: u64) -> usize {
+        let Io { rx_buffers, rx_meta, capture, frame, stats, .. } = io;
+        let mut slices: Vec<&mut [u8]> =
+            rx_buffers.iter_mut().map(|b| &mut b[HEADROOM..]).collect();
+        let count = match sys::receive_batch(&self.socket, &mut slices, rx_meta) {
+            Ok(n) => n,
+            Err(_) => {
+                stats.rx_dropped += 1;
+                0
+            }
+        };
+        drop(slices);
+        if count == 0 {
+            return 0;
+        }
+        stats.rx_batches += 1;
+        let now = Instant::from_nanos(now_ns);
+        let mut hca = self.hca.lock();
+        let mut datagrams = 0;
+        for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter_mut()) {
+            let segment = meta.segment_size.unwrap_or(meta.len).max(1);
+            let mut offset = 0;
+            while offset < meta.len {
+                let len = segment.min(meta.len - offset);
+                datagrams += 1;
+                let start = HEADROOM + offset;
+                match rebuild_headers(buffer, start, len, meta.source, self.addr) {
+                    Some(packet_start) => {
+                        let packet = &buffer[packet_start..start + len];
+                        if let Some(sink) = capture.as_mut() {
+                            write_frame(sink, frame, stats, now_ns, packet);
+                        }
+                        hca.receive(now, packet);
+                    }
+                    None => stats.rx_dropped += 1,
+                }
+                offset += len;
+            }
+        }
+        stats.rx_datagrams += datagrams;
+        datagrams as usize
+    }
+
+    /// Fires due timers, releases due delayed packets, and sends up to a
+    /// burst of packets.
+    fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
+        let now = Instant::from_nanos(now_ns);
+        let mut sent = 0;
+        while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
+            let Reverse(d) = io.delayed.pop().expect("peeked");
+            self.send_packet(io, now_ns, &d.packet, d.destination);
+            sent += 1;
+        }
+        let mut hca = self.hca.lock();
+        if hca.poll_timeout().is_some_and(|at| at <= now) {
+            hca.handle_timeout(now);
+        }
+        let mut buffer = std::mem::take(&mut io.tx_buffer);
+        for _ in 0..TRANSMIT_BURST {
+            let Some(Transmit { destination, len }) = hca.poll_transmit(now, &mut buffer) else {
+                break;
+            };
+            io.stats.tx_packets += 1;
+            sent += 1;
+            self.dispatch(io, now_ns, &mut buffer[..len], destination);
+        }
+        drop(hca);
+        io.tx_buffer = buffer;
+        self.flush_gso(io);
+        sent
+    }
+
+    /// Applies faults, then sends (or holds) one packet.
+    fn dispatch(&self, io: &mut Io, now_ns: u64, packet: &mut [u8], destination: IpAddr) {
+        let Some(faults) = io.faults.as_mut() else {
+            self.send_packet(io, now_ns, packet, destination);
+            return;
+        };
+        let header_len = ip_header_len(packet);
+        let transport_start = header_len + 8;
+        let verdict = faults.decide(packet.len().saturating_sub(transport_start));
+        if verdict.copies == 0 {
+            io.stats.faults_lost += 1;
+            return;
+        }
+        if let Some(bit) = verdict.flip_bit {
+            if let Some(byte) = packet.get_mut(transport_start + bit / 8) {
+                *byte ^= 1 << (bit % 8);
+                io.stats.faults_corrupted += 1;
+            }
+        }
+        if verdict.copies > 1 {
+            io.stats.faults_duplicated += u64::from(verdict.copies - 1);
+        }
+        for _ in 0..verdict.copies {
+            if verdict.delay_ns == 0 {
+                self.send_packet(io, now_ns, packet, destination);
+            } else {
+                io.stats.faults_delayed += 1;
+                io.delayed_seq += 1;
+                io.delayed.push(Reverse(Delayed {
+                    due_ns: now_ns + verdict.delay_ns,
+                    seq: io.delayed_seq,
+                    packet: packet.to_vec(),
+                    destination,
+                }));
+            }
+        }
+    }
+
+    /// Sends one IP packet the HCA built: its UDP payload leaves from the
+    /// socket bound to its source port.
+    fn send_packet(&self, io: &mut Io, now_ns: u64, packet: &[u8], destination: IpAddr) {
+        let header_len = ip_header_len(packet);
+        if packet.len() < header_len + 8 {
+            io.stats.tx_errors += 1;
+            return;
+        }
+        let source_port = u16::from_be_bytes([packet[header_len], packet[header_len + 1]]);
+        let bound = io
+            .send_sockets
+            .entry(source_port)
+            .or_insert_with(|| self.bind_source_port(source_port))
+            .is_some();
+        if !bound {
+            // Leave from port 4791 and cover that port with the ICRC.
+            let mut fixed = packet.to_vec();
+            fixed[header_len..header_len + 2].copy_from_slice(&ROCE_PORT.to_be_bytes());
+            if !recompute_icrc(&mut fixed, header_len) {
+                io.stats.tx_errors += 1;
+                return;
+            }
+            io.stats.tx_port_fallbacks += 1;
+            self.capture_and_send(io, now_ns, &fixed, destination, None);
+            return;
+        }
+        self.capture_and_send(io, now_ns, packet, destination, Some(source_port));
+    }
+
+    fn capture_and_send(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        packet: &[u8],
+        destination: IpAddr,
+        source_port: Option<u16>,
+    ) {
+        let Io { capture, frame, stats, .. } = io;
+        if let Some(sink) = capture.as_mut() {
+            write_frame(sink, frame, stats, now_ns, packet);
+        }
+        let payload = &packet[ip_header_len(packet) + 8..];
+        if self.offload {
+            if let Some(port) = source_port {
+                self.batch_gso(io, payload, destination, port);
+                return;
+            }
+        }
+        self.flush_gso(io);
+        let socket = match source_port {
+            Some(port) => {
+                io.send_sockets.get(&port).and_then(Option::as_ref).unwrap_or(&self.socket)
+            }
+            None => &self.socket,
+        };
+        io.stats.tx_calls += 1;
+        if socket.send_to(payload, SocketAddr::new(destination, ROCE_PORT)).is_err() {
+            io.stats.tx_errors += 1;
+        }
+    }
+
+    /// Adds a packet to the GSO batch, sending the batch first if the packet
+    /// does not fit it (other destination or port, other size, or the
+    /// batch ended with a shorter packet).
+    fn batch_gso(&self, io: &mut Io, payload: &[u8], destination: IpAddr, port: u16) {
+        let fits = io.gso.destination == Some((destination, port))
+            && payload.len() <= io.gso.segment
+            && io.gso.count < GSO_MAX_SEGMENTS
+            && io.gso.bytes.len() == io.gso.count * io.gso.segment
+            && io.gso.bytes.len() + payload.len() <= 65_000;
+        if !fits {
+            self.flush_gso(io);
+            io.gso.destination = Some((destination, port));
+            io.gso.segment = payload.len();
+        }
+        io.gso.bytes.extend_from_slice(payload);
+        io.gso.count += 1;
+    }
+
+    fn flush_gso(&self, io: &mut Io) {
+        let Some((destination, port)) = io.gso.destination.take() else { return };
+        let Io { gso, send_sockets, stats, .. } = io;
+        let socket = send_sockets.get(&port).and_then(Option::as_ref).unwrap_or(&self.socket);
+        let to = SocketAddr::new(destination, ROCE_PORT);
+        stats.tx_calls += 1;
+        let result = if gso.count == 1 {
+            socket.send_to(&gso.bytes, to)
+        } else {
+            sys::send_segmented(socket, &gso.bytes, to, gso.segment as u16)
+        };
+        if result.is_err() {
+            stats.tx_errors += gso.count as u64;
+        }
+        gso.bytes.clear();
+        gso.count = 0;
+        gso.segment = 0;
+    }
+
+    fn bind_source_port(&self, port: u16) -> Option<UdpSocket> {
+        let socket = UdpSocket::bind(SocketAddr::new(self.addr, port)).ok()?;
+        sys::set_dont_fragment(&socket, self.addr.is_ipv6()).ok()?;
+        let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
+        // Nothing is sent to these ports; keep their receive queues small.
+        let _ = sys::set_receive_buffer(&socket, 4096);
+        Some(socket)
+    }
+
+    /// When the device next needs attention by itself (a timer or a
+    /// delayed packet), in runtime nanoseconds.
+    fn next_deadline_ns(&self) -> Option<u64> {
+        let timer = self.hca.lock().poll_timeout().map(Instant::as_nanos);
+        let delayed = lock(&self.io).delayed.peek().map(|Reverse(d)| d.due_ns);
+        match (timer, delayed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The background thread: keeps the device progressing while the
+    /// application is not calling verbs.
+    fn background(&self) {
+        let mut last_activity_ns = 0u64;
+        while !self.stop.load(Ordering::Acquire) {
+            let now = self.now_ns();
+            let deadline = self.next_deadline_ns();
+            let app_active = !self.app_sleeping.load(Ordering::Acquire)
+                && now.saturating_sub(self.last_app_ns.load(Ordering::Relaxed)) < APP_ACTIVE_NS
+                && self.last_app_ns.load(Ordering::Relaxed) != 0;
+            if app_active {
+                // The application drives; wake for its silence, a timer,
+                // or a stop/sleep signal.
+                let quiet_at = self.last_app_ns.load(Ordering::Relaxed) + APP_ACTIVE_NS;
+                let until = deadline.map_or(quiet_at, |d| d.min(quiet_at));
+                self.wait(false, until.saturating_sub(now));
+                if deadline.is_some_and(|d| d <= self.now_ns()) {
+                    self.step();
+                }
+                continue;
+            }
+            let spin = match self.mode {
+                ProgressMode::Busy => true,
+                ProgressMode::Event => false,
+                ProgressMode::Hybrid { spin_us } => {
+                    now.saturating_sub(last_activity_ns) < u64::from(spin_us) * 1_000
+                }
+            };
+            if !spin {
+                let timeout = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
+                if timeout > 0 {
+                    self.wait(true, timeout);
+                }
+            }
+            if self.step() {
+                last_activity_ns = self.now_ns();
+            } else if spin {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn step(&self) -> bool {
+        let moved = self.progress_by(false);
+        if moved {
+            lock(&self.io).stats.background_steps += 1;
+        }
+        moved
+    }
+
+    /// Sleeps until the wake descriptor (and, with `socket`, the socket)
+    /// is readable, or `timeout_ns` passes.
+    fn wait(&self, socket: bool, timeout_ns: u64) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let capped = timeout_ns.min(1_000_000_000);
+        let timeout = Timespec {
+            tv_sec: (capped / 1_000_000_000) as _,
+            tv_nsec: (capped % 1_000_000_000) as _,
+        };
+        let mut fds = [
+            PollFd::new(&self.wake, PollFlags::IN),
+            PollFd::from_borrowed_fd(self.socket.as_fd(), PollFlags::IN),
+        ];
+        let n = if socket { 2 } else { 1 };
+        if poll(&mut fds[..n], Some(&timeout)).is_ok() && fds[0].revents().contains(PollFlags::IN) {
+            let mut counter = [0u8; 8];
+            let _ = rustix::io::read(&self.wake, &mut counter);
+        }
+    }
+}
+
+/// The IP header length of a packet the HCA built (IPv4 without options,
+/// or IPv6).
+fn ip_header_len(packet: &[u8]) -> usize {
+    match packet.first().map(|b| b >> 4) {
+        Some(6) => 40,
+        _ => 20,
+    }
+}
+
+/// Writes, just before `buffer[start..start + len]` (a received UDP
+/// payload), the IP and UDP headers a uroce sender's datagram carried:
+/// IPv4 ID 0, DF, TTL 64, UDP checksum 0. Returns where the IP packet
+/// starts, or `None` if the datagram cannot be a RoCE packet from a
+/// source of the device's address family.
+fn rebuild_headers(
+    buffer: &mut [u8],
+    start: usize,
+    len: usize,
+    source: SocketAddr,
+    local: IpAddr,
+) -> Option<usize> {
+    let udp_len = u16::try_from(len + 8).ok()?;
+    let udp = [source.port().to_be_bytes(), ROCE_PORT.to_be_bytes(), udp_len.to_be_bytes(), [0, 0]];
+    match (source.ip(), local) {
+        (IpAddr::V4(src), IpAddr::V4(dst)) => {
+            let begin = start.checked_sub(28)?;
+            let total = u16::try_from(len + 28).ok()?;
+            let header = ipv4_header(src, dst, total);
+            buffer[begin..begin + 20].copy_from_slice(&header);
+            buffer[begin + 20..start].copy_from_slice(udp.as_flattened());
+            Some(begin)
+        }
+        (IpAddr::V6(src), IpAddr::V6(dst)) => {
+            let begin = start.checked_sub(48)?;
+            let mut header = [0u8; 40];
+            header[0] = 0x60;
+            header[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            header[6] = 17;
+            header[7] = 64;
+            header[8..24].copy_from_slice(&src.octets());
+            header[24..40].copy_from_slice(&dst.octets());
+            buffer[begin..begin + 40].copy_from_slice(&header);
+            buffer[begin + 40..start].copy_from_slice(udp.as_flattened());
+            Some(begin)
+        }
+        _ => None,
+    }
+}
+
+fn ipv4_header(src: Ipv4Addr, dst: Ipv4Addr, total_len: u16) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[0] = 0x45;
+    h[2..4].copy_from_slice(&total_len.to_be_bytes());
+    // Identification 0, flags DF, fragment offset 0.
+    h[6] = 0x40;
+    h[8] = 64;
+    h[9] = 17;
+    h[12..16].copy_from_slice(&src.octets());
+    h[16..20].copy_from_slice(&dst.octets());
+    let mut sum = 0u32;
+    for pair in h.chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    h[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    h
+}
+
+/// Recomputes the ICRC of an IP packet after its UDP header changed.
+fn recompute_icrc(packet: &mut [u8], header_len: usize) -> bool {
+    let udp_end = header_len + 8;
+    if packet.len() < udp_end + 4 {
+        return false;
+    }
+    let (headers, transport) = packet.split_at_mut(udp_end);
+    let (ip, udp) = headers.split_at(header_len);
+    let body_len = transport.len() - 4;
+    let Some(icrc) = uroce_wire::icrc::compute(ip, udp, &transport[..body_len]) else {
+        return false;
+    };
+    uroce_wire::icrc::write(&mut transport[body_len..], icrc);
+    true
+}
+
+/// Writes one IP packet as an Ethernet frame (MACs derived from the IP
+/// addresses) to the capture.
+fn write_frame(
+    sink: &mut Capture,
+    frame: &mut Vec<u8>,
+    stats: &mut UdpStats,
+    now_ns: u64,
+    packet: &[u8],
+) {
+    let (src, dst, ethertype) = match packet.first().map(|b| b >> 4) {
+        Some(4) if packet.len() >= 20 => {
+            let s: [u8; 4] = packet[12..16].try_into().expect("4 bytes");
+            let d: [u8; 4] = packet[16..20].try_into().expect("4 bytes");
+            (IpAddr::from(s), IpAddr::from(d), [0x08, 0x00])
+        }
+        Some(6) if packet.len() >= 40 => {
+            let s: [u8; 16] = packet[8..24].try_into().expect("16 bytes");
+            let d: [u8; 16] = packet[24..40].try_into().expect("16 bytes");
+            (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)), [0x86, 0xdd])
+        }
+        _ => {
+            stats.capture_errors += 1;
+            return;
+        }
+    };
+    frame.clear();
+    frame.extend_from_slice(&mac_for(dst));
+    frame.extend_from_slice(&mac_for(src));
+    frame.extend_from_slice(&ethertype);
+    frame.extend_from_slice(packet);
+    let timestamp = wall_clock_since_epoch(now_ns);
+    if sink.write_frame(timestamp, frame).is_err() {
+        stats.capture_errors += 1;
+    }
+}
+
+/// Capture timestamps: the wall clock (so captures from several processes
+/// line up); `now_ns` is unused beyond ordering within one process.
+fn wall_clock_since_epoch(_now_ns: u64) -> Duration {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rebuilt_ipv4_header_is_what_a_df_unconnected_sender_sends() {
+        let mut buffer = vec![0u8; 48 + 16];
+        let source = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), 0xc123);
+        let begin =
+            rebuild_headers(&mut buffer, 48, 16, source, IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+        assert_eq!(begin, 20);
+        let header = etherparse::Ipv4HeaderSlice::from_slice(&buffer[20..40]).unwrap();
+        assert_eq!(header.identification(), 0);
+        assert!(header.dont_fragment());
+        assert_eq!(header.total_len(), 44);
+        assert_eq!(header.header_checksum(), header.to_header().calc_header_checksum());
+        assert_eq!(&buffer[40..48], &[0xc1, 0x23, 0x12, 0xb7, 0, 24, 0, 0]);
+        // A family mismatch or a datagram too large for a UDP length is refused.
+        let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), 1);
+        assert!(rebuild_headers(&mut buffer, 48, 16, v6, IpAddr::V4(Ipv4Addr::LOCALHOST)).is_none());
+    }
+
+    #[test]
+    fn progress_modes_parse() {
+        assert_eq!(ProgressMode::parse("busy"), Some(ProgressMode::Busy));
+        assert_eq!(ProgressMode::parse("event"), Some(ProgressMode::Event));
+        assert_eq!(ProgressMode::parse("hybrid"), Some(ProgressMode::HYBRID));
+        assert_eq!(ProgressMode::parse("hybrid:7"), Some(ProgressMode::Hybrid { spin_us: 7 }));
+        assert_eq!(ProgressMode::parse("spin"), None);
+        for mode in [ProgressMode::Busy, ProgressMode::Event, ProgressMode::Hybrid { spin_us: 9 }] {
+            assert_eq!(ProgressMode::parse(&mode.to_string()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn config_from_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let c = UdpConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.addr, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let c = UdpConfig::from_vars(vars(&[
+            ("UROCE_ADDR", "127.0.0.2"),
+            ("UROCE_PROGRESS", "event"),
+            ("UROCE_FAULTS", "loss=0.5,seed=3"),
+            ("UROCE_OFFLOAD", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(c.addr, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(c.progress, ProgressMode::Event);
+        assert_eq!(c.faults.unwrap().seed, 3);
+        assert!(c.offload);
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_ADDR", "nowhere")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_PROGRESS", "fast")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_FAULTS", "loss=3")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_OFFLOAD", "maybe")])).is_err());
+    }
+}

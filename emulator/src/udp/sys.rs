@@ -1,0 +1,304 @@
+//! The few socket calls std does not offer: socket options, batched receive
+//! (`recvmmsg`) with the UDP GRO segment size, and `sendmsg` with a UDP GSO
+//! segment size. Every `unsafe` block is an FFI call into the kernel with
+//! buffers this module owns for the duration of the call.
+
+use std::io;
+use std::mem::{size_of, zeroed, MaybeUninit};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+
+/// `UDP_SEGMENT` (linux/udp.h): the GSO segment size of a send.
+const UDP_SEGMENT: libc::c_int = 103;
+/// `UDP_GRO` (linux/udp.h): deliver coalesced datagrams with their segment size.
+const UDP_GRO: libc::c_int = 104;
+/// `SOL_UDP`.
+const SOL_UDP: libc::c_int = 17;
+
+/// Sets an integer socket option.
+pub(crate) fn set_int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `value` lives on the stack for the call and its size is
+    // passed with it; the descriptor is owned by `socket`.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Reads an integer socket option.
+pub(crate) fn int_option(
+    socket: &UdpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+) -> io::Result<libc::c_int> {
+    let mut value: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `value` and `len` outlive the call and `len` holds the size
+    // of `value`.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_raw_fd(),
+            level,
+            name,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if rc == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets "don't fragment" on every datagram (IPv4 DF; IPv6 never fragments
+/// in transit anyway): RoCE packets are never fragmented, and an
+/// unconnected socket then sends IPv4 ID 0, which the ICRC covers.
+pub(crate) fn set_dont_fragment(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
+    } else {
+        set_int_option(socket, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
+    }
+}
+
+/// Asks for a receive buffer of `bytes` (the kernel caps it at
+/// `net.core.rmem_max`); returns what the kernel granted.
+pub(crate) fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<usize> {
+    let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF, want)?;
+    Ok(int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
+}
+
+/// Asks for a send buffer of `bytes`.
+pub(crate) fn set_send_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
+    let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_SNDBUF, want)
+}
+
+/// Turns UDP GRO on: the kernel may hand over several equal-sized
+/// datagrams of one flow as one buffer, with their size in a control
+/// message.
+pub(crate) fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
+    set_int_option(socket, SOL_UDP, UDP_GRO, 1)
+}
+
+/// One received datagram (or GRO run of equal-sized datagrams).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Received {
+    /// Bytes received into the message's buffer.
+    pub len: usize,
+    /// Who sent it.
+    pub source: SocketAddr,
+    /// The size of each datagram when GRO coalesced several (the last may
+    /// be shorter); `None` for a single datagram.
+    pub segment_size: Option<usize>,
+}
+
+/// Room for one `UDP_GRO` control message (an int), aligned as cmsgs are.
+const CONTROL_LEN: usize = 64;
+
+/// Receives up to `buffers.len()` datagrams without blocking, each into
+/// its own buffer. Returns how many arrived (0 when none is waiting).
+pub(crate) fn receive_batch(
+    socket: &UdpSocket,
+    buffers: &mut [&mut [u8]],
+    out: &mut Vec<Received>,
+) -> io::Result<usize> {
+    const MAX: usize = 64;
+    out.clear();
+    let count = buffers.len().min(MAX);
+    if count == 0 {
+        return Ok(0);
+    }
+    // SAFETY: all-zero bytes are valid for these plain C structs.
+    let mut iovecs: [libc::iovec; MAX] = unsafe { zeroed() };
+    // SAFETY: as above.
+    let mut names: [libc::sockaddr_storage; MAX] = unsafe { zeroed() };
+    let mut controls = [[0u64; CONTROL_LEN / 8]; MAX];
+    // SAFETY: as above.
+    let mut headers: [libc::mmsghdr; MAX] = unsafe { zeroed() };
+    for i in 0..count {
+        iovecs[i] =
+            libc::iovec { iov_base: buffers[i].as_mut_ptr().cast(), iov_len: buffers[i].len() };
+        let hdr = &mut headers[i].msg_hdr;
+        hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+        hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        hdr.msg_iov = &mut iovecs[i];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = controls[i].as_mut_ptr().cast();
+        hdr.msg_controllen = CONTROL_LEN as _;
+    }
+    // SAFETY: every header points at an iovec, a name and a control buffer
+    // that live until the call returns, each with its true length; the
+    // iovecs point into `buffers`, which the caller lends mutably for the
+    // whole call. MSG_DONTWAIT: the call never blocks.
+    let received = unsafe {
+        libc::recvmmsg(
+            socket.as_raw_fd(),
+            headers.as_mut_ptr(),
+            count as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if received < 0 {
+        let err = io::Error::last_os_error();
+        return match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(err),
+        };
+    }
+    for i in 0..received as usize {
+        let hdr = &headers[i].msg_hdr;
+        let Some(source) = socket_addr(&names[i]) else { continue };
+        let mut segment_size = None;
+        // SAFETY: the kernel filled `msg_control`/`msg_controllen` for this
+        // header; CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length, and
+        // CMSG_DATA of a UDP_GRO message holds one int.
+        unsafe {
+            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+            while !cmsg.is_null() {
+                if (*cmsg).cmsg_level == SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
+                    let size =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                    segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
+                }
+                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+            }
+        }
+        let len = headers[i].msg_len as usize;
+        // A GRO "run" shorter than one segment is just a datagram.
+        let segment_size = segment_size.filter(|&s| s < len);
+        out.push(Received { len, source, segment_size });
+    }
+    Ok(received as usize)
+}
+
+/// Sends `payload` to `destination` as datagrams of `segment_size` bytes
+/// each (the last may be shorter) with one call: UDP GSO.
+pub(crate) fn send_segmented(
+    socket: &UdpSocket,
+    payload: &[u8],
+    destination: SocketAddr,
+    segment_size: u16,
+) -> io::Result<usize> {
+    let (name, name_len) = sockaddr(destination);
+    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+    let mut control = [0u64; CONTROL_LEN / 8];
+    // SAFETY: all-zero bytes are a valid msghdr.
+    let mut hdr: libc::msghdr = unsafe { zeroed() };
+    hdr.msg_name = (&name as *const libc::sockaddr_storage) as *mut _;
+    hdr.msg_namelen = name_len;
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+    debug_assert!(space <= CONTROL_LEN);
+    hdr.msg_controllen = space as _;
+    // SAFETY: `control` holds `space` bytes, enough for one cmsg carrying a
+    // u16; the header, iovec, name and payload outlive the call, and the
+    // kernel only reads the payload (the `*mut` cast is the C signature).
+    let sent = unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        (*cmsg).cmsg_level = SOL_UDP;
+        (*cmsg).cmsg_type = UDP_SEGMENT;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment_size);
+        libc::sendmsg(socket.as_raw_fd(), &hdr, 0)
+    };
+    if sent < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(sent as usize)
+    }
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero bytes are a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
+    let len = match addr {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for
+            // sockaddr_in.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for
+            // sockaddr_in6.
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET => {
+            let mut sin = MaybeUninit::<libc::sockaddr_in>::uninit();
+            // SAFETY: the family says the storage holds a sockaddr_in, and
+            // sockaddr_storage is at least that large.
+            let sin = unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (storage as *const libc::sockaddr_storage).cast::<u8>(),
+                    sin.as_mut_ptr().cast::<u8>(),
+                    size_of::<libc::sockaddr_in>(),
+                );
+                sin.assume_init()
+            };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            let mut sin6 = MaybeUninit::<libc::sockaddr_in6>::uninit();
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6 = unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (storage as *const libc::sockaddr_storage).cast::<u8>(),
+                    sin6.as_mut_ptr().cast::<u8>(),
+                    size_of::<libc::sockaddr_in6>(),
+                );
+                sin6.assume_init()
+            };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
