@@ -11,7 +11,7 @@
 //!   length, addresses) and the UDP header, which the kernel writes. Facts
 //!   the design rests on (checked by `tests/tests/udp_wire.rs` with a packet
 //!   capture): a DF datagram from an unconnected socket leaves with IPv4
-//!   ID 0, flags DF, UDP checksum 0 is kept on IPv4. So the HCA runs with
+//!   ID 0, flags DF, and with `SO_NO_CHECK` UDP checksum 0 on IPv4. So the HCA runs with
 //!   [`Ipv4IdPolicy::Zero`] and every transmitted ICRC covers exactly what
 //!   the kernel sends. A UDP socket does not show the received IP header;
 //!   the runtime rebuilds it as a uroce (or any DF, unconnected) sender
@@ -309,6 +309,7 @@ impl UdpDevice {
             r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{ROCE_PORT}"), e))
         };
         setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
+        setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
         setup(
             "sizing the receive buffer",
             sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map(drop),
@@ -786,6 +787,7 @@ impl Runtime {
     fn bind_source_port(&self, port: u16) -> Option<UdpSocket> {
         let socket = UdpSocket::bind(SocketAddr::new(self.addr, port)).ok()?;
         sys::set_dont_fragment(&socket, self.addr.is_ipv6()).ok()?;
+        sys::set_no_udp_checksum(&socket, self.addr.is_ipv6()).ok()?;
         let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
         // Nothing is sent to these ports; keep their receive queues small.
         let _ = sys::set_receive_buffer(&socket, 4096);

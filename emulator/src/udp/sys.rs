@@ -77,6 +77,15 @@ pub(crate) fn set_dont_fragment(socket: &UdpSocket, ipv6: bool) -> io::Result<()
     }
 }
 
+/// IPv4: send UDP checksum 0, as rxe does (the ICRC protects the packet;
+/// the checksum is masked out of it). IPv6 keeps its mandatory checksum.
+pub(crate) fn set_no_udp_checksum(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+    if ipv6 {
+        return Ok(());
+    }
+    set_int_option(socket, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1)
+}
+
 /// Asks for a receive buffer of `bytes` (the kernel caps it at
 /// `net.core.rmem_max`); returns what the kernel granted.
 pub(crate) fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<usize> {
