@@ -995,6 +995,12 @@ pub trait Driver: Send + Sync {
     /// Receives what has arrived, fires due timers and sends what is
     /// ready, without blocking. Called with the HCA unlocked.
     fn progress(&self);
+    /// Sends what is ready (after a doorbell) and fires due timers, without
+    /// looking for received packets: the cheap step `post_send` and
+    /// `post_recv` take.
+    fn flush(&self) {
+        self.progress();
+    }
     /// The application is about to sleep on a completion channel (it armed
     /// a CQ): the runtime must keep the device progressing by itself.
     fn app_sleeping(&self) {}
@@ -1039,6 +1045,13 @@ impl SharedHca {
     pub fn progress(&self) {
         if let Some(driver) = self.driver() {
             driver.progress();
+        }
+    }
+
+    /// Lets the driver send what is ready (no-op without a driver).
+    pub fn flush(&self) {
+        if let Some(driver) = self.driver() {
+            driver.flush();
         }
     }
 

@@ -169,6 +169,11 @@ impl Context {
         self.hca.progress();
     }
 
+    /// Lets the device's runtime send what a doorbell made ready.
+    fn flush(&self) {
+        self.hca.flush();
+    }
+
     fn host(&self) -> std::sync::Arc<dyn HostMemory> {
         self.hca.lock().memory().host().clone()
     }
@@ -685,7 +690,7 @@ impl Srq {
                 .map_err(|e| (i, e.into()))?;
         }
         self.ctx.doorbell(Doorbell::Srq(self.index));
-        self.ctx.progress();
+        self.ctx.flush();
         Ok(())
     }
 
@@ -888,7 +893,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
-            self.ctx.progress();
+            self.ctx.flush();
         }
         result
     }
@@ -969,7 +974,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
-            self.ctx.progress();
+            self.ctx.flush();
         }
         result
     }

@@ -74,6 +74,12 @@ const TRANSMIT_BURST: usize = 256;
 const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// GSO: at most this many segments per send (the kernel's limit is 64).
 const GSO_MAX_SEGMENTS: usize = 64;
+/// GSO: at most this many bytes per send (a UDP datagram's limit).
+const GSO_MAX_BYTES: usize = 65_000;
+/// Packets per `sendmmsg` batch.
+const TX_BATCH: usize = 64;
+/// Bytes per batch.
+const TX_BATCH_BYTES: usize = 512 << 10;
 
 /// How the background thread waits when it is in charge of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,8 +140,9 @@ pub struct UdpConfig {
     /// Write every packet sent and received to this pcap file.
     pub capture: Option<PathBuf>,
     /// Segmentation offload: UDP GSO on send (equal-sized packets to one
-    /// destination leave in one call). Receivers always accept GRO.
-    /// Only for uroce peers (see `docs/performance.md`).
+    /// destination leave in one call). Receivers always accept GRO. The
+    /// kernel refuses GSO without UDP checksums, so datagrams then carry
+    /// one (the ICRC masks it). Only for uroce peers: see `docs/runtime.md`.
     pub offload: bool,
     /// The HCA's limits.
     pub hca: HcaConfig,
@@ -302,6 +309,7 @@ impl UdpDevice {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(UdpError::Config(format!("{addr} cannot be a device address")));
         }
+        raise_file_limit();
         let socket = UdpSocket::bind(SocketAddr::new(addr, ROCE_PORT))
             .map_err(|e| UdpError::Io(format!("binding {addr}:{ROCE_PORT}"), e))?;
         let ipv6 = addr.is_ipv6();
@@ -309,7 +317,11 @@ impl UdpDevice {
             r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{ROCE_PORT}"), e))
         };
         setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
-        setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
+        // UDP GSO refuses sockets without checksums (EINVAL): with offload
+        // the datagrams carry one (masked out of the ICRC, so harmless).
+        if !config.offload {
+            setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
+        }
         setup(
             "sizing the receive buffer",
             sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map(drop),
@@ -358,8 +370,10 @@ impl UdpDevice {
             io: Mutex::new(Io {
                 rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
                 rx_meta: Vec::with_capacity(RECEIVE_BATCH),
+                rx_scratch: sys::ReceiveScratch::new(),
+                tx_scratch: sys::SendScratch::new(),
                 tx_buffer: vec![0u8; MAX_PACKET_LEN],
-                gso: GsoBatch::default(),
+                batch: TxBatch::default(),
                 send_sockets: HashMap::new(),
                 faults: config.faults.map(Faults::new),
                 delayed: BinaryHeap::new(),
@@ -495,24 +509,25 @@ impl Ord for Delayed {
     }
 }
 
-/// Equal-sized packets waiting to leave in one GSO send.
+/// Packets waiting to leave from one socket in one system call.
 #[derive(Default)]
-struct GsoBatch {
-    /// Concatenated transport packets (UDP payloads).
+struct TxBatch {
+    /// The source port they leave from (`Some(None)`: port 4791's socket);
+    /// `None` while the batch is empty.
+    port: Option<Option<u16>>,
+    /// Their UDP payloads, back to back.
     bytes: Vec<u8>,
-    /// Their common size.
-    segment: usize,
-    /// How many.
-    count: usize,
-    /// Where they go, from which source port.
-    destination: Option<(IpAddr, u16)>,
+    /// (offset in `bytes`, length, destination) of each.
+    packets: Vec<(usize, usize, IpAddr)>,
 }
 
 struct Io {
     rx_buffers: Vec<Vec<u8>>,
     rx_meta: Vec<sys::Received>,
+    rx_scratch: sys::ReceiveScratch,
+    tx_scratch: sys::SendScratch,
     tx_buffer: Vec<u8>,
-    gso: GsoBatch,
+    batch: TxBatch,
     /// One socket per UDP source port in use; `None` when the port could
     /// not be bound (packets then leave from port 4791).
     send_sockets: HashMap<u16, Option<UdpSocket>>,
@@ -535,6 +550,15 @@ impl Driver for Runtime {
         self.progress_by(true);
     }
 
+    fn flush(&self) {
+        self.mark_app_active();
+        {
+            let mut io = lock(&self.io);
+            self.transmit_some(&mut io, self.now_ns());
+        }
+        self.hca.notify_if_events();
+    }
+
     fn app_sleeping(&self) {
         self.app_sleeping.store(true, Ordering::Release);
         self.wake();
@@ -553,10 +577,16 @@ impl Runtime {
     /// One progress step: receive what is waiting, fire timers, send what
     /// is ready, until nothing moves (bounded). Returns whether anything
     /// moved.
+    fn mark_app_active(&self) {
+        self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
+        if self.app_sleeping.load(Ordering::Relaxed) {
+            self.app_sleeping.store(false, Ordering::Relaxed);
+        }
+    }
+
     fn progress_by(&self, app: bool) -> bool {
         if app {
-            self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
-            self.app_sleeping.store(false, Ordering::Relaxed);
+            self.mark_app_active();
         }
         let mut moved = false;
         {
@@ -577,17 +607,15 @@ impl Runtime {
 
     /// Takes one batch from the socket into the HCA.
     fn receive_some(&self, io: &mut Io, now_ns: u64) -> usize {
-        let Io { rx_buffers, rx_meta, capture, frame, stats, .. } = io;
-        let mut slices: Vec<&mut [u8]> =
-            rx_buffers.iter_mut().map(|b| &mut b[HEADROOM..]).collect();
-        let count = match sys::receive_batch(&self.socket, &mut slices, rx_meta) {
-            Ok(n) => n,
-            Err(_) => {
-                stats.rx_dropped += 1;
-                0
-            }
-        };
-        drop(slices);
+        let Io { rx_buffers, rx_meta, rx_scratch, capture, frame, stats, .. } = io;
+        let count =
+            match sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta) {
+                Ok(n) => n,
+                Err(_) => {
+                    stats.rx_dropped += 1;
+                    0
+                }
+            };
         if count == 0 {
             return 0;
         }
@@ -644,7 +672,7 @@ impl Runtime {
         }
         drop(hca);
         io.tx_buffer = buffer;
-        self.flush_gso(io);
+        self.flush_batch(io);
         sent
     }
 
@@ -728,66 +756,80 @@ impl Runtime {
             write_frame(sink, frame, stats, now_ns, packet);
         }
         let payload = &packet[ip_header_len(packet) + 8..];
-        if self.offload {
-            if let Some(port) = source_port {
-                self.batch_gso(io, payload, destination, port);
-                return;
-            }
+        let batch = &io.batch;
+        let full =
+            batch.packets.len() >= TX_BATCH || batch.bytes.len() + payload.len() > TX_BATCH_BYTES;
+        if batch.port != Some(source_port) || full {
+            self.flush_batch(io);
         }
-        self.flush_gso(io);
-        let socket = match source_port {
-            Some(port) => {
-                io.send_sockets.get(&port).and_then(Option::as_ref).unwrap_or(&self.socket)
-            }
-            None => &self.socket,
-        };
-        io.stats.tx_calls += 1;
-        if socket.send_to(payload, SocketAddr::new(destination, ROCE_PORT)).is_err() {
-            io.stats.tx_errors += 1;
-        }
+        let batch = &mut io.batch;
+        batch.port = Some(source_port);
+        batch.packets.push((batch.bytes.len(), payload.len(), destination));
+        batch.bytes.extend_from_slice(payload);
     }
 
-    /// Adds a packet to the GSO batch, sending the batch first if the packet
-    /// does not fit it (other destination or port, other size, or the
-    /// batch ended with a shorter packet).
-    fn batch_gso(&self, io: &mut Io, payload: &[u8], destination: IpAddr, port: u16) {
-        let fits = io.gso.destination == Some((destination, port))
-            && payload.len() <= io.gso.segment
-            && io.gso.count < GSO_MAX_SEGMENTS
-            && io.gso.bytes.len() == io.gso.count * io.gso.segment
-            && io.gso.bytes.len() + payload.len() <= 65_000;
-        if !fits {
-            self.flush_gso(io);
-            io.gso.destination = Some((destination, port));
-            io.gso.segment = payload.len();
+    /// Sends the batched packets: with `sendmmsg`, or with offload, runs of
+    /// equal-sized packets to one destination as single GSO sends.
+    fn flush_batch(&self, io: &mut Io) {
+        let Io { batch, send_sockets, stats, tx_scratch, .. } = io;
+        let Some(port) = batch.port.take() else { return };
+        let socket = port
+            .and_then(|p| send_sockets.get(&p).and_then(Option::as_ref))
+            .unwrap_or(&self.socket);
+        let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
+        let packets = &batch.packets;
+        let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(packets.len());
+        let mut i = 0;
+        while i < packets.len() {
+            let (start, segment, destination) = packets[i];
+            let mut j = i + 1;
+            let mut end = start + segment;
+            if self.offload {
+                // Every packet of a GSO run but the last has the run's size.
+                while j < packets.len()
+                    && j - i < GSO_MAX_SEGMENTS
+                    && packets[j].2 == destination
+                    && packets[j].1 <= segment
+                    && packets[j - 1].1 == segment
+                    && packets[j].0 + packets[j].1 - start <= GSO_MAX_BYTES
+                {
+                    end = packets[j].0 + packets[j].1;
+                    j += 1;
+                }
+            }
+            if j - i > 1 {
+                stats.tx_calls += 1;
+                let bytes = &batch.bytes[start..end];
+                if sys::send_segmented(socket, bytes, to(destination), segment as u16).is_err() {
+                    stats.tx_errors += (j - i) as u64;
+                }
+            } else {
+                singles.push((&batch.bytes[start..end], to(destination)));
+            }
+            i = j;
         }
-        io.gso.bytes.extend_from_slice(payload);
-        io.gso.count += 1;
-    }
-
-    fn flush_gso(&self, io: &mut Io) {
-        let Some((destination, port)) = io.gso.destination.take() else { return };
-        let Io { gso, send_sockets, stats, .. } = io;
-        let socket = send_sockets.get(&port).and_then(Option::as_ref).unwrap_or(&self.socket);
-        let to = SocketAddr::new(destination, ROCE_PORT);
-        stats.tx_calls += 1;
-        let result = if gso.count == 1 {
-            socket.send_to(&gso.bytes, to)
-        } else {
-            sys::send_segmented(socket, &gso.bytes, to, gso.segment as u16)
-        };
-        if result.is_err() {
-            stats.tx_errors += gso.count as u64;
+        let mut sent = 0;
+        while sent < singles.len() {
+            stats.tx_calls += 1;
+            match sys::send_batch(socket, tx_scratch, &singles[sent..]) {
+                Ok(n) if n > 0 => sent += n,
+                _ => {
+                    // The first datagram is refused (lost); go on with the rest.
+                    stats.tx_errors += 1;
+                    sent += 1;
+                }
+            }
         }
-        gso.bytes.clear();
-        gso.count = 0;
-        gso.segment = 0;
+        batch.bytes.clear();
+        batch.packets.clear();
     }
 
     fn bind_source_port(&self, port: u16) -> Option<UdpSocket> {
         let socket = UdpSocket::bind(SocketAddr::new(self.addr, port)).ok()?;
         sys::set_dont_fragment(&socket, self.addr.is_ipv6()).ok()?;
-        sys::set_no_udp_checksum(&socket, self.addr.is_ipv6()).ok()?;
+        if !self.offload {
+            sys::set_no_udp_checksum(&socket, self.addr.is_ipv6()).ok()?;
+        }
         let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
         // Nothing is sent to these ports; keep their receive queues small.
         let _ = sys::set_receive_buffer(&socket, 4096);
@@ -873,6 +915,19 @@ impl Runtime {
             let mut counter = [0u8; 8];
             let _ = rustix::io::read(&self.wake, &mut counter);
         }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: a device opens
+/// one socket per UDP source port in use (up to 16,384 for many QPs).
+fn raise_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            rustix::process::Rlimit { current: limit.maximum, ..limit },
+        );
     }
 }
 

@@ -122,45 +122,76 @@ pub(crate) struct Received {
 /// Room for one `UDP_GRO` control message (an int), aligned as cmsgs are.
 const CONTROL_LEN: usize = 64;
 
+/// Most datagrams one `recvmmsg` call takes.
+pub(crate) const RECEIVE_MAX: usize = 64;
+
+/// The C structures `recvmmsg` needs, kept between calls so that a poll
+/// that finds nothing costs a system call and no set-up.
+pub(crate) struct ReceiveScratch {
+    iovecs: Box<[libc::iovec; RECEIVE_MAX]>,
+    names: Box<[libc::sockaddr_storage; RECEIVE_MAX]>,
+    controls: Box<[[u64; CONTROL_LEN / 8]; RECEIVE_MAX]>,
+    headers: Box<[libc::mmsghdr; RECEIVE_MAX]>,
+}
+
+// SAFETY: the raw pointers inside are rewritten at the start of every
+// `receive_batch` call and only used by the kernel during that call; between
+// calls they point at nothing anyone reads, so moving the scratch to another
+// thread (under the runtime's mutex) is sound.
+unsafe impl Send for ReceiveScratch {}
+
+impl ReceiveScratch {
+    pub(crate) fn new() -> ReceiveScratch {
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        unsafe {
+            ReceiveScratch {
+                iovecs: Box::new(zeroed()),
+                names: Box::new(zeroed()),
+                controls: Box::new(zeroed()),
+                headers: Box::new(zeroed()),
+            }
+        }
+    }
+}
+
 /// Receives up to `buffers.len()` datagrams without blocking, each into
-/// its own buffer. Returns how many arrived (0 when none is waiting).
+/// its own buffer from byte `offset` on. Returns how many arrived (0 when
+/// none is waiting).
 pub(crate) fn receive_batch(
     socket: &UdpSocket,
-    buffers: &mut [&mut [u8]],
+    scratch: &mut ReceiveScratch,
+    buffers: &mut [Vec<u8>],
+    offset: usize,
     out: &mut Vec<Received>,
 ) -> io::Result<usize> {
-    const MAX: usize = 64;
     out.clear();
-    let count = buffers.len().min(MAX);
+    let count = buffers.len().min(RECEIVE_MAX);
     if count == 0 {
         return Ok(0);
     }
-    // SAFETY: all-zero bytes are valid for these plain C structs.
-    let mut iovecs: [libc::iovec; MAX] = unsafe { zeroed() };
-    // SAFETY: as above.
-    let mut names: [libc::sockaddr_storage; MAX] = unsafe { zeroed() };
-    let mut controls = [[0u64; CONTROL_LEN / 8]; MAX];
-    // SAFETY: as above.
-    let mut headers: [libc::mmsghdr; MAX] = unsafe { zeroed() };
-    for i in 0..count {
-        iovecs[i] =
-            libc::iovec { iov_base: buffers[i].as_mut_ptr().cast(), iov_len: buffers[i].len() };
-        let hdr = &mut headers[i].msg_hdr;
-        hdr.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+    for (i, buffer) in buffers[..count].iter_mut().enumerate() {
+        let Some(space) = buffer.get_mut(offset..) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        scratch.iovecs[i] =
+            libc::iovec { iov_base: space.as_mut_ptr().cast(), iov_len: space.len() };
+        let hdr = &mut scratch.headers[i].msg_hdr;
+        hdr.msg_name = (&mut scratch.names[i] as *mut libc::sockaddr_storage).cast();
         hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        hdr.msg_iov = &mut iovecs[i];
+        hdr.msg_iov = &mut scratch.iovecs[i];
         hdr.msg_iovlen = 1;
-        hdr.msg_control = controls[i].as_mut_ptr().cast();
+        hdr.msg_control = scratch.controls[i].as_mut_ptr().cast();
         hdr.msg_controllen = CONTROL_LEN as _;
+        hdr.msg_flags = 0;
     }
-    // SAFETY: every header points at an iovec, a name and a control buffer
-    // that live until the call returns, each with its true length; the
-    // iovecs point into `buffers`, which the caller lends mutably for the
-    // whole call. MSG_DONTWAIT: the call never blocks.
+    // SAFETY: the first `count` headers point at iovecs, names and control
+    // buffers in `scratch`, each with its true length, and the iovecs point
+    // into `buffers`, all borrowed mutably for the whole call.
+    // MSG_DONTWAIT: the call never blocks.
     let received = unsafe {
         libc::recvmmsg(
             socket.as_raw_fd(),
-            headers.as_mut_ptr(),
+            scratch.headers.as_mut_ptr(),
             count as libc::c_uint,
             libc::MSG_DONTWAIT,
             std::ptr::null_mut(),
@@ -174,8 +205,8 @@ pub(crate) fn receive_batch(
         };
     }
     for i in 0..received as usize {
-        let hdr = &headers[i].msg_hdr;
-        let Some(source) = socket_addr(&names[i]) else { continue };
+        let hdr = &scratch.headers[i].msg_hdr;
+        let Some(source) = socket_addr(&scratch.names[i]) else { continue };
         let mut segment_size = None;
         // SAFETY: the kernel filled `msg_control`/`msg_controllen` for this
         // header; CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length, and
@@ -191,7 +222,7 @@ pub(crate) fn receive_batch(
                 cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
             }
         }
-        let len = headers[i].msg_len as usize;
+        let len = scratch.headers[i].msg_len as usize;
         // A GRO "run" shorter than one segment is just a datagram.
         let segment_size = segment_size.filter(|&s| s < len);
         out.push(Received { len, source, segment_size });
@@ -232,6 +263,70 @@ pub(crate) fn send_segmented(
         std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment_size);
         libc::sendmsg(socket.as_raw_fd(), &hdr, 0)
     };
+    if sent < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(sent as usize)
+    }
+}
+
+/// The C structures `sendmmsg` needs, kept between calls.
+pub(crate) struct SendScratch {
+    iovecs: Box<[libc::iovec; SEND_MAX]>,
+    names: Box<[libc::sockaddr_storage; SEND_MAX]>,
+    headers: Box<[libc::mmsghdr; SEND_MAX]>,
+}
+
+/// Most datagrams one `sendmmsg` call sends.
+pub(crate) const SEND_MAX: usize = 64;
+
+// SAFETY: as for ReceiveScratch: the pointers inside are rewritten before
+// every call and only used by the kernel during it.
+unsafe impl Send for SendScratch {}
+
+impl SendScratch {
+    pub(crate) fn new() -> SendScratch {
+        // SAFETY: all-zero bytes are valid for these plain C structs.
+        unsafe {
+            SendScratch {
+                iovecs: Box::new(zeroed()),
+                names: Box::new(zeroed()),
+                headers: Box::new(zeroed()),
+            }
+        }
+    }
+}
+
+/// Sends each `(payload, destination)` as its own datagram with one
+/// `sendmmsg` call (at most [`SEND_MAX`] per call). Returns how many left;
+/// an error only when the first one was refused.
+pub(crate) fn send_batch(
+    socket: &UdpSocket,
+    scratch: &mut SendScratch,
+    datagrams: &[(&[u8], SocketAddr)],
+) -> io::Result<usize> {
+    let count = datagrams.len().min(SEND_MAX);
+    if count == 0 {
+        return Ok(0);
+    }
+    for (i, (payload, destination)) in datagrams[..count].iter().enumerate() {
+        let (name, name_len) = sockaddr(*destination);
+        scratch.names[i] = name;
+        scratch.iovecs[i] =
+            libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+        let hdr = &mut scratch.headers[i].msg_hdr;
+        hdr.msg_name = (&mut scratch.names[i] as *mut libc::sockaddr_storage).cast();
+        hdr.msg_namelen = name_len;
+        hdr.msg_iov = &mut scratch.iovecs[i];
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = std::ptr::null_mut();
+        hdr.msg_controllen = 0;
+    }
+    // SAFETY: the first `count` headers point at iovecs and names in
+    // `scratch` with their true lengths; the iovecs point into the caller's
+    // payloads, which outlive the call and which the kernel only reads.
+    let sent =
+        unsafe { libc::sendmmsg(socket.as_raw_fd(), scratch.headers.as_mut_ptr(), count as _, 0) };
     if sent < 0 {
         Err(io::Error::last_os_error())
     } else {
