@@ -577,6 +577,7 @@ impl Runtime {
     /// One progress step: receive what is waiting, fire timers, send what
     /// is ready, until nothing moves (bounded). Returns whether anything
     /// moved.
+    /// The application posted work: it is awake and driving.
     fn mark_app_active(&self) {
         self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
         if self.app_sleeping.load(Ordering::Relaxed) {
@@ -585,8 +586,11 @@ impl Runtime {
     }
 
     fn progress_by(&self, app: bool) -> bool {
+        // A poll does not wake the application up in the runtime's eyes: the
+        // libibverbs event loop arms the CQ, polls it once more, then sleeps
+        // on the channel, so after an arm only a post counts as activity.
         if app {
-            self.mark_app_active();
+            self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
         }
         let mut moved = false;
         {
