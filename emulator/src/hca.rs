@@ -1001,6 +1001,9 @@ pub trait Driver: Send + Sync {
     fn flush(&self) {
         self.progress();
     }
+    /// A receive was posted: it makes no packet to send, but tells the
+    /// runtime the application is awake.
+    fn posted_receive(&self) {}
     /// The application is about to sleep on a completion channel (it armed
     /// a CQ): the runtime must keep the device progressing by itself.
     fn app_sleeping(&self) {}
@@ -1045,6 +1048,13 @@ impl SharedHca {
     pub fn progress(&self) {
         if let Some(driver) = self.driver() {
             driver.progress();
+        }
+    }
+
+    /// Tells the driver a receive was posted (no-op without a driver).
+    pub fn posted_receive(&self) {
+        if let Some(driver) = self.driver() {
+            driver.posted_receive();
         }
     }
 

@@ -690,7 +690,7 @@ impl Srq {
                 .map_err(|e| (i, e.into()))?;
         }
         self.ctx.doorbell(Doorbell::Srq(self.index));
-        self.ctx.flush();
+        self.ctx.hca.posted_receive();
         Ok(())
     }
 
@@ -974,7 +974,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
-            self.ctx.flush();
+            self.ctx.hca.posted_receive();
         }
         result
     }

@@ -61,6 +61,10 @@ pub const ROCE_PORT: u16 = 4791;
 /// How long after the application's last verbs call the background thread
 /// leaves the device to it.
 const APP_ACTIVE_NS: u64 = 1_000_000;
+/// The longest that packets produced by an application-driven receive
+/// (ACKs, READ responses) wait for the application's next verbs call before
+/// the background thread sends them.
+const DEFERRED_ACK_NS: u64 = 50_000;
 /// Datagrams received per `recvmmsg` call.
 const RECEIVE_BATCH: usize = 32;
 /// Room before each received datagram for the IP and UDP headers the
@@ -378,6 +382,7 @@ impl UdpDevice {
                 faults: config.faults.map(Faults::new),
                 delayed: BinaryHeap::new(),
                 delayed_seq: 0,
+                deferred_since_ns: None,
                 capture,
                 capture_file,
                 frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
@@ -534,6 +539,9 @@ struct Io {
     faults: Option<Faults>,
     delayed: BinaryHeap<Reverse<Delayed>>,
     delayed_seq: u64,
+    /// Since when packets the application's receive produced wait for its
+    /// next verbs call.
+    deferred_since_ns: Option<u64>,
     capture: Option<Capture>,
     capture_file: Option<CaptureFile>,
     /// Scratch for one capture frame.
@@ -557,6 +565,10 @@ impl Driver for Runtime {
             self.transmit_some(&mut io, self.now_ns());
         }
         self.hca.notify_if_events();
+    }
+
+    fn posted_receive(&self) {
+        self.mark_app_active();
     }
 
     fn app_sleeping(&self) {
@@ -595,14 +607,33 @@ impl Runtime {
         let mut moved = false;
         {
             let mut io = lock(&self.io);
-            for _ in 0..8 {
+            if app {
+                // The application's thread: send what is ready (including
+                // what the last receive produced), then take what arrived
+                // and return, so the application sees its completions
+                // before the runtime spends a system call on the ACKs
+                // they produced. Those leave with the application's next
+                // verbs call, after any request it posts in reaction (see
+                // `flush_batch`): the ACK is off the ping-pong's critical
+                // path. If no call comes, the background thread sends them
+                // within `DEFERRED_ACK_NS`.
                 let now = self.now_ns();
-                let received = self.receive_some(&mut io, now);
                 let sent = self.transmit_some(&mut io, now);
-                if received == 0 && sent == 0 {
-                    break;
+                let received = self.receive_some(&mut io, now);
+                if received > 0 {
+                    io.deferred_since_ns.get_or_insert(now);
                 }
-                moved = true;
+                moved = sent + received > 0;
+            } else {
+                for _ in 0..8 {
+                    let now = self.now_ns();
+                    let received = self.receive_some(&mut io, now);
+                    let sent = self.transmit_some(&mut io, now);
+                    if received == 0 && sent == 0 {
+                        break;
+                    }
+                    moved = true;
+                }
             }
         }
         self.hca.notify_if_events();
@@ -654,6 +685,7 @@ impl Runtime {
     /// Fires due timers, releases due delayed packets, and sends up to a
     /// burst of packets.
     fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
+        io.deferred_since_ns = None;
         let now = Instant::from_nanos(now_ns);
         let mut sent = 0;
         while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
@@ -781,6 +813,14 @@ impl Runtime {
             .and_then(|p| send_sockets.get(&p).and_then(Option::as_ref))
             .unwrap_or(&self.socket);
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
+        if !self.offload && batch.packets.len() > 1 {
+            // Requests before responses (each class in its own order: they
+            // are separate PSN streams): a request an application posted in
+            // reaction to a completion must not wait behind the ACK of the
+            // packet that completed.
+            let bytes = &batch.bytes;
+            batch.packets.sort_by_key(|&(start, _, _)| is_response(bytes[start]));
+        }
         let packets = &batch.packets;
         let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(packets.len());
         let mut i = 0;
@@ -791,6 +831,7 @@ impl Runtime {
             if self.offload {
                 // Every packet of a GSO run but the last has the run's size.
                 while j < packets.len()
+                    && packets[j].0 == end
                     && j - i < GSO_MAX_SEGMENTS
                     && packets[j].2 == destination
                     && packets[j].1 <= segment
@@ -844,7 +885,15 @@ impl Runtime {
     /// delayed packet), in runtime nanoseconds.
     fn next_deadline_ns(&self) -> Option<u64> {
         let timer = self.hca.lock().poll_timeout().map(Instant::as_nanos);
-        let delayed = lock(&self.io).delayed.peek().map(|Reverse(d)| d.due_ns);
+        let delayed = {
+            let io = lock(&self.io);
+            let held = io.delayed.peek().map(|Reverse(d)| d.due_ns);
+            let deferred = io.deferred_since_ns.map(|t| t + DEFERRED_ACK_NS);
+            match (held, deferred) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            }
+        };
         match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -933,6 +982,12 @@ fn raise_file_limit() {
             rustix::process::Rlimit { current: limit.maximum, ..limit },
         );
     }
+}
+
+/// Whether a BTH opcode is a responder's (ACK, READ response, atomic
+/// ACK): everything else is a request.
+fn is_response(opcode: u8) -> bool {
+    uroce_wire::Opcode(opcode).info().is_some_and(|info| info.is(uroce_wire::Mask::RESP))
 }
 
 /// The IP header length of a packet the HCA built (IPv4 without options,
