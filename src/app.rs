@@ -110,3 +110,49 @@ pub fn bring_up(
     let remote = remote.map(|(gid, qpn, psn)| Remote { gid, qpn, psn });
     connect::to_rts(qp, remote, tuning).map_err(|e| format!("modify to RTR/RTS: {e}"))
 }
+
+/// The network flags every command that opens a device takes. Flags win
+/// over the environment (`UROCE_ADDR`, `UROCE_FAULTS`, `UROCE_CAPTURE`,
+/// `UROCE_PROGRESS`, `UROCE_OFFLOAD`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct NetArgs {
+    /// Write every packet sent and received to this pcap file (full
+    /// Ethernet frames; tshark and Wireshark decode them as RoCEv2).
+    #[arg(long, value_name = "FILE.pcap")]
+    pub capture: Option<std::path::PathBuf>,
+    /// Faults on outgoing packets, e.g.
+    /// `loss=0.01,dup=0.001,delay_us=200,reorder=0.01,corrupt=0.001,seed=7`
+    /// (or env UROCE_FAULTS).
+    #[arg(long, value_name = "SPEC")]
+    pub faults: Option<String>,
+    /// How the background thread waits: busy, event, hybrid[:spin_us]
+    /// (or env UROCE_PROGRESS).
+    #[arg(long, value_name = "MODE")]
+    pub progress: Option<String>,
+}
+
+impl NetArgs {
+    /// The device configuration: the environment, then these flags.
+    pub fn config(&self) -> Result<UdpConfig, String> {
+        let mut config = UdpConfig::from_env().map_err(|e| e.to_string())?;
+        self.apply(&mut config)?;
+        Ok(config)
+    }
+
+    /// Applies the flags to `config`.
+    pub fn apply(&self, config: &mut UdpConfig) -> Result<(), String> {
+        use uroce_emulator::udp::{FaultSpec, ProgressMode};
+        if let Some(path) = &self.capture {
+            config.capture = Some(path.clone());
+        }
+        if let Some(text) = &self.faults {
+            let spec = FaultSpec::parse(text).map_err(|e| format!("--faults: {e}"))?;
+            config.faults = spec.is_active().then_some(spec);
+        }
+        if let Some(text) = &self.progress {
+            config.progress = ProgressMode::parse(text)
+                .ok_or_else(|| format!("--progress `{text}`: busy, event or hybrid[:spin_us]"))?;
+        }
+        Ok(())
+    }
+}

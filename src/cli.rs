@@ -19,6 +19,18 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Two devices (127.0.0.1 and 127.0.0.2) in this process run every
+    /// operation type over real UDP and print what happened, step by step.
+    Demo(crate::demo::DemoArgs),
+    /// Show the device's attributes, shaped like `ibv_devinfo -v`.
+    Devinfo(crate::devinfo::DevinfoArgs),
+    /// `ibv_rc_pingpong` (and `--ud`/`--uc`): same flags, same out-of-band
+    /// TCP exchange, same summary lines.
+    Pingpong(crate::pingpong::PingpongArgs),
+    /// perftest-style benchmarks: `uroce bench {send|write|read|atomic}
+    /// {bw|lat}`; server without a host, client with one, or both ends in
+    /// this process with `--loopback`.
+    Bench(crate::bench::BenchArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
     ///
     /// Every UDP datagram to port 4791 is read as RoCEv2: its transport
@@ -116,6 +128,10 @@ where
         }
     };
     match cli.command {
+        Command::Demo(args) => crate::demo::run(&args, out, err),
+        Command::Devinfo(args) => crate::devinfo::run(&args, out, err),
+        Command::Pingpong(args) => crate::pingpong::run(&args, out, err),
+        Command::Bench(args) => crate::bench::run(&args, out, err),
         Command::Decode { file, format } => decode::run(&file, format, out, err),
         Command::Sim {
             seed,

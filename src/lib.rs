@@ -2,6 +2,10 @@
 //! in-process. `src/main.rs` only hands `std::env::args` to [`cli::run`].
 
 pub mod app;
+pub mod bench;
 pub mod cli;
 pub mod decode;
+pub mod demo;
+pub mod devinfo;
+pub mod pingpong;
 pub mod swarm;

@@ -371,6 +371,8 @@ impl UdpDevice {
             last_app_ns: AtomicU64::new(0),
             app_sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            deferred_pending: AtomicBool::new(false),
+            background_idle: AtomicBool::new(false),
             io: Mutex::new(Io {
                 rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
                 rx_meta: Vec::with_capacity(RECEIVE_BATCH),
@@ -409,7 +411,9 @@ impl UdpDevice {
         UdpDevice::open(UdpConfig::from_env()?)
     }
 
-    /// The HCA, for `uroce_verbs::Context::open`.
+    /// The HCA, for `uroce_verbs::Context::open`. Lock order: the runtime
+    /// takes its I/O lock before the HCA's, so never call [`UdpDevice::stats`],
+    /// [`UdpDevice::progress`] or a verb while holding `hca().lock()`.
     pub fn hca(&self) -> &SharedHca {
         &self.hca
     }
@@ -419,9 +423,15 @@ impl UdpDevice {
         self.runtime.addr
     }
 
-    /// What the runtime counted.
+    /// What the runtime counted (takes the runtime's I/O lock: see
+    /// [`UdpDevice::hca`] for the lock order).
     pub fn stats(&self) -> UdpStats {
         lock(&self.runtime.io).stats.clone()
+    }
+
+    /// The HCA's counters (takes only the HCA lock).
+    pub fn counters(&self) -> crate::counters::Counters {
+        self.hca.lock().counters().clone()
     }
 
     /// Moves packets and time now, in the caller's thread.
@@ -486,6 +496,10 @@ struct Runtime {
     /// The application armed a CQ and may be asleep on a channel.
     app_sleeping: AtomicBool,
     stop: AtomicBool,
+    /// Packets wait for the application's next call (`Io::deferred_since_ns`).
+    deferred_pending: AtomicBool,
+    /// The background thread is (about to be) asleep on the socket.
+    background_idle: AtomicBool,
     io: Mutex<Io>,
 }
 
@@ -564,7 +578,7 @@ impl Driver for Runtime {
             let mut io = lock(&self.io);
             self.transmit_some(&mut io, self.now_ns());
         }
-        self.hca.notify_if_events();
+        self.deliver_events();
     }
 
     fn posted_receive(&self) {
@@ -589,18 +603,27 @@ impl Runtime {
     /// One progress step: receive what is waiting, fire timers, send what
     /// is ready, until nothing moves (bounded). Returns whether anything
     /// moved.
-    /// The application posted work: it is awake and driving.
+    /// The application called a verb: it is awake and driving (unless it
+    /// armed a CQ, see `app_sleeping`).
     fn mark_app_active(&self) {
         self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
-        if self.app_sleeping.load(Ordering::Relaxed) {
-            self.app_sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Hands waiting events to the application (completion channels). An
+    /// event is what an application that armed a CQ sleeps for: once one
+    /// is raised, it is awake again.
+    fn deliver_events(&self) {
+        if self.hca.lock().has_events() {
+            self.app_sleeping.store(false, Ordering::Release);
+            self.hca.notify_if_events();
         }
     }
 
     fn progress_by(&self, app: bool) -> bool {
-        // A poll does not wake the application up in the runtime's eyes: the
-        // libibverbs event loop arms the CQ, polls it once more, then sleeps
-        // on the channel, so after an arm only a post counts as activity.
+        // While a CQ is armed (`app_sleeping`), the application's calls do
+        // not put the background thread off: the libibverbs event loop arms
+        // the CQ, polls and posts, then sleeps on the channel, and only the
+        // event it waits for ends that (`deliver_events`).
         if app {
             self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
         }
@@ -622,6 +645,12 @@ impl Runtime {
                 let received = self.receive_some(&mut io, now);
                 if received > 0 {
                     io.deferred_since_ns.get_or_insert(now);
+                    // Dekker with `background`: either it sees the deferral
+                    // before it sleeps, or we see it asleep and wake it.
+                    self.deferred_pending.store(true, Ordering::SeqCst);
+                    if self.background_idle.load(Ordering::SeqCst) {
+                        self.wake();
+                    }
                 }
                 moved = sent + received > 0;
             } else {
@@ -636,7 +665,7 @@ impl Runtime {
                 }
             }
         }
-        self.hca.notify_if_events();
+        self.deliver_events();
         moved
     }
 
@@ -685,7 +714,9 @@ impl Runtime {
     /// Fires due timers, releases due delayed packets, and sends up to a
     /// burst of packets.
     fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
-        io.deferred_since_ns = None;
+        if io.deferred_since_ns.take().is_some() {
+            self.deferred_pending.store(false, Ordering::SeqCst);
+        }
         let now = Instant::from_nanos(now_ns);
         let mut sent = 0;
         while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
@@ -930,9 +961,13 @@ impl Runtime {
             };
             if !spin {
                 let timeout = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
-                if timeout > 0 {
+                self.background_idle.store(true, Ordering::SeqCst);
+                // Packets the application's receive left for its next call
+                // must not wait out a long sleep (see `progress_by`).
+                if timeout > 0 && !self.deferred_pending.load(Ordering::SeqCst) {
                     self.wait(true, timeout);
                 }
+                self.background_idle.store(false, Ordering::SeqCst);
             }
             if self.step() {
                 last_activity_ns = self.now_ns();

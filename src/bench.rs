@@ -1,0 +1,739 @@
+//! `uroce bench`: perftest's `ib_{send,write,read,atomic}_{bw,lat}` over the
+//! UDP runtime.
+//!
+//! Shaped like perftest: the server runs without a host and waits for a
+//! client on TCP port 18515; the client names the server's host. The client
+//! sends the test description, both sides exchange QPNs, PSNs, addresses
+//! and R_Keys over that connection ([`oob`]), then the client measures and
+//! prints perftest's table, plus one `metric=` line per value. `--loopback`
+//! runs both ends in this process on two devices.
+
+mod engine;
+mod oob;
+mod report;
+
+use crate::app::NetArgs;
+use engine::{QpMemory, Role, Side};
+use oob::{Channel, Endpoint};
+use report::{BwRow, LatRow, RESULT_FMT, RESULT_FMT_LAT, RESULT_LINE};
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use uroce_emulator::command::Gid;
+use uroce_emulator::udp::UdpConfig;
+
+/// perftest's `DEF_PORT`.
+pub const DEFAULT_PORT: u16 = 18515;
+/// perftest's `MAX_SIZE` (2^23), also the HCA's largest message.
+pub const MAX_SIZE: u32 = 1 << 23;
+/// Work requests (send or receive) one side may have queued over all its
+/// QPs: per-QP depths are clamped to this divided by the QP count, which
+/// also keeps every completion in one CQ (at most 32767 entries).
+pub const WR_BUDGET: u32 = 32_000;
+/// Default of `--max-inflight`: about what a 4 MiB socket receive buffer
+/// holds at MTU 4096.
+pub const DEFAULT_INFLIGHT: u32 = 1024;
+/// Largest inline payload (the HCA's `max_inline_data`).
+const MAX_INLINE: u32 = 400;
+/// QPs whose addresses are printed (perftest prints every QP).
+const SHOWN_QPS: usize = 2;
+
+/// The operation measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Op {
+    /// SEND to pre-posted receives.
+    Send,
+    /// RDMA WRITE.
+    Write,
+    /// RDMA READ.
+    Read,
+    /// Atomic FETCH_AND_ADD (8 bytes).
+    Atomic,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Send => "send",
+            Op::Write => "write",
+            Op::Read => "read",
+            Op::Atomic => "atomic",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Op> {
+        [Op::Send, Op::Write, Op::Read, Op::Atomic].into_iter().find(|op| op.name() == name)
+    }
+
+    /// perftest's `testsStr`.
+    fn title(self) -> &'static str {
+        match self {
+            Op::Send => "Send",
+            Op::Write => "RDMA_Write",
+            Op::Read => "RDMA_Read",
+            Op::Atomic => "Atomic FETCH_AND_ADD",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Test {
+    /// Bandwidth and message rate (requester side).
+    Bw,
+    /// Latency (ping-pong for SEND and WRITE, round trip for READ and
+    /// atomics).
+    Lat,
+}
+
+impl Test {
+    fn name(self) -> &'static str {
+        match self {
+            Test::Bw => "bw",
+            Test::Lat => "lat",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Test> {
+        [Test::Bw, Test::Lat].into_iter().find(|t| t.name() == name)
+    }
+}
+
+/// Two device addresses for `--loopback`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddrPair {
+    /// The server's device.
+    pub server: IpAddr,
+    /// The client's device.
+    pub client: IpAddr,
+}
+
+fn parse_addrs(text: &str) -> Result<AddrPair, String> {
+    let (a, b) = text.split_once(',').ok_or("expected two addresses: SERVER,CLIENT")?;
+    let parse = |s: &str| {
+        s.trim().parse::<IpAddr>().map_err(|_| format!("`{}` is not an IP address", s.trim()))
+    };
+    let pair = AddrPair { server: parse(a)?, client: parse(b)? };
+    if pair.server == pair.client {
+        return Err("the two devices need different addresses".into());
+    }
+    Ok(pair)
+}
+
+fn parse_mtu(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<u32>() {
+        Ok(m @ (256 | 512 | 1024 | 2048 | 4096)) => Ok(m),
+        _ => Err("the MTU is 256, 512, 1024, 2048 or 4096".into()),
+    }
+}
+
+/// `uroce bench` flags (perftest's names where perftest has them).
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The operation: send, write, read or atomic (FETCH_AND_ADD).
+    #[arg(value_enum)]
+    pub op: Op,
+    /// bw (bandwidth) or lat (latency).
+    #[arg(value_enum)]
+    pub test: Test,
+    /// The server to connect to (client mode); without it, wait for a
+    /// client (server mode).
+    #[arg(conflicts_with = "loopback")]
+    pub host: Option<String>,
+    /// Message size in bytes (default 65536 for bw, 2 for lat; atomics use
+    /// 8).
+    #[arg(short = 's', long, value_parser = clap::value_parser!(u32).range(1..=MAX_SIZE as i64))]
+    pub size: Option<u32>,
+    /// Iterations per QP (at least 5; default 5000 for write bw, 1000
+    /// otherwise).
+    #[arg(short = 'n', long, value_parser = clap::value_parser!(u32).range(5..=100_000_000))]
+    pub iters: Option<u32>,
+    /// Run every size from 2 to 2^23 bytes (atomics: 8 only).
+    #[arg(short = 'a', long, conflicts_with = "size")]
+    pub all: bool,
+    /// QPs (perftest's -q), for bw tests: the bandwidth is their sum.
+    /// Per-QP queue depths shrink so that all QPs together stay within
+    /// 32000 WRs.
+    #[arg(short = 'q', long, default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=16_384))]
+    pub qps: u32,
+    /// TCP port of the exchange (default 18515; --loopback: any free port).
+    #[arg(short = 'p', long)]
+    pub port: Option<u16>,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default 4096, the port's).
+    #[arg(short = 'm', long, value_parser = parse_mtu)]
+    pub mtu: Option<u32>,
+    /// WRs outstanding per QP in bw tests (default 128).
+    #[arg(short = 't', long = "tx-depth",
+          value_parser = clap::value_parser!(u32).range(1..=15_000))]
+    pub tx_depth: Option<u32>,
+    /// Receives posted per QP for SEND tests (default 512).
+    #[arg(short = 'r', long = "rx-depth",
+          value_parser = clap::value_parser!(u32).range(1..=16_384))]
+    pub rx_depth: Option<u32>,
+    /// Signal every this many WRs (perftest's -Q; default 100, at most the
+    /// tx depth).
+    #[arg(short = 'Q', long = "cq-mod", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cq_mod: Option<u32>,
+    /// Largest message sent inline (default 220 for write lat, 236 for
+    /// send lat, 0 otherwise; at most 400).
+    #[arg(short = 'I', long = "inline-size",
+          value_parser = clap::value_parser!(u32).range(0..=MAX_INLINE as i64))]
+    pub inline_size: Option<u32>,
+    /// bw tests: packets' worth of WRs all QPs together keep outstanding
+    /// (0: no limit, as perftest). A UDP socket has no flow control: many
+    /// QPs times the tx depth overflow the peer's receive buffer, and
+    /// go-back-N retries then run out.
+    #[arg(long, value_name = "PACKETS", default_value_t = DEFAULT_INFLIGHT)]
+    pub max_inflight: u32,
+    /// Skip the peak bandwidth (perftest's -N).
+    #[arg(short = 'N', long = "no-peak")]
+    pub no_peak: bool,
+    /// UDP segmentation offload (GSO) on send (uroce peers only).
+    #[arg(long)]
+    pub offload: bool,
+    /// Run server and client in this process, on two devices.
+    #[arg(long)]
+    pub loopback: bool,
+    /// The two devices of --loopback: SERVER,CLIENT (default
+    /// 127.0.0.1,127.0.0.2).
+    #[arg(long, value_name = "SERVER,CLIENT", requires = "loopback", value_parser = parse_addrs)]
+    pub addrs: Option<AddrPair>,
+    /// This device's address (default: env UROCE_ADDR, or 127.0.0.1).
+    #[arg(long, conflicts_with = "loopback")]
+    pub addr: Option<IpAddr>,
+    /// Seconds without progress (a silent peer) before giving up.
+    #[arg(long, value_name = "SECS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub timeout: u64,
+    /// Device flags.
+    #[command(flatten)]
+    pub net: NetArgs,
+}
+
+/// What both sides agree on: the client's resolved flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Params {
+    op: Op,
+    test: Test,
+    qps: u32,
+    iters: u32,
+    sizes: Vec<u32>,
+    tx_depth: u32,
+    rx_depth: u32,
+    cq_mod: u32,
+    mtu: u32,
+    inline: u32,
+}
+
+impl Params {
+    /// perftest's defaults for whatever the flags leave open, and the
+    /// per-QP clamps for many QPs.
+    fn resolve(a: &BenchArgs) -> Result<Params, String> {
+        if a.test == Test::Lat && a.qps > 1 {
+            return Err("--qps is for bw tests (latency tests use one QP)".into());
+        }
+        let sizes = if a.op == Op::Atomic {
+            if a.size.is_some_and(|s| s != 8) {
+                return Err("atomic tests use 8-byte operands (-s 8)".into());
+            }
+            vec![8]
+        } else if a.all {
+            (1..=23).map(|e| 1u32 << e).collect()
+        } else {
+            vec![a.size.unwrap_or(match a.test {
+                Test::Bw => 65_536,
+                Test::Lat => 2,
+            })]
+        };
+        let iters =
+            a.iters.unwrap_or(if a.op == Op::Write && a.test == Test::Bw { 5000 } else { 1000 });
+        let per_qp = (WR_BUDGET / a.qps).max(1);
+        let tx_depth = match a.test {
+            Test::Bw => a.tx_depth.unwrap_or(128).min(per_qp),
+            Test::Lat => 1,
+        };
+        let rx_depth = match a.op {
+            Op::Send => a.rx_depth.unwrap_or(512).min(iters).min(per_qp),
+            _ => 1,
+        };
+        let cq_mod = a.cq_mod.unwrap_or(100).min(tx_depth);
+        let inline = match (a.op, a.test) {
+            (Op::Read | Op::Atomic, _) => 0,
+            (Op::Write, Test::Lat) => a.inline_size.unwrap_or(220),
+            (Op::Send, Test::Lat) => a.inline_size.unwrap_or(236),
+            _ => a.inline_size.unwrap_or(0),
+        };
+        let p = Params {
+            op: a.op,
+            test: a.test,
+            qps: a.qps,
+            iters,
+            sizes,
+            tx_depth,
+            rx_depth,
+            cq_mod,
+            mtu: a.mtu.unwrap_or(4096),
+            inline,
+        };
+        p.check()?;
+        Ok(p)
+    }
+
+    /// Bounds every value (the server applies it to the client's HELLO).
+    fn check(&self) -> Result<(), String> {
+        let ok = (1..=16_384).contains(&self.qps)
+            && (5..=100_000_000).contains(&self.iters)
+            && !self.sizes.is_empty()
+            && self.sizes.len() <= 64
+            && self.sizes.iter().all(|s| (1..=MAX_SIZE).contains(s))
+            && (self.op != Op::Atomic || self.sizes == [8])
+            && (self.test == Test::Bw || self.qps == 1)
+            && (1..=15_000).contains(&self.tx_depth)
+            && (1..=16_384).contains(&self.rx_depth)
+            && self.qps.saturating_mul(self.tx_depth) <= WR_BUDGET.max(self.tx_depth)
+            && self.qps.saturating_mul(self.rx_depth) <= WR_BUDGET.max(self.rx_depth)
+            && (1..=self.tx_depth).contains(&self.cq_mod)
+            && matches!(self.mtu, 256 | 512 | 1024 | 2048 | 4096)
+            && self.inline <= MAX_INLINE;
+        if ok {
+            Ok(())
+        } else {
+            Err(format!("parameters out of range: {self:?}"))
+        }
+    }
+
+    /// perftest's factor: SEND and WRITE latency are half a ping-pong.
+    fn rtt_factor(&self) -> f64 {
+        match self.op {
+            Op::Send | Op::Write => 2.0,
+            Op::Read | Op::Atomic => 1.0,
+        }
+    }
+}
+
+/// Runs `uroce bench`; returns the exit status (0 done, 1 the run failed,
+/// 2 bad flags).
+pub fn run(args: &BenchArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+    let params = match Params::resolve(args) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = writeln!(err, "uroce bench: {e}");
+            return 2;
+        }
+    };
+    let mut config = match args.net.config() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(err, "uroce bench: {e}");
+            return 2;
+        }
+    };
+    if args.offload {
+        config.offload = true;
+    }
+    if let Some(addr) = args.addr {
+        config.addr = addr;
+    }
+    let timeout = Duration::from_secs(args.timeout);
+    let opts = ClientOpts { peak: !args.no_peak, max_inflight: args.max_inflight };
+    let result = if args.loopback {
+        loopback(args, &params, &opts, config, timeout, out)
+    } else if let Some(host) = &args.host {
+        let port = args.port.unwrap_or(DEFAULT_PORT);
+        client(&params, &opts, config, Target::Host(host, port), timeout, out)
+    } else {
+        let port = args.port.unwrap_or(DEFAULT_PORT);
+        match TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)) {
+            Ok(listener) => {
+                let never = AtomicBool::new(false);
+                let server = Server { op: args.op, test: args.test, timeout, quiet: false };
+                server.serve(config, &listener, None, &never, out)
+            }
+            Err(e) => Err(format!("listening on TCP port {port}: {e}")),
+        }
+    };
+    let _ = out.flush();
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            let _ = writeln!(err, "uroce bench: {e}");
+            1
+        }
+    }
+}
+
+/// Both ends in this process: the server on a thread, the client here.
+fn loopback(
+    args: &BenchArgs,
+    params: &Params,
+    opts: &ClientOpts,
+    config: UdpConfig,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    let pair = args.addrs.unwrap_or(AddrPair {
+        server: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+        client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+    });
+    let mut server_config = config.clone();
+    server_config.addr = pair.server;
+    // One capture (the client's sees both directions).
+    server_config.capture = None;
+    let mut client_config = config;
+    client_config.addr = pair.client;
+    let port = args.port.unwrap_or(0);
+    let listener = TcpListener::bind(SocketAddr::new(pair.server, port))
+        .map_err(|e| format!("listening on {}:{port}: {e}", pair.server))?;
+    let server_at = listener.local_addr().map_err(|e| format!("listening: {e}"))?;
+    let abort = AtomicBool::new(false);
+    let server = Server { op: params.op, test: params.test, timeout, quiet: true };
+    let deadline = Instant::now() + timeout;
+    let (client_result, server_result) = std::thread::scope(|s| {
+        let handle = s.spawn(|| {
+            server.serve(server_config, &listener, Some(deadline), &abort, &mut std::io::sink())
+        });
+        let r = client(params, opts, client_config, Target::Addr(server_at), timeout, out);
+        abort.store(true, Ordering::Release);
+        let s = handle.join().unwrap_or_else(|_| Err("the server thread panicked".into()));
+        (r, s)
+    });
+    match (client_result, server_result) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(c), Ok(())) => Err(c),
+        (Ok(()), Err(s)) => Err(format!("server: {s}")),
+        (Err(c), Err(s)) => Err(format!("{c} (server: {s})")),
+    }
+}
+
+/// Where the client connects.
+enum Target<'a> {
+    /// A host name or address, and a port.
+    Host(&'a str, u16),
+    /// A socket address.
+    Addr(SocketAddr),
+}
+
+/// Connects, retrying while the server is not up yet (until `timeout`).
+fn connect(target: &Target<'_>, timeout: Duration) -> Result<TcpStream, String> {
+    let (name, addrs): (String, Vec<SocketAddr>) = match target {
+        Target::Host(host, port) => {
+            let addrs = (*host, *port)
+                .to_socket_addrs()
+                .map_err(|e| format!("resolving {host}: {e}"))?
+                .collect();
+            (format!("{host}:{port}"), addrs)
+        }
+        Target::Addr(a) => (a.to_string(), vec![*a]),
+    };
+    let deadline = Instant::now() + timeout;
+    loop {
+        let mut last = None;
+        for addr in &addrs {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match TcpStream::connect_timeout(addr, left.max(Duration::from_millis(10))) {
+                Ok(s) => return Ok(s),
+                Err(e) => last = Some(e),
+            }
+        }
+        if Instant::now() >= deadline {
+            let why = last.map_or("no address".to_string(), |e| e.to_string());
+            return Err(format!("couldn't connect to {name}: {why}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The client's own settings.
+struct ClientOpts {
+    /// Compute the peak bandwidth.
+    peak: bool,
+    /// See `--max-inflight`.
+    max_inflight: u32,
+}
+
+/// The client: describes the test, connects the QPs, measures, reports.
+fn client(
+    p: &Params,
+    opts: &ClientOpts,
+    config: UdpConfig,
+    target: Target<'_>,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    let node = crate::app::Node::open(config, 1)?;
+    let mut ch = Channel::new(connect(&target, timeout)?, timeout);
+    let result = client_session(p, opts, node, &mut ch, timeout, out);
+    if let Err(e) = &result {
+        let _ = ch.send(&format!("ERR client: {e}"));
+    }
+    result
+}
+
+fn client_session(
+    p: &Params,
+    opts: &ClientOpts,
+    node: crate::app::Node,
+    ch: &mut Channel,
+    timeout: Duration,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    ch.send(&p.hello())?;
+    let peer = Endpoint::receive(ch, "OK", p.qps as usize)?;
+    let mut side = Side::create(node, p, Role::Client, timeout)?;
+    ch.send(&side.endpoint().encode("PEER"))?;
+    side.connect(p, &peer)?;
+    ch.expect("READY")?;
+    let w = |out: &mut dyn Write, text: &str| {
+        writeln!(out, "{text}").map_err(|e| format!("writing the report: {e}"))
+    };
+    w(out, &banner(p, Role::Client, side.node.addr(), &side.memory))?;
+    w(out, &addresses(&side.endpoint(), &peer, p.op))?;
+    w(out, RESULT_LINE)?;
+    w(out, if p.test == Test::Bw { RESULT_FMT } else { RESULT_FMT_LAT })?;
+    for &size in &p.sizes {
+        ch.send(&format!("SIZE {size}"))?;
+        ch.expect("GO")?;
+        let text = match p.test {
+            Test::Bw => {
+                let record = opts.peak && u64::from(p.qps) * u64::from(p.iters) <= 1 << 22;
+                let samples = side.client_bw(p, size, &peer, record, opts.max_inflight)?;
+                let row = BwRow::compute(size, &samples);
+                format!("{}\n{}", row.line(), row.metrics(p.op.name()))
+            }
+            Test::Lat => {
+                let posts = side.client_lat(p, size, &peer)?;
+                let row = LatRow::compute(size, &posts, p.rtt_factor())
+                    .ok_or("too few iterations for a latency report")?;
+                format!("{}\n{}", row.line(), row.metric(p.op.name()))
+            }
+        };
+        ch.send("DONE")?;
+        ch.expect("OK")?;
+        w(out, &text)?;
+        let _ = out.flush();
+    }
+    ch.send("BYE")?;
+    w(out, RESULT_LINE)?;
+    if p.qps > 1 {
+        if let Some(rss) = side.memory.rss_per_qp {
+            w(out, &format!("metric=hca_bytes_per_qp value={rss} unit=B"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The server's settings (the rest comes from the client).
+struct Server {
+    op: Op,
+    test: Test,
+    timeout: Duration,
+    /// Print nothing (the --loopback server).
+    quiet: bool,
+}
+
+impl Server {
+    fn serve(
+        &self,
+        config: UdpConfig,
+        listener: &TcpListener,
+        deadline: Option<Instant>,
+        abort: &AtomicBool,
+        out: &mut dyn Write,
+    ) -> Result<(), String> {
+        let node = crate::app::Node::open(config, 1)?;
+        if !self.quiet {
+            let _ = writeln!(
+                out,
+                "\n************************************\n* Waiting for client to connect... \
+                 *\n************************************"
+            );
+            let _ = out.flush();
+        }
+        let stream = accept(listener, deadline, abort)?;
+        let mut ch = Channel::new(stream, self.timeout);
+        let result = self.session(node, &mut ch, out);
+        if let Err(e) = &result {
+            let _ = ch.send(&format!("ERR server: {e}"));
+        }
+        result
+    }
+
+    fn session(
+        &self,
+        node: crate::app::Node,
+        ch: &mut Channel,
+        out: &mut dyn Write,
+    ) -> Result<(), String> {
+        let p = Params::parse_hello(&ch.recv()?)?;
+        if (p.op, p.test) != (self.op, self.test) {
+            return Err(format!(
+                "the client runs `{} {}`, this server `{} {}`",
+                p.op.name(),
+                p.test.name(),
+                self.op.name(),
+                self.test.name()
+            ));
+        }
+        let mut side = Side::create(node, &p, Role::Server, self.timeout)?;
+        ch.send(&side.endpoint().encode("OK"))?;
+        let peer = Endpoint::receive(ch, "PEER", p.qps as usize)?;
+        side.connect(&p, &peer)?;
+        ch.send("READY")?;
+        if !self.quiet {
+            let _ = writeln!(out, "{}", banner(&p, Role::Server, side.node.addr(), &side.memory));
+            let _ = writeln!(out, "{}", addresses(&side.endpoint(), &peer, p.op));
+            let _ = writeln!(out, "{RESULT_LINE}");
+            let _ = out.flush();
+        }
+        loop {
+            let line = self.next_line(ch, &side)?;
+            if line == "BYE" {
+                break;
+            }
+            let size = line
+                .strip_prefix("SIZE ")
+                .and_then(|s| s.parse::<u32>().ok())
+                .filter(|s| p.sizes.contains(s))
+                .ok_or_else(|| format!("unexpected message from the client: `{line}`"))?;
+            match p.test {
+                Test::Bw => {
+                    ch.send("GO")?;
+                    if p.op == Op::Send {
+                        side.server_send_bw(&p, size)?;
+                    }
+                }
+                Test::Lat => {
+                    let posted = side.server_lat_prepare(&p, size)?;
+                    ch.send("GO")?;
+                    side.server_lat(&p, size, &peer, posted)?;
+                }
+            }
+            oob::check_word(&self.next_line(ch, &side)?, "DONE")?;
+            ch.send("OK")?;
+        }
+        if !self.quiet {
+            let _ = writeln!(out, "{RESULT_LINE}");
+        }
+        Ok(())
+    }
+
+    /// The client's next line; while it is busy the device must see
+    /// packets, or the client is gone after the timeout.
+    fn next_line(&self, ch: &mut Channel, side: &Side) -> Result<String, String> {
+        let mut seen = side.rx_packets();
+        let mut last_progress = Instant::now();
+        loop {
+            if let Some(line) = ch.try_recv(Duration::from_millis(100))? {
+                if let Some(why) = line.strip_prefix("ERR ") {
+                    return Err(format!("the peer failed: {why}"));
+                }
+                return Ok(line);
+            }
+            let now = side.rx_packets();
+            if now != seen {
+                seen = now;
+                last_progress = Instant::now();
+            } else if last_progress.elapsed() >= self.timeout {
+                return Err(format!(
+                    "the client sent nothing for {} s (gone?)",
+                    self.timeout.as_secs_f64()
+                ));
+            }
+        }
+    }
+}
+
+/// Waits for a client (forever without a deadline, as perftest does).
+fn accept(
+    listener: &TcpListener,
+    deadline: Option<Instant>,
+    abort: &AtomicBool,
+) -> Result<TcpStream, String> {
+    let Some(deadline) = deadline else {
+        return listener.accept().map(|(s, _)| s).map_err(|e| format!("accept: {e}"));
+    };
+    listener.set_nonblocking(true).map_err(|e| format!("accept: {e}"))?;
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).map_err(|e| format!("accept: {e}"))?;
+                return Ok(stream);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if abort.load(Ordering::Acquire) {
+                    return Err("the client gave up before connecting".into());
+                }
+                if Instant::now() >= deadline {
+                    return Err("no client connected in time".into());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+}
+
+/// perftest's test description (`ctx_print_test_info`), plus what the QPs
+/// cost in host memory.
+fn banner(p: &Params, role: Role, dev: IpAddr, mem: &QpMemory) -> String {
+    let kind = match p.test {
+        Test::Bw => "BW",
+        Test::Lat => "Latency",
+    };
+    let mut s = format!("{RESULT_LINE}\n                    {} {kind} Test\n", p.op.title());
+    s += &format!(" Dual-port       : OFF\t\tDevice         : uroce@{dev}\n");
+    s += &format!(" Number of qps   : {}\t\tTransport type : IB\n", p.qps);
+    s += " Connection type : RC\t\tUsing SRQ      : OFF\n";
+    if role == Role::Client {
+        s += &format!(" TX depth        : {}\n", p.tx_depth);
+    }
+    if p.op == Op::Send && (role == Role::Server || p.test == Test::Lat) {
+        s += &format!(" RX depth        : {}\n", p.rx_depth);
+    }
+    if p.test == Test::Bw {
+        s += &format!(" CQ Moderation   : {}\n", p.cq_mod);
+    }
+    s += &format!(" Mtu             : {}[B]\n", p.mtu);
+    s += " Link type       : Ethernet\n GID index       : 1\n";
+    match p.op {
+        Op::Send | Op::Write => s += &format!(" Max inline data : {}[B]\n", p.inline),
+        Op::Read | Op::Atomic => {
+            let outs = if p.test == Test::Bw { p.tx_depth.clamp(1, 128) } else { 16 };
+            s += &format!(" Outstand reads  : {outs}\n");
+        }
+    }
+    s += " rdma_cm QPs\t : OFF\n Data ex. method : Ethernet\n";
+    let rings = mem.sq_bytes + mem.rq_bytes;
+    s += &format!(
+        " HCA memory/QP   : {rings}[B] rings (SQ {} + RQ {}), QP context {}[B] + heap",
+        mem.sq_bytes, mem.rq_bytes, mem.context_bytes
+    );
+    match mem.rss_per_qp {
+        Some(rss) => s += &format!("; process RSS +{rss}[B]/QP over {} QPs\n", p.qps),
+        None => s += "\n",
+    }
+    s += RESULT_LINE;
+    s
+}
+
+/// perftest's address lines (`ctx_print_pingpong_data`) for the first QPs.
+fn addresses(local: &Endpoint, remote: &Endpoint, op: Op) -> String {
+    let mut s = String::new();
+    for (side, e) in [("local", local), ("remote", remote)] {
+        for &(qpn, psn) in e.qps.iter().take(SHOWN_QPS) {
+            s += &format!(" {side} address: LID 0000 QPN {qpn:#06x} PSN {psn:#06x}");
+            if op != Op::Send {
+                s += &format!(" RKey {:#08x} VAddr {:#016x}", e.rkey, e.vaddr);
+            }
+            let gid: Vec<String> = Gid::from_ip(e.ip).0.iter().map(|b| format!("{b:02}")).collect();
+            s += &format!("\n GID: {}\n", gid.join(":"));
+        }
+        if e.qps.len() > SHOWN_QPS {
+            s += &format!(" ... and {} more {side} QPs\n", e.qps.len() - SHOWN_QPS);
+        }
+    }
+    s.pop();
+    s
+}

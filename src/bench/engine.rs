@@ -1,0 +1,632 @@
+//! The verbs side of `uroce bench`: one side's QPs, buffer and CQ, and the
+//! measurement loops of the requester (client) and the responder (server).
+
+use super::oob::Endpoint;
+use super::report::BwSamples;
+use super::{Op, Params, Test};
+use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
+use std::time::{Duration, Instant};
+use uroce_emulator::command::{Gid, QpCap};
+use uroce_emulator::hca::{recv_ring_shape, send_ring_shape};
+use uroce_emulator::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use uroce_verbs::{Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
+
+/// Send queue depth of the latency tests (one WR is outstanding at a time;
+/// room for a late ACK).
+const LAT_SQ_DEPTH: u32 = 16;
+/// Completions taken per poll.
+const POLL_BATCH: usize = 256;
+
+/// Which end of the test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The requester: posts the measured operations.
+    Client,
+    /// The target (and the echo of the ping-pong tests).
+    Server,
+}
+
+/// What the QPs of one side cost in host memory.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct QpMemory {
+    /// Send ring bytes per QP.
+    pub sq_bytes: u64,
+    /// Receive ring bytes per QP.
+    pub rq_bytes: u64,
+    /// The HCA's QP context (its fixed part) in bytes.
+    pub context_bytes: u64,
+    /// Growth of the process's resident memory per QP (creation and
+    /// bring-up), when /proc tells it.
+    pub rss_per_qp: Option<u64>,
+}
+
+/// One side's resources.
+pub(crate) struct Side {
+    /// The QPs (RC).
+    pub qps: Vec<Qp>,
+    /// Their first PSNs.
+    pub psns: Vec<u32>,
+    /// The buffer (bandwidth tests: one message, shared by every WR and
+    /// QP; latency tests: a receive half and a send half).
+    pub mr: Mr,
+    /// Offset of the send half in `mr`.
+    pub tx_offset: u64,
+    /// The CQ of every QP.
+    pub cq: Cq,
+    /// Receive queue depth per QP (0: no receives).
+    pub rx_depth: u32,
+    /// Memory per QP.
+    pub memory: QpMemory,
+    /// The resident set size before the QPs were created.
+    rss_before: Option<u64>,
+    /// How long without progress is a failure.
+    pub timeout: Duration,
+    /// The device (last: dropped after the verbs objects).
+    pub node: Node,
+}
+
+/// A small xorshift for PSNs (perftest uses `lrand48() & 0xffffff`).
+fn psn_source() -> impl FnMut() -> u32 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0x9e37_79b9, |d| d.as_nanos() as u64)
+        | 1;
+    let mut x = seed;
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x & 0xff_ffff) as u32
+    }
+}
+
+/// The resident set size of this process, in bytes.
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl Side {
+    /// Creates the buffer, CQ and QPs `p` asks for on `node`.
+    pub fn create(node: Node, p: &Params, role: Role, timeout: Duration) -> Result<Side, String> {
+        let max_size = u64::from(p.sizes.iter().copied().max().unwrap_or(8).max(8));
+        let (mr_len, tx_offset) = match p.test {
+            Test::Bw => (max_size, 0),
+            Test::Lat => {
+                let half = max_size.next_multiple_of(4096);
+                (2 * half, half)
+            }
+        };
+        let mr = node.pd.alloc_mr(mr_len, ALL_ACCESS).map_err(|e| format!("reg_mr: {e}"))?;
+        let receives = p.op == Op::Send && (p.test == Test::Lat || role == Role::Server);
+        let rx_depth = if receives { p.rx_depth } else { 0 };
+        let sq_depth = match p.test {
+            Test::Bw => p.tx_depth,
+            Test::Lat => LAT_SQ_DEPTH,
+        };
+        let qps = p.qps as usize;
+        let signaled_per_qp = match (p.test, role) {
+            // Every WR may be signaled (see client_bw's global cap).
+            (Test::Bw, Role::Client) => p.tx_depth,
+            (Test::Bw, Role::Server) => 0,
+            (Test::Lat, _) => LAT_SQ_DEPTH,
+        };
+        let cqe = (u64::from(signaled_per_qp + rx_depth) * qps as u64 + 64).min(32_767) as u32;
+        let cq = node.ctx.create_cq(cqe).map_err(|e| format!("create_cq({cqe}): {e}"))?;
+        let cap = QpCap {
+            max_send_wr: sq_depth,
+            max_recv_wr: rx_depth.max(1),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: p.inline,
+        };
+        let rss_before = rss_bytes();
+        let mut next_psn = psn_source();
+        let mut list = Vec::with_capacity(qps);
+        let mut psns = Vec::with_capacity(qps);
+        for i in 0..qps {
+            let qp = node
+                .pd
+                .create_qp(&QpInitAttr {
+                    qp_type: QpType::Rc,
+                    send_cq: &cq,
+                    recv_cq: &cq,
+                    srq: None,
+                    cap,
+                    sq_sig_all: false,
+                })
+                .map_err(|e| format!("create_qp #{i} of {qps}: {e}"))?;
+            list.push(qp);
+            psns.push(next_psn());
+        }
+        let memory = QpMemory {
+            sq_bytes: send_ring_shape(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)
+                .bytes(),
+            rq_bytes: recv_ring_shape(cap.max_recv_wr, cap.max_recv_sge).bytes(),
+            context_bytes: std::mem::size_of::<uroce_emulator::qp::QpContext>() as u64,
+            rss_per_qp: None,
+        };
+        Ok(Side { qps: list, psns, mr, tx_offset, cq, rx_depth, memory, rss_before, timeout, node })
+    }
+
+    /// This side's connection data.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            ip: self.node.addr(),
+            rkey: self.mr.rkey().0,
+            vaddr: self.mr.addr(),
+            qps: self.qps.iter().zip(&self.psns).map(|(q, &psn)| (q.qpn().value(), psn)).collect(),
+        }
+    }
+
+    /// Moves every QP to RTS towards `peer`; finishes the memory figures.
+    pub fn connect(&mut self, p: &Params, peer: &Endpoint) -> Result<(), String> {
+        let mut tuning = default_tuning();
+        tuning.mtu = Mtu::fitting(p.mtu);
+        tuning.rd_atomic = match p.test {
+            Test::Bw => p.tx_depth.clamp(1, 128) as u8,
+            Test::Lat => 16,
+        };
+        let gid = Gid::from_ip(peer.ip);
+        for (i, qp) in self.qps.iter().enumerate() {
+            let (qpn, psn) = peer.qps[i];
+            tuning.sq_psn = self.psns[i];
+            bring_up(qp, Some((gid, Qpn::new(qpn), psn)), &tuning, 0)
+                .map_err(|e| format!("QP #{i}: {e}"))?;
+        }
+        self.memory.rss_per_qp = match (self.rss_before, rss_bytes()) {
+            (Some(before), Some(after)) => {
+                Some(after.saturating_sub(before) / self.qps.len().max(1) as u64)
+            }
+            _ => None,
+        };
+        Ok(())
+    }
+
+    /// Packets the device received so far (progress of a passive side).
+    pub fn rx_packets(&self) -> u64 {
+        self.node.dev.hca().lock().counters().rcvd_pkts
+    }
+
+    /// Polls the CQ (which also drives the device); fails on an error
+    /// completion.
+    fn poll(&self) -> Result<Vec<WorkCompletion>, String> {
+        let wcs = self.cq.poll(POLL_BATCH).map_err(|e| format!("poll_cq: {e}"))?;
+        if let Some(bad) = wcs.iter().find(|wc| wc.status != WcStatus::Success) {
+            return Err(format!(
+                "completion with error: status {:?} ({}) on QP {} (wr_id {:#x}, vendor_err {:#x})",
+                bad.status,
+                bad.status.raw(),
+                bad.qp_num,
+                bad.wr_id,
+                bad.vendor_err
+            ));
+        }
+        Ok(wcs)
+    }
+
+    fn stalled(&self, last_progress: Instant, what: &str) -> Result<(), String> {
+        if last_progress.elapsed() >= self.timeout {
+            Err(format!(
+                "no progress for {} s while {what}: the peer stopped responding",
+                self.timeout.as_secs_f64()
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The measured WR of `op` for a message of `size` bytes to `peer`.
+    fn template(&self, op: Op, size: u32, peer: &Endpoint, inline: u32) -> SendWr {
+        let (opcode, size) = match op {
+            Op::Send => (WrOpcode::Send, size),
+            Op::Write => (WrOpcode::RdmaWrite, size),
+            Op::Read => (WrOpcode::RdmaRead, size),
+            Op::Atomic => (WrOpcode::AtomicFetchAndAdd, 8),
+        };
+        let mut wr = SendWr::new(0, opcode);
+        wr.sg_list = vec![self.mr.sge(self.tx_offset, size)];
+        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: uroce_emulator::types::Rkey(peer.rkey) };
+        if op == Op::Atomic {
+            wr.compare_add = 1;
+        }
+        if matches!(op, Op::Send | Op::Write) && size <= inline {
+            wr.inline_data = self.mr.read_vec(self.tx_offset, size as usize).ok();
+        }
+        wr
+    }
+
+    /// Posts `count` receives of `size` bytes on QP `q` (wr_id: the QP's
+    /// index in the high half).
+    fn post_receives(&self, q: usize, count: u64, size: u32) -> Result<(), String> {
+        if count == 0 {
+            return Ok(());
+        }
+        let wr = RecvWr { wr_id: (q as u64) << 32, sg_list: vec![self.mr.sge(0, size)] };
+        let wrs = vec![wr; count as usize];
+        self.qps[q].post_recv(&wrs).map_err(|(i, e)| format!("post_recv #{i} on QP #{q}: {e}"))
+    }
+
+    /// The bandwidth loop of the requester: every QP keeps up to `tx_depth`
+    /// WRs outstanding, signals every `cq_mod`-th WR and its last one, and
+    /// posts what its window allows as one chain; all QPs together keep at
+    /// most `max_inflight_packets` packets' worth of WRs outstanding (0: no
+    /// limit). Timed from the first post to the last completion.
+    pub fn client_bw(
+        &self,
+        p: &Params,
+        size: u32,
+        peer: &Endpoint,
+        record_posts: bool,
+        max_inflight_packets: u32,
+    ) -> Result<BwSamples, String> {
+        let nq = self.qps.len();
+        let iters = u64::from(p.iters);
+        let tx = u64::from(p.tx_depth);
+        let cq_mod = u64::from(p.cq_mod);
+        let total = nq as u64 * iters;
+        let template = self.template(p.op, size, peer, p.inline);
+        let mut scnt = vec![0u64; nq];
+        let mut ccnt = vec![0u64; nq];
+        let mut samples = BwSamples { total, ..BwSamples::default() };
+        if record_posts {
+            samples.posted.reserve(total as usize);
+        }
+        // Packets one WR puts on the wire (READ: its responses).
+        let packets_per_wr = u64::from(size.max(1).div_ceil(p.mtu));
+        let global_cap = match max_inflight_packets {
+            0 => u64::MAX,
+            cap => (u64::from(cap) / packets_per_wr).max(1),
+        };
+        let mut inflight = 0u64;
+        let mut next_q = 0usize;
+        let mut done = 0u64;
+        let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
+        let start = Instant::now();
+        let mut last_progress = start;
+        let mut first = true;
+        while done < total {
+            // Start where the last pass stopped: with a global cap, every
+            // QP gets its turn.
+            for k in 0..nq {
+                if inflight >= global_cap {
+                    break;
+                }
+                let q = (next_q + k) % nq;
+                let window = (tx - (scnt[q] - ccnt[q])).min(iters - scnt[q]);
+                let room = window.min(global_cap - inflight);
+                if room == 0 {
+                    continue;
+                }
+                // A chain the global cap cut short ends signaled: what it
+                // leaves outstanding must complete even if the QP's window
+                // never fills up to a cq_mod boundary.
+                let cut = room < window;
+                next_q = (q + 1) % nq;
+                batch.clear();
+                for k in 1..=room {
+                    let n = scnt[q] + k;
+                    let mut wr = template.clone();
+                    wr.wr_id = ((q as u64) << 32) | n;
+                    wr.flags = if n % cq_mod == 0 || n == iters || (cut && k == room) {
+                        SendFlags::SIGNALED
+                    } else {
+                        SendFlags::EMPTY
+                    };
+                    batch.push(wr);
+                }
+                let now = start.elapsed().as_nanos() as u64;
+                if first {
+                    samples.first_post = now;
+                    first = false;
+                }
+                let posted = match self.qps[q].post_send(&batch) {
+                    Ok(()) => room,
+                    // The ring is full until the device catches up.
+                    Err((i, Error::NoMemory(_))) => i as u64,
+                    Err((i, e)) => return Err(format!("post_send #{i} on QP #{q}: {e}")),
+                };
+                if record_posts {
+                    samples.posted.extend(std::iter::repeat_n(now, posted as usize));
+                }
+                scnt[q] += posted;
+                inflight += posted;
+            }
+            let wcs = self.poll()?;
+            if wcs.is_empty() {
+                self.stalled(last_progress, "waiting for completions")?;
+                continue;
+            }
+            let now = start.elapsed().as_nanos() as u64;
+            last_progress = Instant::now();
+            for wc in wcs {
+                let q = (wc.wr_id >> 32) as usize;
+                let n = wc.wr_id & 0xffff_ffff;
+                if q >= nq || n <= ccnt[q] || n > scnt[q] {
+                    return Err(format!("unexpected completion wr_id {:#x}", wc.wr_id));
+                }
+                done += n - ccnt[q];
+                inflight -= (n - ccnt[q]).min(inflight);
+                ccnt[q] = n;
+                samples.completed.push((done, now));
+            }
+            samples.last_completion = now;
+        }
+        Ok(samples)
+    }
+
+    /// The SEND bandwidth target: keeps receives posted (up to `rx_depth`
+    /// per QP, `iters` in all per QP) until every message arrived.
+    pub fn server_send_bw(&self, p: &Params, size: u32) -> Result<(), String> {
+        let nq = self.qps.len();
+        let iters = u64::from(p.iters);
+        let depth = u64::from(self.rx_depth.max(1));
+        let mut posted = vec![0u64; nq];
+        for (q, count) in posted.iter_mut().enumerate() {
+            *count = depth.min(iters);
+            self.post_receives(q, *count, size)?;
+        }
+        let total = nq as u64 * iters;
+        let mut received = 0u64;
+        let mut last_progress = Instant::now();
+        let mut refill = vec![0u64; nq];
+        while received < total {
+            let wcs = self.poll()?;
+            if wcs.is_empty() {
+                self.stalled(last_progress, "receiving SENDs")?;
+                continue;
+            }
+            last_progress = Instant::now();
+            for wc in wcs {
+                let q = (wc.wr_id >> 32) as usize;
+                if wc.opcode != WcOpcode::Recv || q >= nq {
+                    continue;
+                }
+                received += 1;
+                refill[q] += 1;
+            }
+            for q in 0..nq {
+                let more = refill[q].min(iters - posted[q]);
+                refill[q] = 0;
+                self.post_receives(q, more, size)?;
+                posted[q] += more;
+            }
+        }
+        Ok(())
+    }
+
+    /// The client's latency loop; returns the post times (ns).
+    pub fn client_lat(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
+        match p.op {
+            Op::Write => {
+                self.reset_tag(size)?;
+                self.write_lat(p, size, peer, Role::Client)
+            }
+            Op::Send => self.send_lat_client(p, size, peer),
+            Op::Read | Op::Atomic => self.single_op_lat(p, size, peer),
+        }
+    }
+
+    /// What the server does before it says GO: SEND latency posts its
+    /// receives, WRITE latency clears its tag byte. Returns the receives
+    /// posted.
+    pub fn server_lat_prepare(&self, p: &Params, size: u32) -> Result<u64, String> {
+        match p.op {
+            Op::Send => {
+                let count = u64::from(self.rx_depth).min(u64::from(p.iters));
+                self.post_receives(0, count, size)?;
+                Ok(count)
+            }
+            Op::Write => {
+                self.reset_tag(size)?;
+                Ok(0)
+            }
+            Op::Read | Op::Atomic => Ok(0),
+        }
+    }
+
+    /// The server's side of a latency run (after GO); READ and atomics
+    /// need nothing from it.
+    pub fn server_lat(
+        &self,
+        p: &Params,
+        size: u32,
+        peer: &Endpoint,
+        posted_rx: u64,
+    ) -> Result<(), String> {
+        match p.op {
+            Op::Write => self.write_lat(p, size, peer, Role::Server).map(drop),
+            Op::Send => self.send_lat_server(p, size, peer, posted_rx),
+            Op::Read | Op::Atomic => Ok(()),
+        }
+    }
+
+    /// Clears the tag byte (stale tags from an earlier size must not
+    /// count).
+    fn reset_tag(&self, size: u32) -> Result<(), String> {
+        self.mr.write(u64::from(size - 1), &[0]).map_err(|e| e.to_string())
+    }
+
+    /// WRITE ping-pong: each side writes the peer's receive half with the
+    /// iteration's tag in the last byte and watches its own last byte for
+    /// the peer's answer.
+    fn write_lat(
+        &self,
+        p: &Params,
+        size: u32,
+        peer: &Endpoint,
+        role: Role,
+    ) -> Result<Vec<u64>, String> {
+        let last = u64::from(size - 1);
+        let mut template = self.template(Op::Write, size, peer, p.inline);
+        let mut posts = Vec::with_capacity(p.iters as usize);
+        let start = Instant::now();
+        let mut outstanding = 0u64;
+        for i in 0..p.iters {
+            let tag = (i % 255 + 1) as u8;
+            if role == Role::Server {
+                self.wait_tag(last, tag, &mut outstanding)?;
+            }
+            posts.push(start.elapsed().as_nanos() as u64);
+            match template.inline_data.as_mut() {
+                Some(data) => {
+                    if let Some(b) = data.last_mut() {
+                        *b = tag;
+                    }
+                }
+                None => self.mr.write(self.tx_offset + last, &[tag]).map_err(|e| e.to_string())?,
+            }
+            template.wr_id = u64::from(i);
+            self.post_one(&template, &mut outstanding)?;
+            if role == Role::Client {
+                self.wait_tag(last, tag, &mut outstanding)?;
+            }
+        }
+        self.drain(&mut outstanding)?;
+        Ok(posts)
+    }
+
+    /// Posts one signaled WR on QP 0, waiting for room.
+    fn post_one(&self, wr: &SendWr, outstanding: &mut u64) -> Result<(), String> {
+        let mut last_progress = Instant::now();
+        loop {
+            match self.qps[0].post_send(std::slice::from_ref(wr)) {
+                Ok(()) => {
+                    *outstanding += 1;
+                    return Ok(());
+                }
+                Err((_, Error::NoMemory(_))) => {
+                    let wcs = self.poll()?;
+                    if wcs.is_empty() {
+                        self.stalled(last_progress, "waiting for send queue room")?;
+                    } else {
+                        last_progress = Instant::now();
+                    }
+                    *outstanding -= count_sends(&wcs).min(*outstanding);
+                }
+                Err((_, e)) => return Err(format!("post_send: {e}")),
+            }
+        }
+    }
+
+    /// Spins until the last byte of the receive half is `tag`, driving the
+    /// device through the CQ meanwhile.
+    fn wait_tag(&self, last: u64, tag: u8, outstanding: &mut u64) -> Result<(), String> {
+        let mut byte = [0u8];
+        let started = Instant::now();
+        loop {
+            let wcs = self.poll()?;
+            *outstanding -= count_sends(&wcs).min(*outstanding);
+            self.mr.read(last, &mut byte).map_err(|e| e.to_string())?;
+            if byte[0] == tag {
+                return Ok(());
+            }
+            self.stalled(started, "waiting for the peer's WRITE")?;
+        }
+    }
+
+    /// Waits for every outstanding signaled send.
+    fn drain(&self, outstanding: &mut u64) -> Result<(), String> {
+        let mut last_progress = Instant::now();
+        while *outstanding > 0 {
+            let wcs = self.poll()?;
+            if wcs.is_empty() {
+                self.stalled(last_progress, "waiting for the last completions")?;
+            } else {
+                last_progress = Instant::now();
+            }
+            *outstanding -= count_sends(&wcs).min(*outstanding);
+        }
+        Ok(())
+    }
+
+    /// SEND ping-pong, client side: send, then wait for the answer.
+    fn send_lat_client(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
+        let iters = u64::from(p.iters);
+        let mut wr = self.template(Op::Send, size, peer, p.inline);
+        // The server posted its receives before it said GO.
+        let mut posted_rx = u64::from(self.rx_depth).min(iters);
+        self.post_receives(0, posted_rx, size)?;
+        let mut posts = Vec::with_capacity(p.iters as usize);
+        let start = Instant::now();
+        let mut outstanding = 0u64;
+        for i in 0..iters {
+            posts.push(start.elapsed().as_nanos() as u64);
+            wr.wr_id = i;
+            self.post_one(&wr, &mut outstanding)?;
+            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
+        }
+        self.drain(&mut outstanding)?;
+        Ok(posts)
+    }
+
+    /// SEND ping-pong, server side: wait for a message, answer it.
+    fn send_lat_server(
+        &self,
+        p: &Params,
+        size: u32,
+        peer: &Endpoint,
+        posted_rx: u64,
+    ) -> Result<(), String> {
+        let iters = u64::from(p.iters);
+        let mut wr = self.template(Op::Send, size, peer, p.inline);
+        let mut posted_rx = posted_rx;
+        let mut outstanding = 0u64;
+        for i in 0..iters {
+            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
+            wr.wr_id = i;
+            self.post_one(&wr, &mut outstanding)?;
+        }
+        self.drain(&mut outstanding)
+    }
+
+    /// Waits for one receive completion, reposting a receive while fewer
+    /// than `iters` were posted.
+    fn wait_receive(
+        &self,
+        outstanding: &mut u64,
+        posted_rx: &mut u64,
+        iters: u64,
+        size: u32,
+    ) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            let wcs = self.poll()?;
+            *outstanding -= count_sends(&wcs).min(*outstanding);
+            let got = wcs.iter().filter(|wc| wc.opcode == WcOpcode::Recv).count() as u64;
+            if got > 0 {
+                let more = got.min(iters - (*posted_rx).min(iters));
+                self.post_receives(0, more, size)?;
+                *posted_rx += more;
+                if got > 1 {
+                    return Err("more than one message arrived in a ping-pong".into());
+                }
+                return Ok(());
+            }
+            self.stalled(started, "waiting for the peer's SEND")?;
+        }
+    }
+
+    /// READ or atomic latency: one operation outstanding, timed from post
+    /// to post.
+    fn single_op_lat(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
+        let mut wr = self.template(p.op, size, peer, 0);
+        let mut posts = Vec::with_capacity(p.iters as usize);
+        let start = Instant::now();
+        let mut outstanding = 0u64;
+        for i in 0..p.iters {
+            posts.push(start.elapsed().as_nanos() as u64);
+            wr.wr_id = u64::from(i);
+            self.post_one(&wr, &mut outstanding)?;
+            self.drain(&mut outstanding)?;
+        }
+        Ok(posts)
+    }
+}
+
+/// Send-side completions among `wcs`.
+fn count_sends(wcs: &[WorkCompletion]) -> u64 {
+    wcs.iter().filter(|wc| wc.opcode != WcOpcode::Recv).count() as u64
+}

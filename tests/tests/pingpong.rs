@@ -1,0 +1,354 @@
+//! `uroce pingpong` as two processes, as `ibv_rc_pingpong` is run: the
+//! test binary runs itself twice (the child test below), once as the
+//! server and once as the client, each with its own device address
+//! (127.83.x.1 and 127.83.x.2) and a TCP port of its own.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
+/// the parent.
+const CHILD_ENV: &str = "UROCE_PINGPONG_CHILD";
+const SEP: char = '\u{1f}';
+/// How long a child may run before it is killed.
+const CHILD_LIMIT: Duration = Duration::from_secs(30);
+
+/// The child: runs `uroce pingpong` with the arguments in [`CHILD_ENV`],
+/// printing straight to stdout, and exits with its status.
+#[test]
+fn pingpong_child() {
+    let Ok(joined) = std::env::var(CHILD_ENV) else { return };
+    let args: Vec<String> = joined.split(SEP).map(str::to_string).collect();
+    // Start on a line of our own (the harness printed `test ... `).
+    println!();
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    let code =
+        uroce::cli::run(std::iter::once("uroce".to_string()).chain(args), &mut out, &mut err);
+    use std::io::Write;
+    let _ = out.flush();
+    let _ = err.flush();
+    std::process::exit(code);
+}
+
+/// A running child and the threads collecting its output. Dropping it
+/// (a failed assertion) kills the child.
+struct Running {
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Nothing happens if it already exited and was waited for.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a child did.
+#[derive(Debug)]
+struct Finished {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn spawn(addr: &str, args: &[&str]) -> Running {
+    let exe = std::env::current_exe().expect("the test binary");
+    let joined = args.join(&SEP.to_string());
+    let mut child = Command::new(exe)
+        .args(["--exact", "pingpong_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, joined)
+        .env("UROCE_ADDR", addr)
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_CAPTURE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stdout = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = stderr_pipe.read_to_string(&mut all);
+        all
+    });
+    Running { child, stdout: Some(stdout), stderr: Some(stderr), lines }
+}
+
+impl Running {
+    /// Waits until a line containing `marker` is printed (the server
+    /// prints its address once it listens).
+    fn wait_for_line(&self, marker: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the child to exit, killing it at `deadline`.
+    fn finish(mut self, deadline: Instant) -> Finished {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        let join =
+            |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stdout = join(self.stdout.take());
+        let stderr = join(self.stderr.take());
+        Finished { code, stdout, stderr }
+    }
+}
+
+/// Runs a server at `net.1` and a client at `net.2` (`net` like
+/// `127.83.1`) with the same flags; returns (server, client).
+fn run_pair(net: &str, port: u16, flags: &[&str]) -> (Finished, Finished) {
+    run_pair_with(net, port, flags, flags)
+}
+
+/// [`run_pair`] with flags of each side's own.
+fn run_pair_with(
+    net: &str,
+    port: u16,
+    server_flags: &[&str],
+    client_flags: &[&str],
+) -> (Finished, Finished) {
+    let server_addr = format!("{net}.1");
+    let client_addr = format!("{net}.2");
+    let port = port.to_string();
+    // A server left behind by a failed test stops by itself.
+    let mut server_args = vec!["pingpong", "-p", &port, "--accept-timeout", "20"];
+    server_args.extend_from_slice(server_flags);
+    let mut client_args = vec!["pingpong", "-p", &port];
+    client_args.extend_from_slice(client_flags);
+    client_args.push(&server_addr);
+
+    let deadline = Instant::now() + CHILD_LIMIT;
+    let server = spawn(&server_addr, &server_args);
+    let listening = server.wait_for_line("local address:", Duration::from_secs(15));
+    if !listening {
+        let server = server.finish(Instant::now());
+        panic!("the server never printed its address: {server:#?}");
+    }
+    let client = spawn(&client_addr, &client_args);
+    let client = client.finish(deadline);
+    let server = server.finish(deadline);
+    (server, client)
+}
+
+/// The text of the line containing `marker`, from the marker on.
+fn line_with<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| line.find(marker).map(|at| &line[at..]))
+}
+
+/// Checks both ends exited 0 and printed the C tools' lines; returns the
+/// two summary lines' byte count.
+fn assert_clean_run(server: &Finished, client: &Finished, size: u64, iters: u64, ud: bool) {
+    for (who, end) in [("server", server), ("client", client)] {
+        assert_eq!(end.code, Some(0), "{who} failed: {end:#?}");
+        let local = line_with(&end.stdout, "local address:").expect("local address line");
+        let remote = line_with(&end.stdout, "remote address:").expect("remote address line");
+        let sep = if ud { ':' } else { ',' };
+        assert!(
+            local.starts_with("local address:  LID 0x0000, QPN 0x")
+                && local.contains(&format!("{sep} GID ::ffff:127.83.")),
+            "{who}: {local}"
+        );
+        assert!(remote.starts_with("remote address: LID 0x0000, QPN 0x"), "{who}: {remote}");
+        assert!(remote.contains(", GID ::ffff:127.83."), "{who}: {remote}");
+        let bytes = line_with(&end.stdout, "bytes in").expect("bytes line");
+        let bytes_line = end.stdout.lines().find(|l| l.contains(" bytes in ")).unwrap_or_default();
+        let count: u64 = bytes_line
+            .split_whitespace()
+            .rev()
+            .nth(7)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{who}: no byte count in {bytes_line:?}"));
+        assert_eq!(count, size * iters * 2, "{who}: {bytes}");
+        assert!(bytes_line.ends_with(" Mbit/sec"), "{who}: {bytes_line}");
+        let iters_line = end.stdout.lines().find(|l| l.contains(" iters in ")).expect("iters line");
+        assert!(
+            iters_line.trim_start().starts_with(&format!("{iters} iters in "))
+                && iters_line.ends_with(" usec/iter"),
+            "{who}: {iters_line}"
+        );
+        assert!(!end.stdout.contains("invalid data"), "{who}: {}", end.stdout);
+    }
+    // Each side's remote address is the other's local address.
+    let addr = |end: &Finished, which: &str| {
+        let line = line_with(&end.stdout, which).unwrap_or_default();
+        line.split_once("QPN ").map(|(_, rest)| rest.to_string()).unwrap_or_default()
+    };
+    let strip = |s: String| s.replace(':', ",");
+    assert_eq!(
+        strip(addr(server, "remote address:")),
+        strip(addr(client, "local address:")),
+        "server's remote is the client"
+    );
+    assert_eq!(
+        strip(addr(client, "remote address:")),
+        strip(addr(server, "local address:")),
+        "client's remote is the server"
+    );
+}
+
+#[test]
+fn rc_default_exchange() {
+    let (server, client) = run_pair("127.83.1", 18561, &["-g", "1", "-n", "100", "-s", "4096"]);
+    assert_clean_run(&server, &client, 4096, 100, false);
+}
+
+#[test]
+fn uc_exchange() {
+    let (server, client) =
+        run_pair("127.83.2", 18562, &["--uc", "-g", "1", "-n", "100", "-s", "4096"]);
+    assert_clean_run(&server, &client, 4096, 100, false);
+}
+
+#[test]
+fn ud_exchange() {
+    let (server, client) =
+        run_pair("127.83.3", 18563, &["--ud", "-g", "1", "-n", "100", "-s", "1024"]);
+    assert_clean_run(&server, &client, 1024, 100, true);
+}
+
+#[test]
+fn rc_events() {
+    let (server, client) = run_pair("127.83.4", 18564, &["-e", "-g", "1", "-n", "100"]);
+    assert_clean_run(&server, &client, 4096, 100, false);
+}
+
+#[test]
+fn ud_events() {
+    let (server, client) = run_pair("127.83.7", 18567, &["--ud", "-e", "-g", "1", "-n", "50"]);
+    assert_clean_run(&server, &client, 1024, 50, true);
+}
+
+#[test]
+fn rc_check_data_across_pages() {
+    // 3 pages and a bit, in 1024-byte packets, with the received data
+    // checked by the server.
+    let (server, client) = run_pair(
+        "127.83.5",
+        18565,
+        &["-c", "-g", "1", "-n", "50", "-s", "13000", "-m", "1024", "-r", "8"],
+    );
+    assert_clean_run(&server, &client, 13000, 50, false);
+}
+
+#[test]
+fn check_reports_data_the_client_did_not_mark() {
+    // Only the server checks: the client sends its buffer as filled
+    // (0x7b), not marked, so the server finds every page wrong.
+    let (server, client) = run_pair_with(
+        "127.83.10",
+        18571,
+        &["-c", "-g", "1", "-n", "5", "-s", "8192"],
+        &["-g", "1", "-n", "5", "-s", "8192"],
+    );
+    assert_eq!(client.code, Some(0), "{client:#?}");
+    assert_eq!(server.code, Some(1), "{server:#?}");
+    assert!(server.stdout.contains("invalid data in page 0\n"), "{server:#?}");
+    assert!(server.stdout.contains("invalid data in page 1\n"), "{server:#?}");
+    assert!(server.stdout.contains("81920 bytes in "), "{server:#?}");
+}
+
+#[test]
+fn uc_and_ud_check_data() {
+    let (server, client) =
+        run_pair("127.83.6", 18566, &["--uc", "-c", "-g", "1", "-n", "20", "-s", "9000"]);
+    assert_clean_run(&server, &client, 9000, 20, false);
+    let (server, client) =
+        run_pair("127.83.6", 18568, &["--ud", "-c", "-g", "1", "-n", "20", "-s", "4096"]);
+    assert_clean_run(&server, &client, 4096, 20, true);
+}
+
+#[test]
+fn client_without_server_fails_clearly() {
+    let client = spawn("127.83.8.2", &["pingpong", "-g", "1", "-p", "18569", "127.83.8.1"]);
+    let client = client.finish(Instant::now() + CHILD_LIMIT);
+    assert_eq!(client.code, Some(1), "{client:#?}");
+    assert!(client.stderr.contains("Couldn't connect to 127.83.8.1:18569"), "{client:#?}");
+}
+
+#[test]
+fn ud_size_above_the_mtu_is_refused() {
+    let end = spawn("127.83.8.3", &["pingpong", "--ud", "-g", "1", "-s", "8192"]);
+    let end = end.finish(Instant::now() + CHILD_LIMIT);
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("Requested size larger than port MTU (4096)"), "{end:#?}");
+}
+
+#[test]
+fn server_gives_up_when_the_client_leaves() {
+    // A "client" that sends a malformed address and hangs up.
+    let server =
+        spawn("127.83.9.1", &["pingpong", "-g", "1", "-p", "18570", "--accept-timeout", "20"]);
+    assert!(server.wait_for_line("local address:", Duration::from_secs(15)));
+    {
+        use std::io::Write;
+        let mut tcp = std::net::TcpStream::connect("127.83.9.1:18570").expect("connect");
+        tcp.write_all(b"not an address").expect("write");
+    }
+    let server = server.finish(Instant::now() + CHILD_LIMIT);
+    assert_eq!(server.code, Some(1), "{server:#?}");
+    assert!(server.stderr.contains("Couldn't read remote address"), "{server:#?}");
+}
+
+#[test]
+fn bad_flags_are_refused_in_process() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["-g", "1", "-m", "1000"], "path MTU is 256, 512, 1024, 2048 or 4096"),
+        (&["-g", "1", "-t"], "timestamp"),
+        (&["-g", "1", "-j"], "device memory"),
+        (&["-g", "1", "--ud", "-m", "1024"], "not an ibv_ud_pingpong flag"),
+        (&["-n", "10"], "-g 1"),
+        (&["-g", "1", "-i", "2"], "one port"),
+    ];
+    for (flags, expected) in cases {
+        let mut args = vec!["uroce", "pingpong"];
+        args.extend_from_slice(flags);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = uroce::cli::run(args.clone(), &mut out, &mut err);
+        let err = String::from_utf8_lossy(&err);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+    }
+    // clap refuses --uc with --ud, and unknown flags.
+    for args in [["uroce", "pingpong", "--uc", "--ud"], ["uroce", "pingpong", "-g", "-x"]] {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        assert_eq!(uroce::cli::run(args, &mut out, &mut err), 2, "{args:?}");
+    }
+}
