@@ -984,7 +984,7 @@ pub struct SharedHca {
 }
 
 /// The functions a [`SharedHca`] calls when events are waiting.
-type Notifiers = Arc<std::sync::Mutex<Vec<Box<dyn Fn() + Send + Sync>>>>;
+type Notifiers = Arc<std::sync::Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>>;
 
 /// A runtime that the application's own verbs calls can drive: `poll_cq`,
 /// `post_send` and `post_recv` call [`Driver::progress`] so that packets
@@ -1068,13 +1068,15 @@ impl SharedHca {
     /// Registers a function called (with the HCA unlocked, possibly from
     /// the runtime's thread) whenever a runtime step leaves events waiting.
     pub fn on_events(&self, notify: Box<dyn Fn() + Send + Sync>) {
-        self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(notify);
+        self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::from(notify));
     }
 
     /// Calls the notifiers if events are waiting.
     pub fn notify_if_events(&self) {
         if self.lock().has_events() {
-            for notify in self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // Called with no lock held: a notifier may drive the device.
+            let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            for notify in notifiers {
                 notify();
             }
         }

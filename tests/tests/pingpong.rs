@@ -387,7 +387,7 @@ fn a_pingpong_capture_decodes_cleanly() {
     let common = ["-g", "1", "-n", "20", "-s", "4096"];
     let server_flags: Vec<&str> = common.iter().copied().chain(["--capture", sp]).collect();
     let client_flags: Vec<&str> = common.iter().copied().chain(["--capture", cp]).collect();
-    let (server, client) = run_pair_with("127.83.10", 18572, &server_flags, &client_flags);
+    let (server, client) = run_pair_with("127.83.20", 18580, &server_flags, &client_flags);
     assert_clean_run(&server, &client, 4096, 20, false);
     for file in [&server_pcap, &client_pcap] {
         // 20 iterations each way, 4 packets per 4 KiB SEND at MTU 1024,

@@ -143,7 +143,7 @@ impl Context {
 
     /// `ibv_create_cq` with a completion channel.
     pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
-        let cq = self.create_cq(cqe)?;
+        let cq = self.create_cq_unbound(cqe)?;
         locked(&self.events.channels).insert(cq.index, Arc::downgrade(&channel.inner));
         Ok(cq)
     }
@@ -154,7 +154,12 @@ impl Context {
 
     fn command(&self, command: Command) -> Result<Reply> {
         let now = self.now();
-        Ok(self.hca.lock().command(now, command)?)
+        let reply = self.hca.lock().command(now, command);
+        // A command can raise events (a QP moved to ERR flushes its WRs)
+        // and make packets ready (a QP back in RTS): hand both on now.
+        self.hca.notify_if_events();
+        self.flush();
+        Ok(reply?)
     }
 
     fn doorbell(&self, doorbell: Doorbell) {
@@ -220,6 +225,13 @@ impl Context {
 
     /// `ibv_create_cq` for at least `cqe` completions.
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        let cq = self.create_cq_unbound(cqe)?;
+        // Its index may be a destroyed CQ's: no channel of that one's.
+        locked(&self.events.channels).remove(&cq.index);
+        Ok(cq)
+    }
+
+    fn create_cq_unbound(&self, cqe: u32) -> Result<Cq> {
         let ring = self.alloc_ring(cq_ring_shape(cqe))?;
         match self.command(Command::CreateCq { ring }) {
             Ok(Reply::Index(index)) => {
@@ -648,6 +660,7 @@ impl Cq {
     pub fn destroy(self) -> core::result::Result<(), (Cq, Error)> {
         match self.ctx.command(Command::DestroyCq { cq: self.index }) {
             Ok(_) => {
+                locked(&self.ctx.events.channels).remove(&self.index);
                 self.ctx.host().free(self.ring.base);
                 Ok(())
             }

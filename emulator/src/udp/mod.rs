@@ -259,6 +259,9 @@ pub struct UdpStats {
     /// Sends the kernel refused (the packet is lost; the transport's
     /// retransmission recovers it).
     pub tx_errors: u64,
+    /// GSO sends the kernel refused (offload is then turned off; the
+    /// packets leave singly).
+    pub tx_gso_refused: u64,
     /// Packets sent from port 4791 because the QP's own source port could
     /// not be bound (the ICRC is recomputed for the port actually used).
     pub tx_port_fallbacks: u64,
@@ -371,13 +374,13 @@ impl UdpDevice {
             last_app_ns: AtomicU64::new(0),
             app_sleeping: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            deferred_pending: AtomicBool::new(false),
             background_idle: AtomicBool::new(false),
             io: Mutex::new(Io {
                 rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
                 rx_meta: Vec::with_capacity(RECEIVE_BATCH),
                 rx_scratch: sys::ReceiveScratch::new(),
                 tx_scratch: sys::SendScratch::new(),
+                gso_refused: false,
                 tx_buffer: vec![0u8; MAX_PACKET_LEN],
                 batch: TxBatch::default(),
                 send_sockets: HashMap::new(),
@@ -496,8 +499,6 @@ struct Runtime {
     /// The application armed a CQ and may be asleep on a channel.
     app_sleeping: AtomicBool,
     stop: AtomicBool,
-    /// Packets wait for the application's next call (`Io::deferred_since_ns`).
-    deferred_pending: AtomicBool,
     /// The background thread is (about to be) asleep on the socket.
     background_idle: AtomicBool,
     io: Mutex<Io>,
@@ -509,6 +510,8 @@ struct Delayed {
     seq: u64,
     packet: Vec<u8>,
     destination: IpAddr,
+    /// The bit the fault injector flips when it leaves.
+    flip_bit: Option<usize>,
 }
 
 impl PartialEq for Delayed {
@@ -545,6 +548,8 @@ struct Io {
     rx_meta: Vec<sys::Received>,
     rx_scratch: sys::ReceiveScratch,
     tx_scratch: sys::SendScratch,
+    /// The kernel refused a GSO send: offload is off from then on.
+    gso_refused: bool,
     tx_buffer: Vec<u8>,
     batch: TxBatch,
     /// One socket per UDP source port in use; `None` when the port could
@@ -578,6 +583,9 @@ impl Driver for Runtime {
             let mut io = lock(&self.io);
             self.transmit_some(&mut io, self.now_ns());
         }
+        // New timers, held packets or more than one burst: a background
+        // thread asleep on an older deadline must look again.
+        self.kick_background();
         self.deliver_events();
     }
 
@@ -603,6 +611,16 @@ impl Runtime {
     /// One progress step: receive what is waiting, fire timers, send what
     /// is ready, until nothing moves (bounded). Returns whether anything
     /// moved.
+    /// Wakes the background thread if it is asleep in charge of the device,
+    /// so that it recomputes its deadline after the application changed
+    /// the device's state (Dekker with `background`: it announces the sleep
+    /// before computing the deadline it sleeps on).
+    fn kick_background(&self) {
+        if self.background_idle.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
     /// The application called a verb: it is awake and driving (unless it
     /// armed a CQ, see `app_sleeping`).
     fn mark_app_active(&self) {
@@ -638,21 +656,21 @@ impl Runtime {
                 // they produced. Those leave with the application's next
                 // verbs call, after any request it posts in reaction (see
                 // `flush_batch`): the ACK is off the ping-pong's critical
-                // path. If no call comes, the background thread sends them
-                // within `DEFERRED_ACK_NS`.
+                // path. If no call comes, the background thread sends them:
+                // at once if it is asleep in charge (`kick_background`),
+                // else when it takes over (`APP_ACTIVE_NS` after the last
+                // call), or `DEFERRED_ACK_NS` after the receive if it
+                // looks at its deadline before that.
                 let now = self.now_ns();
                 let sent = self.transmit_some(&mut io, now);
                 let received = self.receive_some(&mut io, now);
                 if received > 0 {
                     io.deferred_since_ns.get_or_insert(now);
-                    // Dekker with `background`: either it sees the deferral
-                    // before it sleeps, or we see it asleep and wake it.
-                    self.deferred_pending.store(true, Ordering::SeqCst);
-                    if self.background_idle.load(Ordering::SeqCst) {
-                        self.wake();
-                    }
                 }
                 moved = sent + received > 0;
+                if moved {
+                    self.kick_background();
+                }
             } else {
                 for _ in 0..8 {
                     let now = self.now_ns();
@@ -688,13 +706,17 @@ impl Runtime {
         let mut hca = self.hca.lock();
         let mut datagrams = 0;
         for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter_mut()) {
+            let Some(source) = meta.source.filter(|_| !meta.truncated) else {
+                stats.rx_dropped += 1;
+                continue;
+            };
             let segment = meta.segment_size.unwrap_or(meta.len).max(1);
             let mut offset = 0;
             while offset < meta.len {
                 let len = segment.min(meta.len - offset);
                 datagrams += 1;
                 let start = HEADROOM + offset;
-                match rebuild_headers(buffer, start, len, meta.source, self.addr) {
+                match rebuild_headers(buffer, start, len, source, self.addr) {
                     Some(packet_start) => {
                         let packet = &buffer[packet_start..start + len];
                         if let Some(sink) = capture.as_mut() {
@@ -714,14 +736,12 @@ impl Runtime {
     /// Fires due timers, releases due delayed packets, and sends up to a
     /// burst of packets.
     fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
-        if io.deferred_since_ns.take().is_some() {
-            self.deferred_pending.store(false, Ordering::SeqCst);
-        }
+        io.deferred_since_ns = None;
         let now = Instant::from_nanos(now_ns);
         let mut sent = 0;
         while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
-            let Reverse(d) = io.delayed.pop().expect("peeked");
-            self.send_packet(io, now_ns, &d.packet, d.destination);
+            let Reverse(mut d) = io.delayed.pop().expect("peeked");
+            self.send_packet(io, now_ns, &mut d.packet, d.destination, d.flip_bit);
             sent += 1;
         }
         let mut hca = self.hca.lock();
@@ -729,6 +749,8 @@ impl Runtime {
             hca.handle_timeout(now);
         }
         let mut buffer = std::mem::take(&mut io.tx_buffer);
+        // A panic between the take and the put-back leaves it empty.
+        buffer.resize(MAX_PACKET_LEN, 0);
         for _ in 0..TRANSMIT_BURST {
             let Some(Transmit { destination, len }) = hca.poll_transmit(now, &mut buffer) else {
                 break;
@@ -746,7 +768,7 @@ impl Runtime {
     /// Applies faults, then sends (or holds) one packet.
     fn dispatch(&self, io: &mut Io, now_ns: u64, packet: &mut [u8], destination: IpAddr) {
         let Some(faults) = io.faults.as_mut() else {
-            self.send_packet(io, now_ns, packet, destination);
+            self.send_packet(io, now_ns, packet, destination, None);
             return;
         };
         let header_len = ip_header_len(packet);
@@ -756,18 +778,15 @@ impl Runtime {
             io.stats.faults_lost += 1;
             return;
         }
-        if let Some(bit) = verdict.flip_bit {
-            if let Some(byte) = packet.get_mut(transport_start + bit / 8) {
-                *byte ^= 1 << (bit % 8);
-                io.stats.faults_corrupted += 1;
-            }
+        if verdict.flip_bit.is_some() {
+            io.stats.faults_corrupted += 1;
         }
         if verdict.copies > 1 {
             io.stats.faults_duplicated += u64::from(verdict.copies - 1);
         }
         for _ in 0..verdict.copies {
             if verdict.delay_ns == 0 {
-                self.send_packet(io, now_ns, packet, destination);
+                self.send_packet(io, now_ns, packet, destination, verdict.flip_bit);
             } else {
                 io.stats.faults_delayed += 1;
                 io.delayed_seq += 1;
@@ -776,14 +795,24 @@ impl Runtime {
                     seq: io.delayed_seq,
                     packet: packet.to_vec(),
                     destination,
+                    flip_bit: verdict.flip_bit,
                 }));
             }
         }
     }
 
     /// Sends one IP packet the HCA built: its UDP payload leaves from the
-    /// socket bound to its source port.
-    fn send_packet(&self, io: &mut Io, now_ns: u64, packet: &[u8], destination: IpAddr) {
+    /// socket bound to its source port. `flip_bit` (the fault injector's
+    /// corruption, a bit of the transport packet) is applied last, after any
+    /// rewrite that recomputes the ICRC, so the receiver always sees it.
+    fn send_packet(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        packet: &mut [u8],
+        destination: IpAddr,
+        flip_bit: Option<usize>,
+    ) {
         let header_len = ip_header_len(packet);
         if packet.len() < header_len + 8 {
             io.stats.tx_errors += 1;
@@ -795,6 +824,13 @@ impl Runtime {
             .entry(source_port)
             .or_insert_with(|| self.bind_source_port(source_port))
             .is_some();
+        let flip = |bytes: &mut [u8]| {
+            if let Some(bit) = flip_bit {
+                if let Some(byte) = bytes.get_mut(header_len + 8 + bit / 8) {
+                    *byte ^= 1 << (bit % 8);
+                }
+            }
+        };
         if !bound {
             // Leave from port 4791 and cover that port with the ICRC.
             let mut fixed = packet.to_vec();
@@ -803,8 +839,16 @@ impl Runtime {
                 io.stats.tx_errors += 1;
                 return;
             }
+            flip(&mut fixed);
             io.stats.tx_port_fallbacks += 1;
             self.capture_and_send(io, now_ns, &fixed, destination, None);
+            return;
+        }
+        if flip_bit.is_some() {
+            // Duplicates share the buffer: corrupt a copy.
+            let mut corrupted = packet.to_vec();
+            flip(&mut corrupted);
+            self.capture_and_send(io, now_ns, &corrupted, destination, Some(source_port));
             return;
         }
         self.capture_and_send(io, now_ns, packet, destination, Some(source_port));
@@ -838,7 +882,7 @@ impl Runtime {
     /// Sends the batched packets: with `sendmmsg`, or with offload, runs of
     /// equal-sized packets to one destination as single GSO sends.
     fn flush_batch(&self, io: &mut Io) {
-        let Io { batch, send_sockets, stats, tx_scratch, .. } = io;
+        let Io { batch, send_sockets, stats, tx_scratch, gso_refused, .. } = io;
         let Some(port) = batch.port.take() else { return };
         let socket = port
             .and_then(|p| send_sockets.get(&p).and_then(Option::as_ref))
@@ -859,7 +903,7 @@ impl Runtime {
             let (start, segment, destination) = packets[i];
             let mut j = i + 1;
             let mut end = start + segment;
-            if self.offload {
+            if self.offload && !*gso_refused {
                 // Every packet of a GSO run but the last has the run's size.
                 while j < packets.len()
                     && packets[j].0 == end
@@ -873,14 +917,26 @@ impl Runtime {
                     j += 1;
                 }
             }
+            let mut gso_sent = false;
             if j - i > 1 {
                 stats.tx_calls += 1;
                 let bytes = &batch.bytes[start..end];
-                if sys::send_segmented(socket, bytes, to(destination), segment as u16).is_err() {
-                    stats.tx_errors += (j - i) as u64;
+                match sys::send_segmented(socket, bytes, to(destination), segment as u16) {
+                    Ok(_) => gso_sent = true,
+                    // Refused (no checksum offload on the way out, or a
+                    // route MTU below the segment): the same runs would
+                    // fail on every retransmission, so send these singly
+                    // and stop asking for GSO.
+                    Err(_) => {
+                        *gso_refused = true;
+                        stats.tx_gso_refused += 1;
+                    }
                 }
-            } else {
-                singles.push((&batch.bytes[start..end], to(destination)));
+            }
+            if !gso_sent {
+                for &(start, len, destination) in &packets[i..j] {
+                    singles.push((&batch.bytes[start..start + len], to(destination)));
+                }
             }
             i = j;
         }
@@ -935,6 +991,7 @@ impl Runtime {
     /// application is not calling verbs.
     fn background(&self) {
         let mut last_activity_ns = 0u64;
+        let mut more = false;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
             let deadline = self.next_deadline_ns();
@@ -959,17 +1016,23 @@ impl Runtime {
                     now.saturating_sub(last_activity_ns) < u64::from(spin_us) * 1_000
                 }
             };
-            if !spin {
-                let timeout = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
+            if !spin && !more {
+                // Announce the sleep, then compute the deadline: anything
+                // the application changes after this wakes us
+                // (`kick_background`).
                 self.background_idle.store(true, Ordering::SeqCst);
-                // Packets the application's receive left for its next call
-                // must not wait out a long sleep (see `progress_by`).
-                if timeout > 0 && !self.deferred_pending.load(Ordering::SeqCst) {
+                let now = self.now_ns();
+                let deadline = self.next_deadline_ns();
+                let timeout = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
+                if timeout > 0 {
                     self.wait(true, timeout);
                 }
                 self.background_idle.store(false, Ordering::SeqCst);
             }
-            if self.step() {
+            // A step that moved something may have left more (a burst cap,
+            // a full receive batch): step again before sleeping.
+            more = self.step();
+            if more {
                 last_activity_ns = self.now_ns();
             } else if spin {
                 std::hint::spin_loop();

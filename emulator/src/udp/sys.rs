@@ -112,8 +112,10 @@ pub(crate) fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
 pub(crate) struct Received {
     /// Bytes received into the message's buffer.
     pub len: usize,
-    /// Who sent it.
-    pub source: SocketAddr,
+    /// Who sent it (`None`: an address family the runtime does not know).
+    pub source: Option<SocketAddr>,
+    /// The datagram (or GRO run) did not fit the buffer and was cut.
+    pub truncated: bool,
     /// The size of each datagram when GRO coalesced several (the last may
     /// be shorter); `None` for a single datagram.
     pub segment_size: Option<usize>,
@@ -206,7 +208,9 @@ pub(crate) fn receive_batch(
     }
     for i in 0..received as usize {
         let hdr = &scratch.headers[i].msg_hdr;
-        let Some(source) = socket_addr(&scratch.names[i]) else { continue };
+        // Every message is reported, so that `out[i]` stays `buffers[i]`.
+        let source = socket_addr(&scratch.names[i]);
+        let truncated = hdr.msg_flags & libc::MSG_TRUNC != 0;
         let mut segment_size = None;
         // SAFETY: the kernel filled `msg_control`/`msg_controllen` for this
         // header; CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length, and
@@ -214,7 +218,11 @@ pub(crate) fn receive_batch(
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
             while !cmsg.is_null() {
-                if (*cmsg).cmsg_level == SOL_UDP && (*cmsg).cmsg_type == UDP_GRO {
+                let int_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
+                if (*cmsg).cmsg_level == SOL_UDP
+                    && (*cmsg).cmsg_type == UDP_GRO
+                    && (*cmsg).cmsg_len as usize >= int_len
+                {
                     let size =
                         std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
                     segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
@@ -225,7 +233,7 @@ pub(crate) fn receive_batch(
         let len = scratch.headers[i].msg_len as usize;
         // A GRO "run" shorter than one segment is just a datagram.
         let segment_size = segment_size.filter(|&s| s < len);
-        out.push(Received { len, source, segment_size });
+        out.push(Received { len, source, truncated, segment_size });
     }
     Ok(received as usize)
 }

@@ -1,0 +1,215 @@
+//! The UDP runtime's liveness: work the application leaves behind when it
+//! goes quiet (a held packet, a retransmit timer, a burst above one step, a
+//! flush raised by a command) is done by the background thread promptly,
+//! not when its sleep happens to end; and completion channels follow CQ
+//! index reuse. (Regression tests: each of these once waited ~1 s.)
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+use uroce::app::{bring_up, default_tuning, wait_cq, Node, ALL_ACCESS};
+use uroce_emulator::command::{AhAttr, Gid, QpCap};
+use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WcStatus, WrOpcode};
+use uroce_emulator::udp::{FaultSpec, ProgressMode, UdpConfig};
+use uroce_emulator::Event;
+use uroce_verbs::{AttrMask, CompChannel, QpInitAttr, QueuePairAttr, RecvWr, SendWr};
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 512,
+        max_recv_wr: 512,
+        max_send_sge: 4,
+        max_recv_sge: 4,
+        max_inline_data: 64,
+    }
+}
+
+fn config(net: u8, host: u8, mode: ProgressMode, faults: Option<&str>) -> UdpConfig {
+    let mut c = UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 93, net, host)));
+    c.progress = mode;
+    c.faults = faults.map(|f| FaultSpec::parse(f).unwrap());
+    c
+}
+
+/// Waits until the channel's descriptor is readable (or `limit` passes);
+/// returns how long that took.
+fn wait_readable(channel: &CompChannel, limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    let mut fds = [rustix::event::PollFd::new(channel, rustix::event::PollFlags::IN)];
+    let ts = rustix::event::Timespec {
+        tv_sec: limit.as_secs() as _,
+        tv_nsec: limit.subsec_nanos() as _,
+    };
+    let _ = rustix::event::poll(&mut fds, Some(&ts));
+    t0.elapsed()
+}
+
+/// Far below the 1 s the background thread's longest sleep lasts.
+const PROMPT: Duration = Duration::from_millis(250);
+
+#[test]
+fn a_delayed_packet_of_a_quiet_sender_leaves_on_time() {
+    for mode in [ProgressMode::Event, ProgressMode::HYBRID] {
+        let a = Node::open(config(1, 1, mode, Some("delay_us=200")), 64).unwrap();
+        let b = Node::open(config(1, 2, ProgressMode::HYBRID, None), 64).unwrap();
+        let qa = a.qp(QpType::Rc, cap()).unwrap();
+        let qb = b.qp(QpType::Rc, cap()).unwrap();
+        let t = default_tuning();
+        bring_up(&qa, Some((b.gid(), qb.qpn(), 0)), &t, 0).unwrap();
+        bring_up(&qb, Some((a.gid(), qa.qpn(), 0)), &t, 0).unwrap();
+        let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+        let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+        for i in 0..3 {
+            qb.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mb.sge(0, 8192)] }]).unwrap();
+            // A's application goes quiet: its background thread sleeps.
+            std::thread::sleep(Duration::from_millis(5));
+            let mut send = SendWr::new(i, WrOpcode::Send);
+            send.sg_list = vec![ma.sge(0, 64)];
+            send.flags = SendFlags::SIGNALED;
+            let t0 = Instant::now();
+            qa.post_send(&[send]).unwrap();
+            // A makes no further call until B has the message.
+            let got = b.wait(1, Duration::from_secs(3));
+            let took = t0.elapsed();
+            assert_eq!(got.len(), 1, "{mode}: message {i} arrived");
+            assert!(took < PROMPT, "{mode}: message {i} held 200 us took {took:?}");
+            assert_eq!(a.wait(1, Duration::from_secs(3))[0].status, WcStatus::Success);
+        }
+    }
+}
+
+#[test]
+fn a_retransmit_timer_armed_after_the_application_slept_fires_on_time() {
+    for (n, mode) in [ProgressMode::Event, ProgressMode::HYBRID].into_iter().enumerate() {
+        let a = Node::open(config(2, 1 + n as u8, mode, None), 64).unwrap();
+        let channel = a.ctx.create_comp_channel().unwrap();
+        let cq = a.ctx.create_cq_with_channel(64, &channel).unwrap();
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap: cap(),
+            sq_sig_all: false,
+        };
+        let qa = a.pd.create_qp(&init).unwrap();
+        let mut t = default_tuning();
+        t.timeout = 10; // 4.2 ms per try
+        t.retry_cnt = 1;
+        let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 2, 99)));
+        bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &t, 0).unwrap();
+        let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        // libibverbs order: arm, post, sleep on the channel.
+        cq.req_notify(false);
+        let mut send = SendWr::new(1, WrOpcode::Send);
+        send.sg_list = vec![ma.sge(0, 64)];
+        send.flags = SendFlags::SIGNALED;
+        qa.post_send(&[send]).unwrap();
+        let took = wait_readable(&channel, Duration::from_secs(3));
+        // Two tries of 4.2 ms, then RETRY_EXC_ERR.
+        assert!(took < PROMPT, "{mode}: the error completion's event took {took:?}");
+        let got = wait_cq(&cq, 1, Duration::from_millis(100));
+        assert_eq!(got.first().map(|c| c.status), Some(WcStatus::RetryExcErr), "{mode}");
+    }
+}
+
+#[test]
+fn a_burst_larger_than_one_step_all_leaves() {
+    let a = Node::open(config(3, 1, ProgressMode::Event, None), 1024).unwrap();
+    let b = Node::open(config(3, 2, ProgressMode::HYBRID, None), 1024).unwrap();
+    let qa = a.qp(QpType::Ud, cap()).unwrap();
+    let qb = b.qp(QpType::Ud, cap()).unwrap();
+    let t = default_tuning();
+    bring_up(&qa, None, &t, 0x11).unwrap();
+    bring_up(&qb, None, &t, 0x11).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mb = b.pd.alloc_mr(1 << 20, ALL_ACCESS).unwrap();
+    let ah =
+        a.pd.create_ah(AhAttr { dgid: b.gid(), sgid_index: 1, port_num: 1, ..Default::default() })
+            .unwrap();
+    let n = 400u64;
+    let recvs: Vec<RecvWr> =
+        (0..n).map(|i| RecvWr { wr_id: i, sg_list: vec![mb.sge(i * 2048, 2048)] }).collect();
+    qb.post_recv(&recvs).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    let sends: Vec<SendWr> = (0..n)
+        .map(|i| {
+            let mut s = SendWr::new(i, WrOpcode::Send);
+            s.sg_list = vec![ma.sge(0, 64)];
+            s.ud = Some((ah.index(), qb.qpn(), Qkey(0x11)));
+            s
+        })
+        .collect();
+    let t0 = Instant::now();
+    qa.post_send(&sends).unwrap();
+    let got = b.wait(n as usize, Duration::from_secs(3));
+    let took = t0.elapsed();
+    assert_eq!(got.len(), n as usize, "every UD message of the burst arrived");
+    assert!(took < PROMPT, "the burst took {took:?}");
+}
+
+#[test]
+fn a_flush_raised_by_a_command_wakes_the_channel() {
+    let a = Node::open(config(4, 1, ProgressMode::Event, None), 64).unwrap();
+    let channel = a.ctx.create_comp_channel().unwrap();
+    let cq = a.ctx.create_cq_with_channel(64, &channel).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: cap(),
+        sq_sig_all: false,
+    };
+    let qa = a.pd.create_qp(&init).unwrap();
+    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 4, 99)));
+    bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    qa.post_recv(&[RecvWr { wr_id: 5, sg_list: vec![ma.sge(0, 64)] }]).unwrap();
+    std::thread::sleep(Duration::from_millis(5));
+    cq.req_notify(false);
+    let err = QueuePairAttr { qp_state: Some(QpState::Err), ..Default::default() };
+    qa.modify(&err, AttrMask::STATE).unwrap();
+    let took = wait_readable(&channel, Duration::from_secs(3));
+    assert!(took < PROMPT, "the flush's completion event took {took:?}");
+    assert_eq!(channel.get_cq_event(), Some(cq.index()));
+    let got = wait_cq(&cq, 1, Duration::from_millis(100));
+    assert_eq!(got.first().map(|c| (c.wr_id, c.status)), Some((5, WcStatus::WrFlushErr)));
+}
+
+#[test]
+fn a_cq_reusing_a_destroyed_cqs_index_does_not_inherit_its_channel() {
+    let a = Node::open(config(5, 1, ProgressMode::HYBRID, None), 64).unwrap();
+    let channel = a.ctx.create_comp_channel().unwrap();
+    let old = a.ctx.create_cq_with_channel(64, &channel).unwrap();
+    let index = old.index();
+    old.destroy().map_err(|(_, e)| e).unwrap();
+    let cq = a.ctx.create_cq(64).unwrap();
+    assert_eq!(cq.index(), index, "the table reuses the index");
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: cap(),
+        sq_sig_all: false,
+    };
+    let qa = a.pd.create_qp(&init).unwrap();
+    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 5, 99)));
+    bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    qa.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![ma.sge(0, 64)] }]).unwrap();
+    cq.req_notify(false);
+    let err = QueuePairAttr { qp_state: Some(QpState::Err), ..Default::default() };
+    qa.modify(&err, AttrMask::STATE).unwrap();
+    assert_eq!(wait_cq(&cq, 1, Duration::from_secs(1)).len(), 1);
+    assert_eq!(channel.get_cq_event(), None, "the old channel stays silent");
+    let mut events = Vec::new();
+    while let Some(e) = a.ctx.next_event() {
+        events.push(e);
+    }
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Completion { cq: c } if *c == index)),
+        "the completion event goes to next_event: {events:?}"
+    );
+}
