@@ -104,6 +104,9 @@ struct EventState {
     hca: SharedHca,
     channels: Mutex<BTreeMap<u32, Weak<ChannelInner>>>,
     other: Mutex<VecDeque<Event>>,
+    /// The device's host memory (fixed for its life): reached without
+    /// locking the HCA on every poll and post.
+    host: Arc<dyn HostMemory>,
 }
 
 impl Context {
@@ -114,6 +117,7 @@ impl Context {
             hca: hca.clone(),
             channels: Mutex::new(BTreeMap::new()),
             other: Mutex::new(VecDeque::new()),
+            host: hca.lock().memory().host().clone(),
         });
         // The device keeps only a weak link back: no reference cycle.
         let weak = Arc::downgrade(&events);
@@ -179,8 +183,8 @@ impl Context {
         self.hca.flush();
     }
 
-    fn host(&self) -> std::sync::Arc<dyn HostMemory> {
-        self.hca.lock().memory().host().clone()
+    fn host(&self) -> &std::sync::Arc<dyn HostMemory> {
+        &self.events.host
     }
 
     fn alloc_ring(&self, shape: RingDesc) -> Result<RingDesc> {

@@ -381,6 +381,7 @@ impl UdpDevice {
                 rx_scratch: sys::ReceiveScratch::new(),
                 tx_scratch: sys::SendScratch::new(),
                 gso_refused: false,
+                app_poll_was_empty: true,
                 tx_buffer: vec![0u8; MAX_PACKET_LEN],
                 batch: TxBatch::default(),
                 send_sockets: HashMap::new(),
@@ -550,6 +551,8 @@ struct Io {
     tx_scratch: sys::SendScratch,
     /// The kernel refused a GSO send: offload is off from then on.
     gso_refused: bool,
+    /// The application's last poll found no datagram.
+    app_poll_was_empty: bool,
     tx_buffer: Vec<u8>,
     batch: TxBatch,
     /// One socket per UDP source port in use; `None` when the port could
@@ -663,7 +666,13 @@ impl Runtime {
                 // looks at its deadline before that.
                 let now = self.now_ns();
                 let sent = self.transmit_some(&mut io, now);
-                let received = self.receive_some(&mut io, now);
+                // A poll after an empty one is an application waiting for a
+                // message: one datagram with `recvmsg` (cheaper) and back to
+                // it; a stream (the last poll found something) is taken in
+                // batches.
+                let single = io.app_poll_was_empty;
+                let received = self.receive_some(&mut io, now, single);
+                io.app_poll_was_empty = received == 0;
                 if received > 0 {
                     io.deferred_since_ns.get_or_insert(now);
                 }
@@ -674,7 +683,7 @@ impl Runtime {
             } else {
                 for _ in 0..8 {
                     let now = self.now_ns();
-                    let received = self.receive_some(&mut io, now);
+                    let received = self.receive_some(&mut io, now, false);
                     let sent = self.transmit_some(&mut io, now);
                     if received == 0 && sent == 0 {
                         break;
@@ -688,16 +697,20 @@ impl Runtime {
     }
 
     /// Takes one batch from the socket into the HCA.
-    fn receive_some(&self, io: &mut Io, now_ns: u64) -> usize {
+    fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
         let Io { rx_buffers, rx_meta, rx_scratch, capture, frame, stats, .. } = io;
-        let count =
-            match sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta) {
-                Ok(n) => n,
-                Err(_) => {
-                    stats.rx_dropped += 1;
-                    0
-                }
-            };
+        let result = if single {
+            sys::receive_one(&self.socket, rx_scratch, &mut rx_buffers[0], HEADROOM, rx_meta)
+        } else {
+            sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta)
+        };
+        let count = match result {
+            Ok(n) => n,
+            Err(_) => {
+                stats.rx_dropped += 1;
+                0
+            }
+        };
         if count == 0 {
             return 0;
         }

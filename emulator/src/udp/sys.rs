@@ -207,35 +207,79 @@ pub(crate) fn receive_batch(
         };
     }
     for i in 0..received as usize {
-        let hdr = &scratch.headers[i].msg_hdr;
-        // Every message is reported, so that `out[i]` stays `buffers[i]`.
-        let source = socket_addr(&scratch.names[i]);
-        let truncated = hdr.msg_flags & libc::MSG_TRUNC != 0;
-        let mut segment_size = None;
-        // SAFETY: the kernel filled `msg_control`/`msg_controllen` for this
-        // header; CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length, and
-        // CMSG_DATA of a UDP_GRO message holds one int.
-        unsafe {
-            let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
-            while !cmsg.is_null() {
-                let int_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
-                if (*cmsg).cmsg_level == SOL_UDP
-                    && (*cmsg).cmsg_type == UDP_GRO
-                    && (*cmsg).cmsg_len as usize >= int_len
-                {
-                    let size =
-                        std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-                    segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
-                }
-                cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
-            }
-        }
-        let len = scratch.headers[i].msg_len as usize;
-        // A GRO "run" shorter than one segment is just a datagram.
-        let segment_size = segment_size.filter(|&s| s < len);
-        out.push(Received { len, source, truncated, segment_size });
+        out.push(describe(scratch, i));
     }
     Ok(received as usize)
+}
+
+/// Receives one datagram (or GRO run) without blocking into `buffer` from
+/// byte `offset` on, with `recvmsg`: cheaper than `recvmmsg` for the polls
+/// of a waiting application, which mostly find nothing.
+pub(crate) fn receive_one(
+    socket: &UdpSocket,
+    scratch: &mut ReceiveScratch,
+    buffer: &mut [u8],
+    offset: usize,
+    out: &mut Vec<Received>,
+) -> io::Result<usize> {
+    out.clear();
+    let Some(space) = buffer.get_mut(offset..) else {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    };
+    scratch.iovecs[0] = libc::iovec { iov_base: space.as_mut_ptr().cast(), iov_len: space.len() };
+    let hdr = &mut scratch.headers[0].msg_hdr;
+    hdr.msg_name = (&mut scratch.names[0] as *mut libc::sockaddr_storage).cast();
+    hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    hdr.msg_iov = &mut scratch.iovecs[0];
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = scratch.controls[0].as_mut_ptr().cast();
+    hdr.msg_controllen = CONTROL_LEN as _;
+    hdr.msg_flags = 0;
+    // SAFETY: the header points at an iovec, a name and a control buffer
+    // in `scratch` with their true lengths, and the iovec into `buffer`,
+    // all borrowed mutably for the call. MSG_DONTWAIT: it never blocks.
+    let received = unsafe { libc::recvmsg(socket.as_raw_fd(), hdr, libc::MSG_DONTWAIT) };
+    if received < 0 {
+        let err = io::Error::last_os_error();
+        return match err.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(err),
+        };
+    }
+    scratch.headers[0].msg_len = received as u32;
+    out.push(describe(scratch, 0));
+    Ok(1)
+}
+
+/// What the kernel reported for message `i` of the scratch.
+fn describe(scratch: &ReceiveScratch, i: usize) -> Received {
+    let hdr = &scratch.headers[i].msg_hdr;
+    // Every message is reported, so that `out[i]` stays `buffers[i]`.
+    let source = socket_addr(&scratch.names[i]);
+    let truncated = hdr.msg_flags & libc::MSG_TRUNC != 0;
+    let mut segment_size = None;
+    // SAFETY: the kernel filled `msg_control`/`msg_controllen` for this
+    // header; CMSG_FIRSTHDR/CMSG_NXTHDR stay within that length, and
+    // CMSG_DATA of a UDP_GRO message of at least CMSG_LEN(int) bytes holds
+    // one int.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(hdr);
+        while !cmsg.is_null() {
+            let int_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as usize;
+            if (*cmsg).cmsg_level == SOL_UDP
+                && (*cmsg).cmsg_type == UDP_GRO
+                && (*cmsg).cmsg_len as usize >= int_len
+            {
+                let size = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+                segment_size = usize::try_from(size).ok().filter(|&s| s > 0);
+            }
+            cmsg = libc::CMSG_NXTHDR(hdr, cmsg);
+        }
+    }
+    let len = scratch.headers[i].msg_len as usize;
+    // A GRO "run" shorter than one segment is just a datagram.
+    let segment_size = segment_size.filter(|&s| s < len);
+    Received { len, source, truncated, segment_size }
 }
 
 /// Sends `payload` to `destination` as datagrams of `segment_size` bytes
