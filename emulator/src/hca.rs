@@ -1035,6 +1035,12 @@ impl SharedHca {
         self.driver.get().and_then(std::sync::Weak::upgrade)
     }
 
+    /// Whether a driver was attached and has since stopped (its device was
+    /// closed): nothing moves packets for this HCA any more.
+    pub fn driver_gone(&self) -> bool {
+        self.driver.get().is_some_and(|d| d.strong_count() == 0)
+    }
+
     /// The time to hand the HCA: the driver's clock, or (on the simulated
     /// fabric) the latest time the HCA saw.
     pub fn now(&self) -> Instant {

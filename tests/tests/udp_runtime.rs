@@ -213,3 +213,32 @@ fn a_cq_reusing_a_destroyed_cqs_index_does_not_inherit_its_channel() {
         "the completion event goes to next_event: {events:?}"
     );
 }
+
+#[test]
+fn verbs_on_a_closed_device_fail_instead_of_hanging() {
+    let dev =
+        uroce_emulator::udp::UdpDevice::open(config(6, 1, ProgressMode::HYBRID, None)).unwrap();
+    let ctx = uroce_verbs::Context::open(dev.hca());
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16).unwrap();
+    let init = QpInitAttr {
+        qp_type: QpType::Rc,
+        send_cq: &cq,
+        recv_cq: &cq,
+        srq: None,
+        cap: cap(),
+        sq_sig_all: false,
+    };
+    let qp = pd.create_qp(&init).unwrap();
+    let peer = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 6, 2)));
+    bring_up(&qp, Some((peer, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
+    let mr = pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    assert!(cq.poll(1).unwrap().is_empty(), "open: polls work");
+    drop(dev);
+    assert!(cq.poll(1).is_err(), "closed: poll_cq reports it");
+    let mut send = SendWr::new(1, WrOpcode::Send);
+    send.sg_list = vec![mr.sge(0, 64)];
+    assert_eq!(qp.post_send(&[send]).map_err(|(i, _)| i), Err(0), "closed: post_send reports it");
+    let recv = RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, 64)] };
+    assert!(qp.post_recv(&[recv]).is_err(), "closed: post_recv reports it");
+}

@@ -172,6 +172,15 @@ impl Context {
         self.hca.notify_if_events();
     }
 
+    /// Refuses work on a device whose runtime has stopped (its
+    /// `UdpDevice` was dropped): it would never move.
+    fn check_open(&self) -> Result<()> {
+        if self.hca.driver_gone() {
+            return Err(Error::Invalid("the device was closed (its runtime has stopped)"));
+        }
+        Ok(())
+    }
+
     /// Lets the device's runtime move packets in this thread (UDP runtime;
     /// nothing on the simulated fabric).
     fn progress(&self) {
@@ -634,6 +643,7 @@ impl Cq {
 
     /// `ibv_poll_cq`: up to `max` completions, oldest first.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        self.ctx.check_open()?;
         self.ctx.progress();
         let host = self.ctx.host();
         let producer = host.load_acquire_u32(self.ring.base + PRODUCER_OFFSET)?;
@@ -685,6 +695,7 @@ pub struct Srq {
 impl Srq {
     /// `ibv_post_srq_recv`.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), (usize, Error)> {
+        self.ctx.check_open().map_err(|e| (0, e))?;
         let host = self.ctx.host();
         let mut producer = self.producer.get();
         for (i, wr) in wrs.iter().enumerate() {
@@ -881,6 +892,7 @@ impl Qp {
     /// failed (the ones before it were posted) and why. One doorbell for
     /// the whole chain.
     pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), (usize, Error)> {
+        self.ctx.check_open().map_err(|e| (0, e))?;
         let host = self.ctx.host();
         let state = self.state.get();
         let mut posted = 0;
@@ -964,6 +976,7 @@ impl Qp {
         if self.state.get() == QpState::Reset {
             return Err((0, Error::Invalid("post_recv on a QP in RESET")));
         }
+        self.ctx.check_open().map_err(|e| (0, e))?;
         let host = self.ctx.host();
         let mut producer = self.rq_producer.get();
         let mut posted = 0;
