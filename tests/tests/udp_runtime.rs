@@ -242,3 +242,38 @@ fn verbs_on_a_closed_device_fail_instead_of_hanging() {
     let recv = RecvWr { wr_id: 1, sg_list: vec![mr.sge(0, 64)] };
     assert!(qp.post_recv(&[recv]).is_err(), "closed: post_recv reports it");
 }
+
+#[test]
+fn a_source_port_in_use_elsewhere_falls_back_to_4791_with_a_correct_icrc() {
+    let a = Node::open(config(7, 1, ProgressMode::HYBRID, None), 64).unwrap();
+    let b = Node::open(config(7, 2, ProgressMode::HYBRID, None), 64).unwrap();
+    let qa = a.qp(QpType::Rc, cap()).unwrap();
+    let qb = b.qp(QpType::Rc, cap()).unwrap();
+    // Someone else holds the port rxe's hash gives this QP pair on A.
+    let sport = uroce_wire::udp_port::connected_sport(qa.qpn(), qb.qpn(), 0);
+    let squatter = std::net::UdpSocket::bind((Ipv4Addr::new(127, 93, 7, 1), sport)).unwrap();
+    let t = default_tuning();
+    bring_up(&qa, Some((b.gid(), qb.qpn(), 0)), &t, 0).unwrap();
+    bring_up(&qb, Some((a.gid(), qa.qpn(), 0)), &t, 0).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+    ma.write(0, &data).unwrap();
+    qb.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![mb.sge(0, 4096)] }]).unwrap();
+    let mut send = SendWr::new(1, WrOpcode::Send);
+    send.sg_list = vec![ma.sge(0, 3000)];
+    send.flags = SendFlags::SIGNALED;
+    qa.post_send(&[send]).unwrap();
+    assert_eq!(
+        b.wait(1, Duration::from_secs(3)).first().map(|c| c.status),
+        Some(WcStatus::Success)
+    );
+    assert_eq!(mb.read_vec(0, 3000).unwrap(), data);
+    assert_eq!(
+        a.wait(1, Duration::from_secs(3)).first().map(|c| c.status),
+        Some(WcStatus::Success)
+    );
+    assert!(a.dev.stats().tx_port_fallbacks >= 3, "{:?}", a.dev.stats());
+    assert_eq!(b.dev.counters().rcvd_icrc_err, 0);
+    drop(squatter);
+}

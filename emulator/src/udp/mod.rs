@@ -80,6 +80,8 @@ const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 const GSO_MAX_SEGMENTS: usize = 64;
 /// GSO: at most this many bytes per send (a UDP datagram's limit).
 const GSO_MAX_BYTES: usize = 65_000;
+/// How long a source port that could not be bound is left alone.
+const PORT_RETRY_NS: u64 = 1_000_000_000;
 /// Packets per `sendmmsg` batch.
 const TX_BATCH: usize = 64;
 /// Bytes per batch.
@@ -385,6 +387,7 @@ impl UdpDevice {
                 tx_buffer: vec![0u8; MAX_PACKET_LEN],
                 batch: TxBatch::default(),
                 send_sockets: HashMap::new(),
+                unbindable_ports: HashMap::new(),
                 faults: config.faults.map(Faults::new),
                 delayed: BinaryHeap::new(),
                 delayed_seq: 0,
@@ -555,9 +558,12 @@ struct Io {
     app_poll_was_empty: bool,
     tx_buffer: Vec<u8>,
     batch: TxBatch,
-    /// One socket per UDP source port in use; `None` when the port could
-    /// not be bound (packets then leave from port 4791).
-    send_sockets: HashMap<u16, Option<UdpSocket>>,
+    /// One socket per UDP source port in use.
+    send_sockets: HashMap<u16, UdpSocket>,
+    /// Ports that could not be bound (in use by another socket, or out of
+    /// descriptors), and when to try again; meanwhile their packets leave
+    /// from port 4791.
+    unbindable_ports: HashMap<u16, u64>,
     faults: Option<Faults>,
     delayed: BinaryHeap<Reverse<Delayed>>,
     delayed_seq: u64,
@@ -832,11 +838,21 @@ impl Runtime {
             return;
         }
         let source_port = u16::from_be_bytes([packet[header_len], packet[header_len + 1]]);
-        let bound = io
-            .send_sockets
-            .entry(source_port)
-            .or_insert_with(|| self.bind_source_port(source_port))
-            .is_some();
+        let bound = io.send_sockets.contains_key(&source_port)
+            || match io.unbindable_ports.get(&source_port) {
+                Some(&retry_at_ns) if now_ns < retry_at_ns => false,
+                _ => match self.bind_source_port(source_port) {
+                    Some(socket) => {
+                        io.send_sockets.insert(source_port, socket);
+                        io.unbindable_ports.remove(&source_port);
+                        true
+                    }
+                    None => {
+                        io.unbindable_ports.insert(source_port, now_ns + PORT_RETRY_NS);
+                        false
+                    }
+                },
+            };
         let flip = |bytes: &mut [u8]| {
             if let Some(bit) = flip_bit {
                 if let Some(byte) = bytes.get_mut(header_len + 8 + bit / 8) {
@@ -897,9 +913,7 @@ impl Runtime {
     fn flush_batch(&self, io: &mut Io) {
         let Io { batch, send_sockets, stats, tx_scratch, gso_refused, .. } = io;
         let Some(port) = batch.port.take() else { return };
-        let socket = port
-            .and_then(|p| send_sockets.get(&p).and_then(Option::as_ref))
-            .unwrap_or(&self.socket);
+        let socket = port.and_then(|p| send_sockets.get(&p)).unwrap_or(&self.socket);
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
         if !self.offload && batch.packets.len() > 1 {
             // Requests before responses (each class in its own order: they
