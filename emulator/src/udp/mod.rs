@@ -84,8 +84,6 @@ const GSO_MAX_BYTES: usize = 65_000;
 const PORT_RETRY_NS: u64 = 1_000_000_000;
 /// Packets per `sendmmsg` batch.
 const TX_BATCH: usize = 64;
-/// Bytes per batch.
-const TX_BATCH_BYTES: usize = 512 << 10;
 
 /// How the background thread waits when it is in charge of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -535,16 +533,14 @@ impl Ord for Delayed {
     }
 }
 
-/// Packets waiting to leave from one socket in one system call.
+/// Packets waiting to leave, sent after the HCA lock is released.
 #[derive(Default)]
 struct TxBatch {
-    /// The source port they leave from (`Some(None)`: port 4791's socket);
-    /// `None` while the batch is empty.
-    port: Option<Option<u16>>,
     /// Their UDP payloads, back to back.
     bytes: Vec<u8>,
-    /// (offset in `bytes`, length, destination) of each.
-    packets: Vec<(usize, usize, IpAddr)>,
+    /// (offset in `bytes`, length, destination, source port; `None`: port
+    /// 4791's socket) of each.
+    packets: Vec<(usize, usize, IpAddr, Option<u16>)>,
 }
 
 struct Io {
@@ -763,24 +759,39 @@ impl Runtime {
             self.send_packet(io, now_ns, &mut d.packet, d.destination, d.flip_bit);
             sent += 1;
         }
-        let mut hca = self.hca.lock();
-        if hca.poll_timeout().is_some_and(|at| at <= now) {
-            hca.handle_timeout(now);
-        }
         let mut buffer = std::mem::take(&mut io.tx_buffer);
         // A panic between the take and the put-back leaves it empty.
         buffer.resize(MAX_PACKET_LEN, 0);
-        for _ in 0..TRANSMIT_BURST {
-            let Some(Transmit { destination, len }) = hca.poll_transmit(now, &mut buffer) else {
+        let mut first_round = true;
+        loop {
+            // Packets are taken from the HCA under its lock and sent after it
+            // is released: no system call holds up the application's verbs.
+            let mut drained = true;
+            {
+                let mut hca = self.hca.lock();
+                if first_round && hca.poll_timeout().is_some_and(|at| at <= now) {
+                    hca.handle_timeout(now);
+                }
+                while io.batch.packets.len() < TX_BATCH && sent < TRANSMIT_BURST {
+                    let Some(Transmit { destination, len }) = hca.poll_transmit(now, &mut buffer)
+                    else {
+                        break;
+                    };
+                    io.stats.tx_packets += 1;
+                    sent += 1;
+                    self.dispatch(io, now_ns, &mut buffer[..len], destination);
+                }
+                if io.batch.packets.len() >= TX_BATCH && sent < TRANSMIT_BURST {
+                    drained = false;
+                }
+            }
+            first_round = false;
+            self.flush_batch(io);
+            if drained {
                 break;
-            };
-            io.stats.tx_packets += 1;
-            sent += 1;
-            self.dispatch(io, now_ns, &mut buffer[..len], destination);
+            }
         }
-        drop(hca);
         io.tx_buffer = buffer;
-        self.flush_batch(io);
         sent
     }
 
@@ -896,88 +907,99 @@ impl Runtime {
             write_frame(sink, frame, stats, now_ns, packet);
         }
         let payload = &packet[ip_header_len(packet) + 8..];
-        let batch = &io.batch;
-        let full =
-            batch.packets.len() >= TX_BATCH || batch.bytes.len() + payload.len() > TX_BATCH_BYTES;
-        if batch.port != Some(source_port) || full {
-            self.flush_batch(io);
-        }
         let batch = &mut io.batch;
-        batch.port = Some(source_port);
-        batch.packets.push((batch.bytes.len(), payload.len(), destination));
+        batch.packets.push((batch.bytes.len(), payload.len(), destination, source_port));
         batch.bytes.extend_from_slice(payload);
     }
 
-    /// Sends the batched packets: with `sendmmsg`, or with offload, runs of
-    /// equal-sized packets to one destination as single GSO sends.
+    /// Sends the batched packets, one group per source port: with
+    /// `sendmmsg`, or with offload, runs of equal-sized packets to one
+    /// destination as single GSO sends.
     fn flush_batch(&self, io: &mut Io) {
         let Io { batch, send_sockets, stats, tx_scratch, gso_refused, .. } = io;
-        let Some(port) = batch.port.take() else { return };
-        let socket = port.and_then(|p| send_sockets.get(&p)).unwrap_or(&self.socket);
+        if batch.packets.is_empty() {
+            return;
+        }
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
-        if !self.offload && batch.packets.len() > 1 {
-            // Requests before responses (each class in its own order: they
-            // are separate PSN streams): a request an application posted in
-            // reaction to a completion must not wait behind the ACK of the
-            // packet that completed.
-            let bytes = &batch.bytes;
-            batch.packets.sort_by_key(|&(start, _, _)| is_response(bytes[start]));
+        let bytes = &batch.bytes;
+        if self.offload {
+            // Grouped by port, each group in its order (GSO runs need the
+            // packets back to back).
+            batch.packets.sort_by_key(|&(_, _, _, port)| port);
+        } else {
+            // Grouped by port; in each, requests before responses (each
+            // class in its own order: they are separate PSN streams): a
+            // request an application posted in reaction to a completion
+            // must not wait behind the ACK of the packet that completed.
+            batch.packets.sort_by_key(|&(start, _, _, port)| (port, is_response(bytes[start])));
         }
         let packets = &batch.packets;
-        let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(packets.len());
-        let mut i = 0;
-        while i < packets.len() {
-            let (start, segment, destination) = packets[i];
-            let mut j = i + 1;
-            let mut end = start + segment;
-            if self.offload && !*gso_refused {
-                // Every packet of a GSO run but the last has the run's size.
-                while j < packets.len()
-                    && packets[j].0 == end
-                    && j - i < GSO_MAX_SEGMENTS
-                    && packets[j].2 == destination
-                    && packets[j].1 <= segment
-                    && packets[j - 1].1 == segment
-                    && packets[j].0 + packets[j].1 - start <= GSO_MAX_BYTES
-                {
-                    end = packets[j].0 + packets[j].1;
-                    j += 1;
+        let mut group = 0;
+        while group < packets.len() {
+            let port = packets[group].3;
+            let group_end = packets[group..]
+                .iter()
+                .position(|p| p.3 != port)
+                .map_or(packets.len(), |n| group + n);
+            let socket = port.and_then(|p| send_sockets.get(&p)).unwrap_or(&self.socket);
+            let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(group_end - group);
+            let mut i = group;
+            while i < group_end {
+                let (start, segment, destination, _) = packets[i];
+                let mut j = i + 1;
+                let mut end = start + segment;
+                if self.offload && !*gso_refused {
+                    // Every packet of a GSO run but the last has the run's
+                    // size.
+                    while j < group_end
+                        && packets[j].0 == end
+                        && j - i < GSO_MAX_SEGMENTS
+                        && packets[j].2 == destination
+                        && packets[j].1 <= segment
+                        && packets[j - 1].1 == segment
+                        && packets[j].0 + packets[j].1 - start <= GSO_MAX_BYTES
+                    {
+                        end = packets[j].0 + packets[j].1;
+                        j += 1;
+                    }
                 }
+                let mut gso_sent = false;
+                if j - i > 1 {
+                    stats.tx_calls += 1;
+                    let run = &bytes[start..end];
+                    match sys::send_segmented(socket, run, to(destination), segment as u16) {
+                        Ok(_) => gso_sent = true,
+                        // Refused (no checksum offload on the way out, or a
+                        // route MTU below the segment): the same runs would
+                        // fail on every retransmission, so send these singly
+                        // and stop asking for GSO.
+                        Err(_) => {
+                            *gso_refused = true;
+                            stats.tx_gso_refused += 1;
+                        }
+                    }
+                }
+                if !gso_sent {
+                    for &(start, len, destination, _) in &packets[i..j] {
+                        singles.push((&bytes[start..start + len], to(destination)));
+                    }
+                }
+                i = j;
             }
-            let mut gso_sent = false;
-            if j - i > 1 {
+            let mut sent = 0;
+            while sent < singles.len() {
                 stats.tx_calls += 1;
-                let bytes = &batch.bytes[start..end];
-                match sys::send_segmented(socket, bytes, to(destination), segment as u16) {
-                    Ok(_) => gso_sent = true,
-                    // Refused (no checksum offload on the way out, or a
-                    // route MTU below the segment): the same runs would
-                    // fail on every retransmission, so send these singly
-                    // and stop asking for GSO.
-                    Err(_) => {
-                        *gso_refused = true;
-                        stats.tx_gso_refused += 1;
+                match sys::send_batch(socket, tx_scratch, &singles[sent..]) {
+                    Ok(n) if n > 0 => sent += n,
+                    _ => {
+                        // The first datagram is refused (lost); go on with
+                        // the rest.
+                        stats.tx_errors += 1;
+                        sent += 1;
                     }
                 }
             }
-            if !gso_sent {
-                for &(start, len, destination) in &packets[i..j] {
-                    singles.push((&batch.bytes[start..start + len], to(destination)));
-                }
-            }
-            i = j;
-        }
-        let mut sent = 0;
-        while sent < singles.len() {
-            stats.tx_calls += 1;
-            match sys::send_batch(socket, tx_scratch, &singles[sent..]) {
-                Ok(n) if n > 0 => sent += n,
-                _ => {
-                    // The first datagram is refused (lost); go on with the rest.
-                    stats.tx_errors += 1;
-                    sent += 1;
-                }
-            }
+            group = group_end;
         }
         batch.bytes.clear();
         batch.packets.clear();
