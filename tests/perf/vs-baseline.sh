@@ -6,7 +6,8 @@
 # Builds uroce and ../shared/baseline (in target/baseline), measures the
 # baseline figures the issue compares against, then runs `uroce bench` as two
 # processes (server 127.0.0.1, client 127.0.0.2) and prints each figure with
-# its ratio. Loopback only; every run is bounded by `timeout`. Takes ~2 min.
+# its ratio (uroce figures: the median of three runs). Loopback only; every
+# run is bounded by `timeout`. Takes ~2 min.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -28,6 +29,11 @@ pair() {
   wait "$server" || true
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+# The median of three runs of `pair ARGS` for metric $1 (the machine is shared and noisy).
+median3() {
+  local name=$1; shift
+  for _ in 1 2 3; do pair "$@" | metric "$name"; done | sort -g | sed -n 2p
+}
 
 echo "# baseline (../shared/baseline), same run"
 blast=$("$baseline" udp-blast --sizes 64,4124 --modes plain,mmsg32,gso_gro --open-loop-only)
@@ -40,18 +46,18 @@ echo "udp-blast plain 4124 B: $plain_4124 GB/s; gso_gro 4124 B: $gro_4124 GB/s"
 echo "udp-blast mmsg32 64 B: $mmsg_64 datagrams/s; busy UDP ping-pong RTT: $busy_rtt us"
 
 echo "# RC WRITE 64 KiB, two processes"
-write=$(pair write bw -s 65536 -n 20000 | metric write_bw_65536)
-write_gso=$(pair write bw -s 65536 -n 40000 --offload | metric write_bw_65536)
+write=$(median3 write_bw_65536 write bw -s 65536 -n 20000)
+write_gso=$(median3 write_bw_65536 write bw -s 65536 -n 40000 --offload)
 echo "metric=ratio_write_bw_64KiB_to_plain value=$(ratio "$write" "$plain_4124") unit=x ($write GB/s)"
 echo "metric=ratio_write_bw_64KiB_offload_to_plain value=$(ratio "$write_gso" "$plain_4124") unit=x ($write_gso GB/s)"
 
 echo "# RC SEND 64 B ping-pong, two processes"
-lat=$(pair send lat -s 64 -n 20000 | metric send_lat_64)
+lat=$(median3 send_lat_64 send lat -s 64 -n 20000)
 rtt=$(awk -v l="$lat" 'BEGIN { printf "%.3f", 2 * l }')
 echo "metric=ratio_send_rtt_64B_to_busy_udp value=$(ratio "$rtt" "$busy_rtt") unit=x (RTT $rtt us)"
 
 echo "# 8 B RDMA WRITE message rate, batched posts, two processes"
-rate=$(pair write bw -s 8 -n 1000000 | metric write_msgrate_8)
+rate=$(median3 write_msgrate_8 write bw -s 8 -n 1000000)
 pps=$(awk -v r="$rate" 'BEGIN { printf "%.0f", r * 1e6 }')
 echo "metric=ratio_write_msgrate_8B_to_mmsg32 value=$(ratio "$pps" "$mmsg_64") unit=x ($pps msg/s)"
 
