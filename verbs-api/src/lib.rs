@@ -656,8 +656,10 @@ impl Cq {
             out.push(cqe);
             consumer = consumer.wrapping_add(1);
         }
-        self.consumer.set(consumer);
-        host.store_release_u32(self.ring.base + CONSUMER_OFFSET, consumer)?;
+        if !out.is_empty() {
+            self.consumer.set(consumer);
+            host.store_release_u32(self.ring.base + CONSUMER_OFFSET, consumer)?;
+        }
         Ok(out)
     }
 

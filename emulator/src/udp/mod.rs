@@ -647,8 +647,9 @@ impl Runtime {
         // not put the background thread off: the libibverbs event loop arms
         // the CQ, polls and posts, then sleeps on the channel, and only the
         // event it waits for ends that (`deliver_events`).
+        let started_ns = self.now_ns();
         if app {
-            self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
+            self.last_app_ns.store(started_ns, Ordering::Relaxed);
         }
         let mut moved = false;
         {
@@ -666,7 +667,7 @@ impl Runtime {
                 // else when it takes over (`APP_ACTIVE_NS` after the last
                 // call), or `DEFERRED_ACK_NS` after the receive if it
                 // looks at its deadline before that.
-                let now = self.now_ns();
+                let now = started_ns;
                 let sent = self.transmit_some(&mut io, now);
                 // A poll after an empty one is an application waiting for a
                 // message: one datagram with `recvmsg` (cheaper) and back to
