@@ -277,3 +277,43 @@ fn a_source_port_in_use_elsewhere_falls_back_to_4791_with_a_correct_icrc() {
     assert_eq!(b.dev.counters().rcvd_icrc_err, 0);
     drop(squatter);
 }
+
+#[test]
+fn ipv6_two_qps_of_one_device_on_the_loopback_address() {
+    // IPv6 loopback has one address, so one device talks to itself.
+    let mut c = UdpConfig::new(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST));
+    c.progress = ProgressMode::HYBRID;
+    let a = match Node::open(c, 64) {
+        Ok(a) => a,
+        // A host without IPv6 cannot bind ::1 at all.
+        Err(e) if e.contains("binding") => {
+            eprintln!("skipped: no IPv6 loopback here ({e})");
+            return;
+        }
+        Err(e) => panic!("IPv6 loopback device: {e}"),
+    };
+    let q1 = a.qp(QpType::Rc, cap()).unwrap();
+    let q2 = a.qp(QpType::Rc, cap()).unwrap();
+    let t = default_tuning();
+    bring_up(&q1, Some((a.gid(), q2.qpn(), 0)), &t, 0).unwrap();
+    bring_up(&q2, Some((a.gid(), q1.qpn(), 0)), &t, 0).unwrap();
+    let m = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let data: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 1) as u8).collect();
+    m.write(0, &data).unwrap();
+    q2.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![m.sge(8192, 8192)] }]).unwrap();
+    let mut send = SendWr::new(1, WrOpcode::Send);
+    send.sg_list = vec![m.sge(0, 5000)];
+    send.flags = SendFlags::SIGNALED;
+    let mut read = SendWr::new(2, WrOpcode::RdmaRead);
+    read.sg_list = vec![m.sge(32_768, 5000)];
+    read.remote = uroce_verbs::RemoteTarget { addr: m.addr(), rkey: m.rkey() };
+    read.flags = SendFlags::SIGNALED;
+    q1.post_send(&[send, read]).unwrap();
+    let got = a.wait(3, Duration::from_secs(3));
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    assert_eq!(m.read_vec(8192, 5000).unwrap(), data, "SEND over IPv6");
+    assert_eq!(m.read_vec(32_768, 5000).unwrap(), data, "READ over IPv6");
+    let c = a.dev.counters();
+    assert_eq!((c.rcvd_icrc_err, c.rcvd_malformed), (0, 0));
+}
