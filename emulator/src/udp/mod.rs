@@ -277,6 +277,12 @@ pub struct UdpStats {
     pub background_steps: u64,
     /// Frames that could not be written to the capture file.
     pub capture_errors: u64,
+    /// The receive buffer the kernel granted the socket (bounded by
+    /// `net.core.rmem_max`): bursts beyond it are dropped and retransmitted.
+    pub receive_buffer_bytes: usize,
+    /// The background thread stopped on a panic (a bug): the device still
+    /// moves on the application's own verbs calls, not on its own.
+    pub background_failed: bool,
 }
 
 /// A uroce device on the real network. Keep it alive while the
@@ -329,10 +335,13 @@ impl UdpDevice {
         if !config.offload {
             setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
         }
-        setup(
-            "sizing the receive buffer",
-            sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map(drop),
-        )?;
+        // The kernel grants at most net.core.rmem_max (doubled for its
+        // bookkeeping); a small grant means bursts overflow into drops and
+        // retransmissions, so the figure is reported in the stats.
+        let receive_buffer_bytes =
+            sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map_err(|e| {
+                UdpError::Io(format!("sizing the receive buffer on {addr}:{ROCE_PORT}"), e)
+            })?;
         setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
         // GRO is an optimisation: a kernel without it still works.
         let _ = sys::enable_gro(&socket);
@@ -393,7 +402,7 @@ impl UdpDevice {
                 capture,
                 capture_file,
                 frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
-                stats: UdpStats::default(),
+                stats: UdpStats { receive_buffer_bytes, ..UdpStats::default() },
             }),
         });
         let driver: Arc<dyn Driver> = runtime.clone();
@@ -402,7 +411,12 @@ impl UdpDevice {
             let rt = runtime.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("uroce {addr}"))
-                .spawn(move || rt.background())
+                .spawn(move || {
+                    let run = std::panic::AssertUnwindSafe(|| rt.background());
+                    if std::panic::catch_unwind(run).is_err() {
+                        lock(&rt.io).stats.background_failed = true;
+                    }
+                })
                 .map_err(|e| UdpError::Io("starting the progress thread".into(), e))?;
             Some(handle)
         } else {
