@@ -156,3 +156,23 @@ impl NetArgs {
         Ok(())
     }
 }
+
+/// Connects `qa` on `a` and `qb` on `b` to each other (RC or UC), both
+/// starting at PSN 0, with `tuning`.
+pub fn connect_pair(a: &Node, qa: &Qp, b: &Node, qb: &Qp, tuning: &Tuning) -> Result<(), String> {
+    bring_up(qa, Some((b.gid(), qb.qpn(), 0)), tuning, 0)?;
+    bring_up(qb, Some((a.gid(), qa.qpn(), 0)), tuning, 0)
+}
+
+/// A QP of `qp_type` whose send and receive completions go to `cq`.
+pub fn qp_on(pd: &Pd, cq: &Cq, qp_type: QpType, cap: QpCap) -> Result<Qp, String> {
+    pd.create_qp(&QpInitAttr {
+        qp_type,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap,
+        sq_sig_all: false,
+    })
+    .map_err(|e| format!("create_qp: {e}"))
+}

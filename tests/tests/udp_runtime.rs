@@ -6,12 +6,12 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
-use uroce::app::{bring_up, default_tuning, wait_cq, Node, ALL_ACCESS};
+use uroce::app::{bring_up, connect_pair, default_tuning, qp_on, wait_cq, Node, ALL_ACCESS};
 use uroce_emulator::command::{AhAttr, Gid, QpCap};
 use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WcStatus, WrOpcode};
 use uroce_emulator::udp::{FaultSpec, ProgressMode, UdpConfig};
 use uroce_emulator::Event;
-use uroce_verbs::{AttrMask, CompChannel, QpInitAttr, QueuePairAttr, RecvWr, SendWr};
+use uroce_verbs::{AttrMask, CompChannel, QueuePairAttr, RecvWr, SendWr};
 
 fn cap() -> QpCap {
     QpCap {
@@ -53,9 +53,7 @@ fn a_delayed_packet_of_a_quiet_sender_leaves_on_time() {
         let b = Node::open(config(1, 2, ProgressMode::HYBRID, None), 64).unwrap();
         let qa = a.qp(QpType::Rc, cap()).unwrap();
         let qb = b.qp(QpType::Rc, cap()).unwrap();
-        let t = default_tuning();
-        bring_up(&qa, Some((b.gid(), qb.qpn(), 0)), &t, 0).unwrap();
-        bring_up(&qb, Some((a.gid(), qa.qpn(), 0)), &t, 0).unwrap();
+        connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
         let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
         let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
         for i in 0..3 {
@@ -83,15 +81,7 @@ fn a_retransmit_timer_armed_after_the_application_slept_fires_on_time() {
         let a = Node::open(config(2, 1 + n as u8, mode, None), 64).unwrap();
         let channel = a.ctx.create_comp_channel().unwrap();
         let cq = a.ctx.create_cq_with_channel(64, &channel).unwrap();
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap: cap(),
-            sq_sig_all: false,
-        };
-        let qa = a.pd.create_qp(&init).unwrap();
+        let qa = qp_on(&a.pd, &cq, QpType::Rc, cap()).unwrap();
         let mut t = default_tuning();
         t.timeout = 10; // 4.2 ms per try
         t.retry_cnt = 1;
@@ -153,15 +143,7 @@ fn a_flush_raised_by_a_command_wakes_the_channel() {
     let a = Node::open(config(4, 1, ProgressMode::Event, None), 64).unwrap();
     let channel = a.ctx.create_comp_channel().unwrap();
     let cq = a.ctx.create_cq_with_channel(64, &channel).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: cap(),
-        sq_sig_all: false,
-    };
-    let qa = a.pd.create_qp(&init).unwrap();
+    let qa = qp_on(&a.pd, &cq, QpType::Rc, cap()).unwrap();
     let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 4, 99)));
     bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
@@ -186,15 +168,7 @@ fn a_cq_reusing_a_destroyed_cqs_index_does_not_inherit_its_channel() {
     old.destroy().map_err(|(_, e)| e).unwrap();
     let cq = a.ctx.create_cq(64).unwrap();
     assert_eq!(cq.index(), index, "the table reuses the index");
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: cap(),
-        sq_sig_all: false,
-    };
-    let qa = a.pd.create_qp(&init).unwrap();
+    let qa = qp_on(&a.pd, &cq, QpType::Rc, cap()).unwrap();
     let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 5, 99)));
     bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
@@ -221,15 +195,7 @@ fn verbs_on_a_closed_device_fail_instead_of_hanging() {
     let ctx = uroce_verbs::Context::open(dev.hca());
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap: cap(),
-        sq_sig_all: false,
-    };
-    let qp = pd.create_qp(&init).unwrap();
+    let qp = qp_on(&pd, &cq, QpType::Rc, cap()).unwrap();
     let peer = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 6, 2)));
     bring_up(&qp, Some((peer, Qpn::new(0x11), 0)), &default_tuning(), 0).unwrap();
     let mr = pd.alloc_mr(4096, ALL_ACCESS).unwrap();
@@ -252,9 +218,7 @@ fn a_source_port_in_use_elsewhere_falls_back_to_4791_with_a_correct_icrc() {
     // Someone else holds the port rxe's hash gives this QP pair on A.
     let sport = uroce_wire::udp_port::connected_sport(qa.qpn(), qb.qpn(), 0);
     let squatter = std::net::UdpSocket::bind((Ipv4Addr::new(127, 93, 7, 1), sport)).unwrap();
-    let t = default_tuning();
-    bring_up(&qa, Some((b.gid(), qb.qpn(), 0)), &t, 0).unwrap();
-    bring_up(&qb, Some((a.gid(), qa.qpn(), 0)), &t, 0).unwrap();
+    connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
     let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();

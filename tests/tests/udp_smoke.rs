@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
-use uroce::app::{bring_up, default_tuning, Node, ALL_ACCESS};
+use uroce::app::{connect_pair, default_tuning, Node, ALL_ACCESS};
 use uroce_emulator::command::QpCap;
 use uroce_emulator::types::{QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_emulator::udp::UdpConfig;
@@ -24,9 +24,7 @@ fn send_write_read_between_two_devices() {
     let b = Node::open(UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 81, 0, 2))), 256).unwrap();
     let qa = a.qp(QpType::Rc, cap()).unwrap();
     let qb = b.qp(QpType::Rc, cap()).unwrap();
-    let t = default_tuning();
-    bring_up(&qa, Some((b.gid(), qb.qpn(), 0)), &t, 0).unwrap();
-    bring_up(&qb, Some((a.gid(), qa.qpn(), 0)), &t, 0).unwrap();
+    connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
     let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
     let data: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
