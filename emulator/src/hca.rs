@@ -984,7 +984,7 @@ pub struct SharedHca {
 }
 
 /// The functions a [`SharedHca`] calls when events are waiting.
-type Notifiers = Arc<std::sync::Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>>;
+type Notifiers = Arc<std::sync::Mutex<Vec<Arc<dyn Fn() -> bool + Send + Sync>>>>;
 
 /// A runtime that the application's own verbs calls can drive: `poll_cq`,
 /// `post_send` and `post_recv` call [`Driver::progress`] so that packets
@@ -1073,7 +1073,9 @@ impl SharedHca {
 
     /// Registers a function called (with the HCA unlocked, possibly from
     /// the runtime's thread) whenever a runtime step leaves events waiting.
-    pub fn on_events(&self, notify: Box<dyn Fn() + Send + Sync>) {
+    /// It returns whether it wants to be called again: a driver whose
+    /// context is gone returns `false` and is dropped.
+    pub fn on_events(&self, notify: Box<dyn Fn() -> bool + Send + Sync>) {
         self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::from(notify));
     }
 
@@ -1082,8 +1084,12 @@ impl SharedHca {
         if self.lock().has_events() {
             // Called with no lock held: a notifier may drive the device.
             let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            for notify in notifiers {
-                notify();
+            let finished: Vec<_> = notifiers.into_iter().filter(|notify| !notify()).collect();
+            if !finished.is_empty() {
+                self.notifiers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|n| !finished.iter().any(|f| Arc::ptr_eq(f, n)));
             }
         }
     }

@@ -121,10 +121,13 @@ impl Context {
         });
         // The device keeps only a weak link back: no reference cycle.
         let weak = Arc::downgrade(&events);
-        hca.on_events(Box::new(move || {
-            if let Some(events) = weak.upgrade() {
+        hca.on_events(Box::new(move || match weak.upgrade() {
+            Some(events) => {
                 dispatch(&events);
+                true
             }
+            // The context is gone: stop being called.
+            None => false,
         }));
         Context { hca: hca.clone(), events }
     }
