@@ -198,6 +198,13 @@ impl Hca {
         self.qps.get(qp_index(qpn)?)
     }
 
+    /// Whether some QP may have a packet to send now: a driver that
+    /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
+    /// back without waiting for a timer.
+    pub fn has_transmit_ready(&self) -> bool {
+        !self.sched.is_empty()
+    }
+
     /// Whether events are waiting for [`Hca::poll_event`].
     pub fn has_events(&self) -> bool {
         !self.events.is_empty()

@@ -1035,7 +1035,15 @@ impl Runtime {
     /// When the device next needs attention by itself (a timer or a
     /// delayed packet), in runtime nanoseconds.
     fn next_deadline_ns(&self) -> Option<u64> {
-        let timer = self.hca.lock().poll_timeout().map(Instant::as_nanos);
+        let timer = {
+            let hca = self.hca.lock();
+            // Packets left behind by a burst limit are due now.
+            if hca.has_transmit_ready() {
+                Some(0)
+            } else {
+                hca.poll_timeout().map(Instant::as_nanos)
+            }
+        };
         let delayed = {
             let io = lock(&self.io);
             let held = io.delayed.peek().map(|Reverse(d)| d.due_ns);
