@@ -194,23 +194,32 @@ impl Hca {
         self.fail_oldest(now, index, status);
     }
 
+    /// The send-queue entry a READ response or atomic ACK at `psn` belongs
+    /// to, if `psn` is the one the completer expects. A response ahead of
+    /// it means something before it was lost: go back (once). One behind is
+    /// a duplicate: dropped. An expected PSN no WQE owns is a ghost:
+    /// counted and dropped.
+    fn expected_response_entry(&mut self, now: Instant, index: u32, psn: Psn) -> Option<u32> {
+        let expected = self.qps.get(index as usize)?.comp.psn;
+        if psn != expected {
+            if psn.is_after(expected) {
+                self.go_back_once(now, index);
+            }
+            return None;
+        }
+        let entry = self.entry_at_psn(index, psn);
+        if entry.is_none() {
+            self.counters.rcvd_ghost_response += 1;
+        }
+        entry
+    }
+
     fn on_atomic_ack(&mut self, now: Instant, index: u32, psn: Psn, orig: u64) {
         if self.qps.get(index as usize).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
             // Its AETH acknowledges everything before it.
             self.ack_up_to(now, index, psn.wrapping_sub(1));
         }
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
-        if psn != qp.comp.psn {
-            if psn.is_after(qp.comp.psn) {
-                // Something before it was lost: go back.
-                self.go_back_once(now, index);
-            }
-            return;
-        }
-        let Some(entry_index) = self.entry_at_psn(index, psn) else {
-            self.counters.rcvd_ghost_response += 1;
-            return;
-        };
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else { return };
         let qp = self.qps.get_mut(index as usize).expect("checked");
         let pd = qp.pd;
         let Some(entry) = qp.entry(entry_index) else { return };
@@ -270,18 +279,7 @@ impl Hca {
                 self.ack_up_to(now, index, first.wrapping_sub(1));
             }
         }
-        let Some(qp) = self.qps.get(index as usize) else { return };
-        if psn != qp.comp.psn {
-            if psn.is_after(qp.comp.psn) {
-                self.go_back_once(now, index);
-            }
-            // Behind: a duplicate response; drop it.
-            return;
-        }
-        let Some(entry_index) = self.entry_at_psn(index, psn) else {
-            self.counters.rcvd_ghost_response += 1;
-            return;
-        };
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else { return };
         let qp = self.qps.get(index as usize).expect("checked");
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return };

@@ -16,7 +16,7 @@ use crate::cqe::Cqe;
 use crate::endpoint::Transmit;
 use crate::hca::Hca;
 use crate::mr::{AccessError, Origin};
-use crate::qp::{InMessage, Resource, Response};
+use crate::qp::{InMessage, QpContext, Resource, Response};
 use crate::time::Instant;
 use crate::types::{Access, Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use crate::wqe::RecvWqe;
@@ -511,6 +511,19 @@ impl Hca {
         Ok(())
     }
 
+    /// QP `index`, if it is RC (READ and atomics exist only there) and
+    /// grants its peer `access`.
+    fn rc_granting(&self, index: u32, access: Access) -> Result<&QpContext, Refusal> {
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        if qp.qp_type != QpType::Rc {
+            return Err(Refusal::InvalidRequest);
+        }
+        if !qp.attr.qp_access_flags.contains(access) {
+            return Err(Refusal::AccessError);
+        }
+        Ok(qp)
+    }
+
     fn execute_read(
         &mut self,
         index: u32,
@@ -518,13 +531,7 @@ impl Hca {
     ) -> Result<(), Refusal> {
         let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
-        if qp.qp_type != QpType::Rc {
-            return Err(Refusal::InvalidRequest);
-        }
-        if !qp.attr.qp_access_flags.contains(Access::REMOTE_READ) {
-            return Err(Refusal::AccessError);
-        }
+        let qp = self.rc_granting(index, Access::REMOTE_READ)?;
         let (pd, qpn, mtu) = (qp.pd, qp.qpn, qp.mtu());
         let len = reth.dma_len();
         if len > self.config.max_msg_size {
@@ -556,13 +563,7 @@ impl Hca {
     ) -> Result<(), Refusal> {
         let atomic = packet.atomic_eth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
-        if qp.qp_type != QpType::Rc {
-            return Err(Refusal::InvalidRequest);
-        }
-        if !qp.attr.qp_access_flags.contains(Access::REMOTE_ATOMIC) {
-            return Err(Refusal::AccessError);
-        }
+        let qp = self.rc_granting(index, Access::REMOTE_ATOMIC)?;
         if atomic.va() % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }

@@ -30,7 +30,7 @@ use uroce_emulator::types::{
     make_key, Access, AttrMask, EventType, Lkey, Mtu, QpState, QpType, Qpn, SendFlags, WcFlags,
     WcOpcode, WcStatus, WrOpcode,
 };
-use uroce_emulator::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest, RECV_HEADER_LEN};
+use uroce_emulator::wqe::{RecvWqe, Sge, RECV_HEADER_LEN};
 use uroce_emulator::{Doorbell, Endpoint, Event, Hca, Instant, SharedHca, Transmit};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Context, Cq, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, Srq};
@@ -2049,27 +2049,6 @@ pub fn hca_wqes_report(data: &[u8]) -> RunReport {
     report
 }
 
-/// A verbs send WR as the driver would put it in the ring.
-fn wqe_of(wr: &SendWr) -> SendWqe {
-    let (ah, remote_qpn, remote_qkey) = wr.ud.unwrap_or((0, Qpn::new(0), Qkey(0)));
-    let (payload, flags) = match &wr.inline_data {
-        Some(data) => (Payload::Inline(data.clone()), wr.flags | SendFlags::INLINE),
-        None => (Payload::Sges(wr.sg_list.clone()), wr.flags),
-    };
-    SendWqe {
-        wr_id: wr.wr_id,
-        opcode: wr.opcode,
-        flags,
-        imm_or_inv: wr.imm_or_inv,
-        remote_addr: wr.remote.addr,
-        rkey: wr.remote.rkey,
-        compare_add: wr.compare_add,
-        swap: wr.swap,
-        ud: UdDest { ah, remote_qpn, remote_qkey },
-        payload,
-    }
-}
-
 impl Wqes {
     fn new(inp: &mut Input<'_>) -> Wqes {
         let mut nodes = vec![Node::new(0), Node::new(1)];
@@ -2238,7 +2217,7 @@ impl Wqes {
         if let Some(hint) = hint.filter(|_| self.nodes[n].key_hints.len() < 16) {
             self.nodes[n].key_hints.push(hint);
         }
-        let wqe = wqe_of(&wr);
+        let wqe = wr.to_wqe();
         let mut slot = vec![0u8; stride];
         if wqe.encoded_len() <= stride {
             wqe.encode(&mut slot);

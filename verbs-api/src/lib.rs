@@ -359,22 +359,25 @@ impl Pd {
     pub fn alloc_mr(&self, length: u64, access: Access) -> Result<Mr> {
         let host = self.ctx.host();
         let addr = host.allocate(length.max(1), 4096).map_err(|_| Error::NoMemory("MR memory"))?;
-        let reply =
-            self.ctx.command(Command::RegMr { pd: self.index, addr, length, iova: addr, access });
-        match reply {
-            Ok(Reply::Mr { lkey, rkey }) => Ok(Mr {
+        self.register(addr, length, access, true).inspect_err(|_| {
+            host.free(addr);
+        })
+    }
+
+    /// Registers host memory at `addr` as an MR (`owned`: the MR frees it
+    /// when deregistered). The caller undoes its own allocation on error.
+    fn register(&self, addr: u64, length: u64, access: Access, owned: bool) -> Result<Mr> {
+        let command = Command::RegMr { pd: self.index, addr, length, iova: addr, access };
+        match self.ctx.command(command)? {
+            Reply::Mr { lkey, rkey } => Ok(Mr {
                 ctx: self.ctx.clone(),
                 addr,
                 length,
                 lkey: Lkey(lkey),
                 rkey: Rkey(rkey),
-                owned: true,
+                owned,
             }),
-            Ok(_) => unreachable!("RegMr answers Mr"),
-            Err(e) => {
-                host.free(addr);
-                Err(e)
-            }
+            _ => unreachable!("RegMr answers Mr"),
         }
     }
 
@@ -395,24 +398,9 @@ impl Pd {
         // asks for.
         let addr = unsafe { host.register_external(ptr, length) }
             .map_err(|_| Error::Invalid("this device cannot register external memory"))?;
-        let length = length as u64;
-        let reply =
-            self.ctx.command(Command::RegMr { pd: self.index, addr, length, iova: addr, access });
-        match reply {
-            Ok(Reply::Mr { lkey, rkey }) => Ok(Mr {
-                ctx: self.ctx.clone(),
-                addr,
-                length,
-                lkey: Lkey(lkey),
-                rkey: Rkey(rkey),
-                owned: false,
-            }),
-            Ok(_) => unreachable!("RegMr answers Mr"),
-            Err(e) => {
-                host.unregister_external(addr);
-                Err(e)
-            }
-        }
+        self.register(addr, length as u64, access, false).inspect_err(|_| {
+            host.unregister_external(addr);
+        })
     }
 
     /// `ibv_alloc_mw`.
@@ -785,6 +773,28 @@ pub struct SendWr {
 }
 
 impl SendWr {
+    /// The WQE the driver writes into the send ring for this WR, without
+    /// the QP's checks (opcode, SGE and inline limits, UD address).
+    pub fn to_wqe(&self) -> SendWqe {
+        let (ah, remote_qpn, remote_qkey) = self.ud.unwrap_or((0, Qpn::new(0), Qkey(0)));
+        let (payload, flags) = match &self.inline_data {
+            Some(data) => (Payload::Inline(data.clone()), self.flags | SendFlags::INLINE),
+            None => (Payload::Sges(self.sg_list.clone()), self.flags),
+        };
+        SendWqe {
+            wr_id: self.wr_id,
+            opcode: self.opcode,
+            flags,
+            imm_or_inv: self.imm_or_inv,
+            remote_addr: self.remote.addr,
+            rkey: self.remote.rkey,
+            compare_add: self.compare_add,
+            swap: self.swap,
+            ud: UdDest { ah, remote_qpn, remote_qkey },
+            payload,
+        }
+    }
+
     /// A WR with no data and no remote target.
     pub fn new(wr_id: u64, opcode: WrOpcode) -> SendWr {
         SendWr {
@@ -936,40 +946,19 @@ impl Qp {
         if !wr.opcode.allowed_on(self.qp_type) {
             return Err(Error::Invalid("opcode not allowed on this QP type"));
         }
-        let payload = match &wr.inline_data {
-            Some(data) => {
-                if data.len() > self.cap.max_inline_data as usize {
-                    return Err(Error::Invalid("inline data above max_inline_data"));
-                }
-                Payload::Inline(data.clone())
+        match &wr.inline_data {
+            Some(data) if data.len() > self.cap.max_inline_data as usize => {
+                return Err(Error::Invalid("inline data above max_inline_data"));
             }
-            None => {
-                if wr.sg_list.len() > self.cap.max_send_sge as usize {
-                    return Err(Error::Invalid("more SGEs than max_send_sge"));
-                }
-                Payload::Sges(wr.sg_list.clone())
+            None if wr.sg_list.len() > self.cap.max_send_sge as usize => {
+                return Err(Error::Invalid("more SGEs than max_send_sge"));
             }
-        };
-        let (ah, remote_qpn, remote_qkey) = wr.ud.unwrap_or((0, Qpn::new(0), Qkey(0)));
+            _ => {}
+        }
         if self.qp_type == QpType::Ud && wr.ud.is_none() {
             return Err(Error::Invalid("a UD send needs an address handle"));
         }
-        let mut flags = wr.flags;
-        if wr.inline_data.is_some() {
-            flags = flags | SendFlags::INLINE;
-        }
-        Ok(SendWqe {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            flags,
-            imm_or_inv: wr.imm_or_inv,
-            remote_addr: wr.remote.addr,
-            rkey: wr.remote.rkey,
-            compare_add: wr.compare_add,
-            swap: wr.swap,
-            ud: UdDest { ah, remote_qpn, remote_qkey },
-            payload,
-        })
+        Ok(wr.to_wqe())
     }
 
     /// `ibv_post_recv`: posts a chain; on failure, the index of the WR that

@@ -946,7 +946,9 @@ impl Runtime {
             // class in its own order: they are separate PSN streams): a
             // request an application posted in reaction to a completion
             // must not wait behind the ACK of the packet that completed.
-            batch.packets.sort_by_key(|&(start, _, _, port)| (port, is_response(bytes[start])));
+            batch.packets.sort_by_key(|&(start, _, _, port)| {
+                (port, bytes.get(start).is_some_and(|&op| is_response(op)))
+            });
         }
         let packets = &batch.packets;
         let mut group = 0;
