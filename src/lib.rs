@@ -7,5 +7,6 @@ pub mod cli;
 pub mod decode;
 pub mod demo;
 pub mod devinfo;
+pub mod oob;
 pub mod pingpong;
 pub mod swarm;
