@@ -23,8 +23,10 @@
 //! makes the exit status 1.
 
 use crate::app::NetArgs;
+use crate::oob::{self, OobListener};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
 use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WrOpcode};
@@ -843,51 +845,16 @@ fn io_error(what: &str, e: std::io::Error) -> String {
     }
 }
 
-/// Waits for one client on `listener` until `timeout` passes.
-fn accept(listener: &TcpListener, port: u16, timeout: Duration) -> Result<TcpStream, String> {
-    listener.set_nonblocking(true).map_err(|e| format!("Couldn't listen to port {port}: {e}"))?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false).map_err(|e| format!("accept() failed: {e}"))?;
-                return Ok(stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "accept() failed: no client connected within {} s",
-                        timeout.as_secs()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(format!("accept() failed: {e}")),
-        }
-    }
-}
-
 /// `pp_client_exch_dest`: connect, send ours, read theirs, send `done`.
-fn client_exchange(host: &str, port: u16, mine: &Dest, timeout: Duration) -> Result<Dest, String> {
-    let addrs: Vec<SocketAddr> =
-        (host, port).to_socket_addrs().map_err(|e| format!("{e} for {host}:{port}"))?.collect();
-    let mut last = None;
-    let mut stream = None;
-    for addr in &addrs {
-        match TcpStream::connect_timeout(addr, timeout) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let Some(mut stream) = stream else {
-        let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
-        return Err(format!("Couldn't connect to {host}:{port}: {why}"));
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
+fn client_exchange(
+    dev: &UdpDevice,
+    host: &str,
+    port: u16,
+    mine: &Dest,
+    timeout: Duration,
+) -> Result<Dest, String> {
+    let mut stream = oob::connect(dev, host, port, timeout)?;
+    stream.set_timeout(Some(timeout));
     stream.write_all(&mine.to_wire()).map_err(|e| io_error("Couldn't send local address", e))?;
     let mut msg = [0u8; MSG_LEN];
     stream.read_exact(&mut msg).map_err(|e| io_error("Couldn't read/write remote address", e))?;
@@ -904,13 +871,23 @@ fn client_exchange(host: &str, port: u16, mine: &Dest, timeout: Duration) -> Res
 /// `done`.
 fn server_exchange(
     session: &mut Session,
-    listener: &TcpListener,
+    listener: &OobListener,
     mine: &Dest,
 ) -> Result<Dest, String> {
     let plan = session.plan.clone();
-    let mut stream = accept(listener, plan.port, plan.accept_timeout)?;
-    let _ = stream.set_read_timeout(Some(plan.timeout));
-    let _ = stream.set_write_timeout(Some(plan.timeout));
+    let deadline = Instant::now() + plan.accept_timeout;
+    let never = AtomicBool::new(false);
+    let mut stream = listener.accept(Some(deadline), &never).map_err(|e| {
+        if e.ends_with("in time") {
+            format!(
+                "accept() failed: no client connected within {} s",
+                plan.accept_timeout.as_secs()
+            )
+        } else {
+            e
+        }
+    })?;
+    stream.set_timeout(Some(plan.timeout));
     let mut msg = [0u8; MSG_LEN];
     stream.read_exact(&mut msg).map_err(|e| io_error("Couldn't read remote address", e))?;
     let remote = Dest::from_wire(&msg).ok_or_else(|| {
@@ -959,15 +936,12 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
     // the line may start the client at once.
     let listener = match &plan.host {
         Some(_) => None,
-        None => Some(
-            TcpListener::bind(SocketAddr::new(dev.addr(), plan.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", plan.port))?,
-        ),
+        None => Some(OobListener::bind(&dev, plan.port)?),
     };
     let _ = writeln!(out, "{}", address_line("local", &mine, plan.transport));
     let _ = out.flush();
     let remote = match (&plan.host, &listener) {
-        (Some(host), _) => client_exchange(host, plan.port, &mine, plan.timeout)?,
+        (Some(host), _) => client_exchange(&dev, host, plan.port, &mine, plan.timeout)?,
         (None, Some(listener)) => server_exchange(&mut session, listener, &mine)?,
         (None, None) => return Err("the server has no listening socket".into()),
     };
