@@ -977,8 +977,12 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
         }
     }
     let _ = out.flush();
-    // Let the last packets (an ACK) leave before the device stops.
-    let linger = Instant::now() + Duration::from_millis(20);
+    // Let the last packets (an ACK) leave before the device stops. On a
+    // lossy link (faults) the last ACK may be lost, and the peer's
+    // retransmission (a QP timeout, 67 ms, later) must still be answered:
+    // stay for a few of its timeouts.
+    let linger_ms = if dev.has_faults() { 600 } else { 20 };
+    let linger = Instant::now() + Duration::from_millis(linger_ms);
     while Instant::now() < linger {
         dev.progress();
         std::thread::sleep(Duration::from_millis(1));

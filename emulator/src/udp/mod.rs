@@ -527,6 +527,11 @@ impl UdpDevice {
         Ok((socket, receive_buffer_bytes))
     }
 
+    /// Whether the device injects faults (`UROCE_FAULTS`).
+    pub fn has_faults(&self) -> bool {
+        lock(&self.runtime.io).faults.is_some()
+    }
+
     /// Whether the device is on the L2 transport (`UROCE_LINK`).
     pub fn is_link(&self) -> bool {
         self.runtime.link_remote.is_some()
