@@ -22,6 +22,8 @@
 //! is bounded (`--timeout`, `--accept-timeout`), and `-c` finding bad data
 //! makes the exit status 1.
 
+mod srq;
+
 use crate::app::NetArgs;
 use crate::oob::{self, OobListener};
 use std::io::{Read, Write};
@@ -125,6 +127,14 @@ pub struct PingpongArgs {
     /// 0x11111111, the size at most the port MTU).
     #[arg(long)]
     pub ud: bool,
+    /// Behave as ibv_srq_pingpong (`-q` RC QPs sharing one shared receive
+    /// queue).
+    #[arg(long, conflicts_with_all = ["ud", "uc"])]
+    pub srq: bool,
+    /// With `--srq`: the number of QPs (ibv_srq_pingpong's `-q`, default 16,
+    /// at most 256).
+    #[arg(short = 'q', long = "num-qp", value_name = "NUM", value_parser = parse_c_u32)]
+    pub num_qp: Option<u32>,
     /// Give up when no completion (or TCP progress) comes for this many
     /// seconds.
     #[arg(long, default_value = "10", value_name = "SECS",
@@ -212,6 +222,8 @@ struct Plan {
     host: Option<String>,
     timeout: Duration,
     accept_timeout: Duration,
+    /// `--srq`: the number of QPs.
+    srq_qps: Option<u32>,
 }
 
 fn plan(args: &PingpongArgs) -> Result<Plan, String> {
@@ -286,6 +298,20 @@ fn plan(args: &PingpongArgs) -> Result<Plan, String> {
     if args.iters == 0 {
         return Err("-n 0: at least one exchange is needed".into());
     }
+    let srq_qps = match (args.srq, args.num_qp) {
+        (false, Some(_)) => return Err("-q/--num-qp is an ibv_srq_pingpong flag: add --srq".into()),
+        (false, None) => None,
+        (true, n) => {
+            let n = n.unwrap_or(srq::DEFAULT_NUM_QP);
+            if n == 0 || n > srq::MAX_QP {
+                return Err(format!("-q {n}: 1 to {} QPs", srq::MAX_QP));
+            }
+            if args.chk || args.events {
+                return Err("-c and -e are not ibv_srq_pingpong flags".into());
+            }
+            Some(n)
+        }
+    };
     let default_size = if transport == Transport::Ud { 1024 } else { 4096 };
     Ok(Plan {
         transport,
@@ -301,6 +327,7 @@ fn plan(args: &PingpongArgs) -> Result<Plan, String> {
         host: args.host.clone(),
         timeout: Duration::from_secs(args.timeout),
         accept_timeout: Duration::from_secs(args.accept_timeout),
+        srq_qps,
     })
 }
 
@@ -323,7 +350,10 @@ pub fn run(args: &PingpongArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     };
     let result = UdpDevice::open(config)
         .map_err(|e| format!("Couldn't open the device: {e}"))
-        .and_then(|dev| pingpong(&plan, dev, out));
+        .and_then(|dev| match plan.srq_qps {
+            Some(num_qp) => srq::run(&plan, num_qp, dev, out).map(|()| Outcome::Clean),
+            None => pingpong(&plan, dev, out),
+        });
     let _ = out.flush();
     match result {
         Ok(Outcome::Clean) => 0,

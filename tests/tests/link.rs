@@ -142,6 +142,11 @@ fn ud_and_uc_pingpong_over_the_link() {
 }
 
 #[test]
+fn srq_pingpong_over_the_link() {
+    run_pair(8, &["pingpong", "--srq", "-q", "4", "-g", "1", "-n", "100", "-s", "2000"], &[], &[]);
+}
+
+#[test]
 fn link_mtu_4200_gives_path_mtu_4096() {
     let mtu = [("UROCE_MTU", "4200".to_string())];
     run_pair(4, &["pingpong", "-g", "1", "-n", "50", "-s", "8192", "-m", "4096", "-c"], &mtu, &mtu);
