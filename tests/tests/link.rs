@@ -88,7 +88,7 @@ fn run_pair(net: u8, args: &[&str], server_env: &[(&str, String)], client_env: &
     assert_eq!(server_code, Some(0), "server:\n{server_out}\nclient:\n{client_out}");
     for out in [&client_out, &server_out] {
         assert!(out.contains("iters in"), "{out}");
-        assert!(out.contains("GID ::ffff:169.254.0."), "{out}");
+        assert!(out.contains("GID ::ffff:169.254.0.") || out.contains("GID fe80::"), "{out}");
     }
 }
 
@@ -139,6 +139,13 @@ fn rc_pingpong_over_the_link_resolves_connects_and_checks_data() {
 fn ud_and_uc_pingpong_over_the_link() {
     run_pair(2, &["pingpong", "--ud", "-g", "1", "-n", "50", "-s", "512"], &[], &[]);
     run_pair(3, &["pingpong", "--uc", "-g", "1", "-n", "50", "-s", "2048", "-c"], &[], &[]);
+}
+
+#[test]
+fn link_local_gid_0_over_ipv6() {
+    // On a link the device writes its own headers: GID index 0 (fe80::,
+    // IPv6, resolved with neighbour discovery) works as GID 1 does.
+    run_pair(9, &["pingpong", "-g", "0", "-n", "50", "-s", "4096", "-c"], &[], &[]);
 }
 
 #[test]
