@@ -31,6 +31,8 @@ enum Command {
     /// {bw|lat}`; server without a host, client with one, or both ends in
     /// this process with `--loopback`.
     Bench(crate::bench::BenchArgs),
+    /// rxe-opcodes (tests/interop/vm): the opcodes and cases the stock tools never send, data checked end to end, against uroce or rxe in either role.
+    Opcodes(crate::opcodes::OpcodesArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
     ///
     /// Every UDP datagram to port 4791 is read as RoCEv2: its transport
@@ -132,6 +134,7 @@ where
         Command::Devinfo(args) => crate::devinfo::run(&args, out, err),
         Command::Pingpong(args) => crate::pingpong::run(&args, out, err),
         Command::Bench(args) => crate::bench::run(&args, out, err),
+        Command::Opcodes(args) => crate::opcodes::run(&args, out, err),
         Command::Decode { file, format } => decode::run(&file, format, out, err),
         Command::Sim {
             seed,
