@@ -8,5 +8,6 @@ pub mod decode;
 pub mod demo;
 pub mod devinfo;
 pub mod oob;
+pub mod perftest;
 pub mod pingpong;
 pub mod swarm;
