@@ -10,15 +10,17 @@
 //! and timeouts.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use uroce_emulator::udp::UdpDevice;
+use uroce_emulator::udp::{LinkTcpListener, LinkTcpStream, UdpDevice};
 
 /// A connected out-of-band stream.
 pub enum OobStream {
     /// A kernel TCP connection (UDP runtime).
     Tcp(TcpStream),
+    /// A connection of the device's own stack, on its link (L2 transport).
+    Link(LinkTcpStream),
 }
 
 impl OobStream {
@@ -29,6 +31,10 @@ impl OobStream {
                 let _ = stream.set_read_timeout(timeout);
                 let _ = stream.set_write_timeout(timeout);
             }
+            OobStream::Link(stream) => {
+                stream.set_read_timeout(timeout);
+                stream.set_write_timeout(timeout);
+            }
         }
     }
 
@@ -36,6 +42,7 @@ impl OobStream {
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match self {
             OobStream::Tcp(stream) => stream.peer_addr().ok(),
+            OobStream::Link(stream) => stream.peer_addr(),
         }
     }
 }
@@ -44,6 +51,7 @@ impl Read for OobStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             OobStream::Tcp(stream) => stream.read(buf),
+            OobStream::Link(stream) => stream.read(buf),
         }
     }
 }
@@ -52,11 +60,13 @@ impl Write for OobStream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             OobStream::Tcp(stream) => stream.write(buf),
+            OobStream::Link(stream) => stream.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
             OobStream::Tcp(stream) => stream.flush(),
+            OobStream::Link(stream) => stream.flush(),
         }
     }
 }
@@ -65,11 +75,20 @@ impl Write for OobStream {
 pub enum OobListener {
     /// A kernel TCP listener (UDP runtime).
     Tcp(TcpListener),
+    /// A listener of the device's own stack, on its link (L2 transport).
+    Link(LinkTcpListener),
 }
 
 impl OobListener {
-    /// Listens on `port` (0: any) at the device's address.
+    /// Listens on `port` (0: any, on the UDP runtime) at the device's
+    /// address.
     pub fn bind(dev: &UdpDevice, port: u16) -> Result<OobListener, String> {
+        if dev.is_link() {
+            return dev
+                .link_tcp_listen(port)
+                .map(OobListener::Link)
+                .map_err(|e| format!("Couldn't listen to port {port}: {e}"));
+        }
         TcpListener::bind(SocketAddr::new(dev.addr(), port))
             .map(OobListener::Tcp)
             .map_err(|e| format!("Couldn't listen to port {port}: {e}"))
@@ -79,6 +98,7 @@ impl OobListener {
     pub fn port(&self) -> u16 {
         match self {
             OobListener::Tcp(listener) => listener.local_addr().map_or(0, |a| a.port()),
+            OobListener::Link(listener) => listener.port(),
         }
     }
 
@@ -90,6 +110,16 @@ impl OobListener {
         abort: &AtomicBool,
     ) -> Result<OobStream, String> {
         match self {
+            OobListener::Link(listener) => match listener.accept(deadline, abort) {
+                Ok(stream) => Ok(OobStream::Link(stream)),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    Err("accept() failed: the run was aborted".into())
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Err("accept() failed: no client connected in time".into())
+                }
+                Err(e) => Err(format!("accept() failed: {e}")),
+            },
             OobListener::Tcp(listener) => {
                 listener.set_nonblocking(true).map_err(|e| format!("accept() failed: {e}"))?;
                 loop {
@@ -126,7 +156,16 @@ pub fn connect(
     port: u16,
     timeout: Duration,
 ) -> Result<OobStream, String> {
-    let _ = dev;
+    if dev.is_link() {
+        // No resolver on the link: the peer is an address.
+        let ip: IpAddr = host.parse().map_err(|_| {
+            format!("Couldn't connect to {host}:{port}: over a link the peer must be an IP address")
+        })?;
+        return dev
+            .link_tcp_connect(ip, port, timeout)
+            .map(OobStream::Link)
+            .map_err(|e| format!("Couldn't connect to {host}:{port}: {e}"));
+    }
     let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("Couldn't connect to {host}:{port}: {e}"))?

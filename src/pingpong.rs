@@ -22,9 +22,13 @@
 //! is bounded (`--timeout`, `--accept-timeout`), and `-c` finding bad data
 //! makes the exit status 1.
 
+mod srq;
+
 use crate::app::NetArgs;
+use crate::oob::{self, OobListener};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::IpAddr;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
 use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WrOpcode};
@@ -123,6 +127,14 @@ pub struct PingpongArgs {
     /// 0x11111111, the size at most the port MTU).
     #[arg(long)]
     pub ud: bool,
+    /// Behave as ibv_srq_pingpong (`-q` RC QPs sharing one shared receive
+    /// queue).
+    #[arg(long, conflicts_with_all = ["ud", "uc"])]
+    pub srq: bool,
+    /// With `--srq`: the number of QPs (ibv_srq_pingpong's `-q`, default 16,
+    /// at most 256).
+    #[arg(short = 'q', long = "num-qp", value_name = "NUM", value_parser = parse_c_u32)]
+    pub num_qp: Option<u32>,
     /// Give up when no completion (or TCP progress) comes for this many
     /// seconds.
     #[arg(long, default_value = "10", value_name = "SECS",
@@ -210,6 +222,8 @@ struct Plan {
     host: Option<String>,
     timeout: Duration,
     accept_timeout: Duration,
+    /// `--srq`: the number of QPs.
+    srq_qps: Option<u32>,
 }
 
 fn plan(args: &PingpongArgs) -> Result<Plan, String> {
@@ -284,6 +298,20 @@ fn plan(args: &PingpongArgs) -> Result<Plan, String> {
     if args.iters == 0 {
         return Err("-n 0: at least one exchange is needed".into());
     }
+    let srq_qps = match (args.srq, args.num_qp) {
+        (false, Some(_)) => return Err("-q/--num-qp is an ibv_srq_pingpong flag: add --srq".into()),
+        (false, None) => None,
+        (true, n) => {
+            let n = n.unwrap_or(srq::DEFAULT_NUM_QP);
+            if n == 0 || n > srq::MAX_QP {
+                return Err(format!("-q {n}: 1 to {} QPs", srq::MAX_QP));
+            }
+            if args.chk || args.events {
+                return Err("-c and -e are not ibv_srq_pingpong flags".into());
+            }
+            Some(n)
+        }
+    };
     let default_size = if transport == Transport::Ud { 1024 } else { 4096 };
     Ok(Plan {
         transport,
@@ -299,6 +327,7 @@ fn plan(args: &PingpongArgs) -> Result<Plan, String> {
         host: args.host.clone(),
         timeout: Duration::from_secs(args.timeout),
         accept_timeout: Duration::from_secs(args.accept_timeout),
+        srq_qps,
     })
 }
 
@@ -321,7 +350,10 @@ pub fn run(args: &PingpongArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     };
     let result = UdpDevice::open(config)
         .map_err(|e| format!("Couldn't open the device: {e}"))
-        .and_then(|dev| pingpong(&plan, dev, out));
+        .and_then(|dev| match plan.srq_qps {
+            Some(num_qp) => srq::run(&plan, num_qp, dev, out).map(|()| Outcome::Clean),
+            None => pingpong(&plan, dev, out),
+        });
     let _ = out.flush();
     match result {
         Ok(Outcome::Clean) => 0,
@@ -843,51 +875,16 @@ fn io_error(what: &str, e: std::io::Error) -> String {
     }
 }
 
-/// Waits for one client on `listener` until `timeout` passes.
-fn accept(listener: &TcpListener, port: u16, timeout: Duration) -> Result<TcpStream, String> {
-    listener.set_nonblocking(true).map_err(|e| format!("Couldn't listen to port {port}: {e}"))?;
-    let deadline = Instant::now() + timeout;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false).map_err(|e| format!("accept() failed: {e}"))?;
-                return Ok(stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(format!(
-                        "accept() failed: no client connected within {} s",
-                        timeout.as_secs()
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(e) => return Err(format!("accept() failed: {e}")),
-        }
-    }
-}
-
 /// `pp_client_exch_dest`: connect, send ours, read theirs, send `done`.
-fn client_exchange(host: &str, port: u16, mine: &Dest, timeout: Duration) -> Result<Dest, String> {
-    let addrs: Vec<SocketAddr> =
-        (host, port).to_socket_addrs().map_err(|e| format!("{e} for {host}:{port}"))?.collect();
-    let mut last = None;
-    let mut stream = None;
-    for addr in &addrs {
-        match TcpStream::connect_timeout(addr, timeout) {
-            Ok(s) => {
-                stream = Some(s);
-                break;
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    let Some(mut stream) = stream else {
-        let why = last.map_or_else(|| "no address".to_string(), |e| e.to_string());
-        return Err(format!("Couldn't connect to {host}:{port}: {why}"));
-    };
-    let _ = stream.set_read_timeout(Some(timeout));
-    let _ = stream.set_write_timeout(Some(timeout));
+fn client_exchange(
+    dev: &UdpDevice,
+    host: &str,
+    port: u16,
+    mine: &Dest,
+    timeout: Duration,
+) -> Result<Dest, String> {
+    let mut stream = oob::connect(dev, host, port, timeout)?;
+    stream.set_timeout(Some(timeout));
     stream.write_all(&mine.to_wire()).map_err(|e| io_error("Couldn't send local address", e))?;
     let mut msg = [0u8; MSG_LEN];
     stream.read_exact(&mut msg).map_err(|e| io_error("Couldn't read/write remote address", e))?;
@@ -904,13 +901,23 @@ fn client_exchange(host: &str, port: u16, mine: &Dest, timeout: Duration) -> Res
 /// `done`.
 fn server_exchange(
     session: &mut Session,
-    listener: &TcpListener,
+    listener: &OobListener,
     mine: &Dest,
 ) -> Result<Dest, String> {
     let plan = session.plan.clone();
-    let mut stream = accept(listener, plan.port, plan.accept_timeout)?;
-    let _ = stream.set_read_timeout(Some(plan.timeout));
-    let _ = stream.set_write_timeout(Some(plan.timeout));
+    let deadline = Instant::now() + plan.accept_timeout;
+    let never = AtomicBool::new(false);
+    let mut stream = listener.accept(Some(deadline), &never).map_err(|e| {
+        if e.ends_with("in time") {
+            format!(
+                "accept() failed: no client connected within {} s",
+                plan.accept_timeout.as_secs()
+            )
+        } else {
+            e
+        }
+    })?;
+    stream.set_timeout(Some(plan.timeout));
     let mut msg = [0u8; MSG_LEN];
     stream.read_exact(&mut msg).map_err(|e| io_error("Couldn't read remote address", e))?;
     let remote = Dest::from_wire(&msg).ok_or_else(|| {
@@ -944,8 +951,11 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
         .ctx
         .query_gid(plan.gid_idx)
         .map_err(|e| format!("can't read sgid of index {}: {e}", plan.gid_idx))?;
+    // Over UDP the device sends from its address only (GID index 1); on a
+    // link it writes its own headers, so the link-local GID (index 0, IPv6)
+    // works too, as on rxe.
     let device_gid = Gid::from_ip(dev.addr());
-    if gid != device_gid {
+    if gid != device_gid && !dev.is_link() {
         return Err(format!(
             "GID index {} is {}, but uroce sends from the device's address {} (GID index 1): \
              use -g 1",
@@ -959,22 +969,21 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
     // the line may start the client at once.
     let listener = match &plan.host {
         Some(_) => None,
-        None => Some(
-            TcpListener::bind(SocketAddr::new(dev.addr(), plan.port))
-                .map_err(|e| format!("Couldn't listen to port {}: {e}", plan.port))?,
-        ),
+        None => Some(OobListener::bind(&dev, plan.port)?),
     };
     let _ = writeln!(out, "{}", address_line("local", &mine, plan.transport));
     let _ = out.flush();
     let remote = match (&plan.host, &listener) {
-        (Some(host), _) => client_exchange(host, plan.port, &mine, plan.timeout)?,
+        (Some(host), _) => client_exchange(&dev, host, plan.port, &mine, plan.timeout)?,
         (None, Some(listener)) => server_exchange(&mut session, listener, &mine)?,
         (None, None) => return Err("the server has no listening socket".into()),
     };
     drop(listener);
     let _ = writeln!(out, "{}", address_line("remote", &remote, plan.transport));
     let _ = out.flush();
-    check_reachable(dev.addr(), &remote)?;
+    if !dev.is_link() {
+        check_reachable(dev.addr(), &remote)?;
+    }
     if plan.host.is_some() {
         session.connect(mine.psn, &remote)?;
     }
@@ -1003,8 +1012,12 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
         }
     }
     let _ = out.flush();
-    // Let the last packets (an ACK) leave before the device stops.
-    let linger = Instant::now() + Duration::from_millis(20);
+    // Let the last packets (an ACK) leave before the device stops. On a
+    // lossy link (faults) the last ACK may be lost, and the peer's
+    // retransmission (a QP timeout, 67 ms, later) must still be answered:
+    // stay for a few of its timeouts.
+    let linger_ms = if dev.has_faults() { 600 } else { 20 };
+    let linger = Instant::now() + Duration::from_millis(linger_ms);
     while Instant::now() < linger {
         dev.progress();
         std::thread::sleep(Duration::from_millis(1));

@@ -16,6 +16,7 @@ pub mod cq;
 pub mod cqe;
 pub mod endpoint;
 pub mod hca;
+pub mod link;
 pub mod mem;
 pub mod mr;
 pub mod process_mem;

@@ -30,14 +30,19 @@
 //!   outgoing packets.
 
 mod faults;
+mod link_tcp;
 mod sys;
 
 pub use faults::{FaultSpec, FaultSpecError};
+pub use link_tcp::{LinkTcpListener, LinkTcpStream};
 
 use crate::command::Gid;
 use crate::config::{HcaConfig, Ipv4IdPolicy};
 use crate::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
 use crate::hca::{Driver, Hca, SharedHca};
+use crate::link::{
+    path_mtu_for_link, Egress, Ingress, LinkConfig, LinkHost, LinkStats, ETHERNET_HEADER_LEN,
+};
 use crate::process_mem::ProcessMemory;
 use crate::time::Instant;
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -152,6 +157,9 @@ pub struct UdpConfig {
     pub hca: HcaConfig,
     /// Bytes of host memory the device may allocate for rings and MRs.
     pub memory_budget_bytes: u64,
+    /// The L2 transport: the device is a host on a link of raw Ethernet
+    /// frames (`UROCE_LINK`) instead of sending UDP through the kernel.
+    pub link: Option<LinkConfig>,
 }
 
 impl UdpConfig {
@@ -167,24 +175,46 @@ impl UdpConfig {
             offload: false,
             hca: HcaConfig::default(),
             memory_budget_bytes: 16 << 30,
+            link: None,
         }
     }
 
     /// The configuration the environment asks for: `UROCE_ADDR` (default
     /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
     /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
-    /// path), `UROCE_OFFLOAD` (`1` for GSO).
+    /// path), `UROCE_OFFLOAD` (`1` for GSO), and for the L2 transport
+    /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`; `UROCE_ADDR`'s
+    /// `/prefix` then says what is on-link) and `UROCE_MTU` (the link MTU).
     pub fn from_env() -> Result<UdpConfig, UdpError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
 
     /// [`UdpConfig::from_env`] over any variable source.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<UdpConfig, UdpError> {
-        let addr = match var("UROCE_ADDR") {
-            Some(text) => parse_addr(&text)?,
-            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        let (addr, prefix_len) = match var("UROCE_ADDR") {
+            Some(text) => parse_addr_prefix(&text)?,
+            None => (IpAddr::V4(Ipv4Addr::LOCALHOST), None),
         };
         let mut config = UdpConfig::new(addr);
+        let mtu = var("UROCE_MTU").filter(|t| !t.trim().is_empty());
+        match var("UROCE_LINK").filter(|t| !t.trim().is_empty()) {
+            Some(text) => {
+                let (local, remote) =
+                    LinkConfig::parse_endpoints(&text).map_err(UdpError::Config)?;
+                let mtu = match mtu {
+                    Some(text) => LinkConfig::parse_mtu(&text).map_err(UdpError::Config)?,
+                    None => LinkConfig::DEFAULT_MTU,
+                };
+                let prefix_len = prefix_len.unwrap_or(if addr.is_ipv4() { 24 } else { 64 });
+                config.link = Some(LinkConfig { local, remote, prefix_len, mtu });
+            }
+            None if mtu.is_some() => {
+                return Err(UdpError::Config(
+                    "UROCE_MTU is the link MTU of the L2 transport: set UROCE_LINK too".into(),
+                ))
+            }
+            None => {}
+        }
         if let Some(text) = var("UROCE_PROGRESS") {
             config.progress = ProgressMode::parse(&text).ok_or_else(|| {
                 UdpError::Config(format!(
@@ -215,11 +245,31 @@ impl UdpConfig {
     }
 }
 
-/// Parses a device address: an IP, optionally with a `/prefix` (ignored
-/// here; the L2 transport uses it).
+/// Parses a device address: an IP, optionally with a `/prefix` (only the
+/// L2 transport uses it).
 pub fn parse_addr(text: &str) -> Result<IpAddr, UdpError> {
-    let ip = text.trim().split('/').next().unwrap_or_default();
-    ip.parse().map_err(|_| UdpError::Config(format!("UROCE_ADDR=`{text}` is not an IP address")))
+    parse_addr_prefix(text).map(|(ip, _)| ip)
+}
+
+/// Parses `ip[/prefix]`.
+pub fn parse_addr_prefix(text: &str) -> Result<(IpAddr, Option<u8>), UdpError> {
+    let bad = || UdpError::Config(format!("UROCE_ADDR=`{text}` is not an IP address[/prefix]"));
+    let (ip, prefix) = match text.trim().split_once('/') {
+        Some((ip, prefix)) => (ip, Some(prefix)),
+        None => (text.trim(), None),
+    };
+    let ip: IpAddr = ip.parse().map_err(|_| bad())?;
+    let prefix = match prefix {
+        Some(p) => {
+            let len: u8 = p.parse().map_err(|_| bad())?;
+            if len > if ip.is_ipv4() { 32 } else { 128 } {
+                return Err(bad());
+            }
+            Some(len)
+        }
+        None => None,
+    };
+    Ok((ip, prefix))
 }
 
 /// Why a device could not be opened.
@@ -283,6 +333,8 @@ pub struct UdpStats {
     /// The background thread stopped on a panic (a bug): the device still
     /// moves on the application's own verbs calls, not on its own.
     pub background_failed: bool,
+    /// The L2 transport's host (zero without `UROCE_LINK`).
+    pub link: LinkStats,
 }
 
 /// A uroce device on the real network. Keep it alive while the
@@ -322,32 +374,34 @@ impl UdpDevice {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(UdpError::Config(format!("{addr} cannot be a device address")));
         }
-        raise_file_limit();
-        let socket = UdpSocket::bind(SocketAddr::new(addr, ROCE_PORT))
-            .map_err(|e| UdpError::Io(format!("binding {addr}:{ROCE_PORT}"), e))?;
-        let ipv6 = addr.is_ipv6();
-        let setup = |what: &str, r: io::Result<()>| {
-            r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{ROCE_PORT}"), e))
+        let (socket, receive_buffer_bytes) = match &config.link {
+            Some(link) => Self::open_link_socket(link)?,
+            None => Self::open_roce_socket(&config)?,
         };
-        setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
-        // UDP GSO refuses sockets without checksums (EINVAL): with offload
-        // the datagrams carry one (masked out of the ICRC, so harmless).
-        if !config.offload {
-            setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
-        }
-        // The kernel grants at most net.core.rmem_max (doubled for its
-        // bookkeeping); a small grant means bursts overflow into drops and
-        // retransmissions, so the figure is reported in the stats.
-        let receive_buffer_bytes =
-            sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map_err(|e| {
-                UdpError::Io(format!("sizing the receive buffer on {addr}:{ROCE_PORT}"), e)
-            })?;
-        setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
-        // GRO is an optimisation: a kernel without it still works.
-        let _ = sys::enable_gro(&socket);
-
         let mut hca_config = config.hca.clone();
-        hca_config.ipv4_id = Ipv4IdPolicy::Zero;
+        let link = match &config.link {
+            Some(link) => {
+                // Every byte of the frame is ours: IPv4 IDs count, as rxe's
+                // do, and the port's MTU follows the link's.
+                hca_config.ipv4_id = Ipv4IdPolicy::Counter;
+                hca_config.active_mtu = path_mtu_for_link(link.mtu).ok_or_else(|| {
+                    UdpError::Config(format!("UROCE_MTU={} is too small for RoCE", link.mtu))
+                })?;
+                let host = LinkHost::new(
+                    mac_for(addr),
+                    addr,
+                    link.prefix_len,
+                    link.mtu,
+                    random_seed(),
+                    Instant::from_nanos(0),
+                );
+                Some((*link, host))
+            }
+            None => {
+                hca_config.ipv4_id = Ipv4IdPolicy::Zero;
+                None
+            }
+        };
         let gids = vec![Gid::link_local_from_mac(mac_for(addr)), Gid::from_ip(addr)];
         let memory = Arc::new(ProcessMemory::new(config.memory_budget_bytes));
         let hca =
@@ -372,9 +426,11 @@ impl UdpDevice {
         )
         .map_err(|e| UdpError::Io("creating an eventfd".into(), e.into()))?;
         let epoch = std::time::Instant::now();
+        let link_remote = link.as_ref().map(|(config, _)| config.remote);
         let runtime = Arc::new(Runtime {
             hca: hca.clone(),
             addr,
+            link_remote,
             mode: config.progress,
             offload: config.offload,
             socket,
@@ -403,6 +459,7 @@ impl UdpDevice {
                 capture_file,
                 frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
                 stats: UdpStats { receive_buffer_bytes, ..UdpStats::default() },
+                link: link.map(|(_, host)| host),
             }),
         });
         let driver: Arc<dyn Driver> = runtime.clone();
@@ -425,6 +482,61 @@ impl UdpDevice {
         Ok(UdpDevice { hca, runtime, thread })
     }
 
+    /// The socket RoCE packets arrive on (`addr:4791`), and the receive
+    /// buffer the kernel granted it.
+    fn open_roce_socket(config: &UdpConfig) -> Result<(UdpSocket, usize), UdpError> {
+        let addr = config.addr;
+        raise_file_limit();
+        let socket = UdpSocket::bind(SocketAddr::new(addr, ROCE_PORT))
+            .map_err(|e| UdpError::Io(format!("binding {addr}:{ROCE_PORT}"), e))?;
+        let ipv6 = addr.is_ipv6();
+        let setup = |what: &str, r: io::Result<()>| {
+            r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{ROCE_PORT}"), e))
+        };
+        setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
+        // UDP GSO refuses sockets without checksums (EINVAL): with offload
+        // the datagrams carry one (masked out of the ICRC, so harmless).
+        if !config.offload {
+            setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
+        }
+        // The kernel grants at most net.core.rmem_max (doubled for its
+        // bookkeeping); a small grant means bursts overflow into drops and
+        // retransmissions, so the figure is reported in the stats.
+        let receive_buffer_bytes =
+            sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES).map_err(|e| {
+                UdpError::Io(format!("sizing the receive buffer on {addr}:{ROCE_PORT}"), e)
+            })?;
+        setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
+        // GRO is an optimisation: a kernel without it still works.
+        let _ = sys::enable_gro(&socket);
+        Ok((socket, receive_buffer_bytes))
+    }
+
+    /// The link's socket: bound to the local end, connected to the remote
+    /// one (datagrams from anywhere else are not the link's).
+    fn open_link_socket(link: &LinkConfig) -> Result<(UdpSocket, usize), UdpError> {
+        let local = link.local;
+        let socket = UdpSocket::bind(local)
+            .map_err(|e| UdpError::Io(format!("binding the link's end {local}"), e))?;
+        socket
+            .connect(link.remote)
+            .map_err(|e| UdpError::Io(format!("connecting the link to {}", link.remote), e))?;
+        let receive_buffer_bytes = sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES)
+            .map_err(|e| UdpError::Io(format!("sizing the receive buffer on {local}"), e))?;
+        let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
+        Ok((socket, receive_buffer_bytes))
+    }
+
+    /// Whether the device injects faults (`UROCE_FAULTS`).
+    pub fn has_faults(&self) -> bool {
+        lock(&self.runtime.io).faults.is_some()
+    }
+
+    /// Whether the device is on the L2 transport (`UROCE_LINK`).
+    pub fn is_link(&self) -> bool {
+        self.runtime.link_remote.is_some()
+    }
+
     /// Opens the device the environment describes ([`UdpConfig::from_env`]).
     pub fn open_from_env() -> Result<UdpDevice, UdpError> {
         UdpDevice::open(UdpConfig::from_env()?)
@@ -445,7 +557,12 @@ impl UdpDevice {
     /// What the runtime counted (takes the runtime's I/O lock: see
     /// [`UdpDevice::hca`] for the lock order).
     pub fn stats(&self) -> UdpStats {
-        lock(&self.runtime.io).stats.clone()
+        let io = lock(&self.runtime.io);
+        let mut stats = io.stats.clone();
+        if let Some(link) = &io.link {
+            stats.link = link.stats();
+        }
+        stats
     }
 
     /// The HCA's counters (takes only the HCA lock).
@@ -503,6 +620,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Runtime {
     hca: SharedHca,
     addr: IpAddr,
+    /// The link's remote end (L2 transport), where every frame goes.
+    link_remote: Option<SocketAddr>,
     mode: ProgressMode,
     offload: bool,
     /// Bound to `addr:4791`: every packet arrives here.
@@ -585,6 +704,8 @@ struct Io {
     /// Scratch for one capture frame.
     frame: Vec<u8>,
     stats: UdpStats,
+    /// The L2 transport's host (ARP, NDP, TCP, frames).
+    link: Option<LinkHost>,
 }
 
 impl Driver for Runtime {
@@ -715,23 +836,29 @@ impl Runtime {
 
     /// Takes one batch from the socket into the HCA.
     fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
-        let Io { rx_buffers, rx_meta, rx_scratch, capture, frame, stats, .. } = io;
-        let result = if single {
-            sys::receive_one(&self.socket, rx_scratch, &mut rx_buffers[0], HEADROOM, rx_meta)
-        } else {
-            sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta)
-        };
-        let count = match result {
-            Ok(n) => n,
-            Err(_) => {
-                stats.rx_dropped += 1;
-                0
+        let count = {
+            let Io { rx_buffers, rx_meta, rx_scratch, stats, .. } = &mut *io;
+            let result = if single {
+                sys::receive_one(&self.socket, rx_scratch, &mut rx_buffers[0], HEADROOM, rx_meta)
+            } else {
+                sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta)
+            };
+            match result {
+                Ok(n) => n,
+                Err(_) => {
+                    stats.rx_dropped += 1;
+                    0
+                }
             }
         };
         if count == 0 {
             return 0;
         }
-        stats.rx_batches += 1;
+        io.stats.rx_batches += 1;
+        if io.link.is_some() {
+            return self.receive_frames(io, now_ns);
+        }
+        let Io { rx_buffers, rx_meta, capture, frame, stats, .. } = io;
         let now = Instant::from_nanos(now_ns);
         let mut hca = self.hca.lock();
         let mut datagrams = 0;
@@ -761,6 +888,118 @@ impl Runtime {
         }
         stats.rx_datagrams += datagrams;
         datagrams as usize
+    }
+
+    /// The L2 transport's receive: each datagram is one Ethernet frame;
+    /// RoCE frames go to the HCA as received (the fault injector may drop,
+    /// duplicate or corrupt them first), the rest to the link host.
+    fn receive_frames(&self, io: &mut Io, now_ns: u64) -> usize {
+        let now = Instant::from_nanos(now_ns);
+        let Io { rx_buffers, rx_meta, capture, stats, link, faults, .. } = io;
+        let Some(link) = link.as_mut() else { return 0 };
+        let mut frames = 0;
+        let mut host_frames = false;
+        {
+            let mut hca = self.hca.lock();
+            for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter()) {
+                if meta.truncated {
+                    stats.rx_dropped += 1;
+                    continue;
+                }
+                frames += 1;
+                let bytes = &buffer[HEADROOM..HEADROOM + meta.len];
+                if let Some(sink) = capture.as_mut() {
+                    write_raw_frame(sink, stats, bytes);
+                }
+                match link.ingress(now, bytes) {
+                    Ingress::Roce(packet) => {
+                        let Some(faults) = faults.as_mut() else {
+                            hca.receive(now, packet);
+                            continue;
+                        };
+                        let transport_start = ip_header_len(packet) + 8;
+                        let verdict = faults.decide(packet.len().saturating_sub(transport_start));
+                        if verdict.copies == 0 {
+                            stats.faults_lost += 1;
+                            continue;
+                        }
+                        if verdict.copies > 1 {
+                            stats.faults_duplicated += u64::from(verdict.copies - 1);
+                        }
+                        let mut corrupted;
+                        let packet = match verdict.flip_bit {
+                            Some(bit) => {
+                                stats.faults_corrupted += 1;
+                                corrupted = packet.to_vec();
+                                if let Some(byte) = corrupted.get_mut(transport_start + bit / 8) {
+                                    *byte ^= 1 << (bit % 8);
+                                }
+                                &corrupted[..]
+                            }
+                            None => packet,
+                        };
+                        for _ in 0..verdict.copies {
+                            hca.receive(now, packet);
+                        }
+                    }
+                    Ingress::Host => host_frames = true,
+                    Ingress::Dropped => stats.rx_dropped += 1,
+                }
+            }
+        }
+        if host_frames {
+            // ARP and NDP answers, TCP: queued for the next transmit.
+            link.poll(now);
+        }
+        stats.rx_datagrams += frames;
+        frames as usize
+    }
+
+    /// Sends what the link host has ready (its own frames, packets
+    /// released by a resolved neighbour), after running its timers.
+    fn queue_link_frames(&self, io: &mut Io, now_ns: u64) -> usize {
+        let Io { link, batch, capture, stats, .. } = io;
+        let Some(link) = link.as_mut() else { return 0 };
+        link.poll(Instant::from_nanos(now_ns));
+        let mut queued = 0;
+        while let Some(frame) = link.take_frame() {
+            if let Some(sink) = capture.as_mut() {
+                write_raw_frame(sink, stats, &frame);
+            }
+            batch.packets.push((batch.bytes.len(), frame.len(), self.addr, None));
+            batch.bytes.extend_from_slice(&frame);
+            queued += 1;
+        }
+        queued
+    }
+
+    /// The L2 transport's send: the packet in an Ethernet frame (or held
+    /// while its destination's MAC is asked for).
+    fn send_link_packet(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        packet: &[u8],
+        destination: IpAddr,
+        flip_bit: Option<usize>,
+    ) {
+        let Io { link, frame, capture, stats, batch, .. } = io;
+        let Some(link) = link.as_mut() else { return };
+        let now = Instant::from_nanos(now_ns);
+        if link.encapsulate(now, packet, destination, frame) != Egress::Ready {
+            return;
+        }
+        if let Some(bit) = flip_bit {
+            let at = ETHERNET_HEADER_LEN + ip_header_len(packet) + 8 + bit / 8;
+            if let Some(byte) = frame.get_mut(at) {
+                *byte ^= 1 << (bit % 8);
+            }
+        }
+        if let Some(sink) = capture.as_mut() {
+            write_raw_frame(sink, stats, frame);
+        }
+        batch.packets.push((batch.bytes.len(), frame.len(), destination, None));
+        batch.bytes.extend_from_slice(frame);
     }
 
     /// Fires due timers, releases due delayed packets, and sends up to a
@@ -801,6 +1040,7 @@ impl Runtime {
                 }
             }
             first_round = false;
+            sent += self.queue_link_frames(io, now_ns);
             self.flush_batch(io);
             if drained {
                 break;
@@ -858,6 +1098,10 @@ impl Runtime {
         destination: IpAddr,
         flip_bit: Option<usize>,
     ) {
+        if io.link.is_some() {
+            self.send_link_packet(io, now_ns, packet, destination, flip_bit);
+            return;
+        }
         let header_len = ip_header_len(packet);
         if packet.len() < header_len + 8 {
             io.stats.tx_errors += 1;
@@ -933,6 +1177,31 @@ impl Runtime {
     fn flush_batch(&self, io: &mut Io) {
         let Io { batch, send_sockets, stats, tx_scratch, gso_refused, .. } = io;
         if batch.packets.is_empty() {
+            return;
+        }
+        if let Some(remote) = self.link_remote {
+            // The L2 transport: every frame to the link's other end, in
+            // order (a released packet follows the ARP exchange, a TCP
+            // segment its predecessor).
+            let bytes = &batch.bytes;
+            let frames: Vec<(&[u8], SocketAddr)> = batch
+                .packets
+                .iter()
+                .map(|&(start, len, _, _)| (&bytes[start..start + len], remote))
+                .collect();
+            let mut sent = 0;
+            while sent < frames.len() {
+                stats.tx_calls += 1;
+                match sys::send_batch(&self.socket, tx_scratch, &frames[sent..]) {
+                    Ok(n) if n > 0 => sent += n,
+                    _ => {
+                        stats.tx_errors += 1;
+                        sent += 1;
+                    }
+                }
+            }
+            batch.bytes.clear();
+            batch.packets.clear();
             return;
         }
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
@@ -1047,13 +1316,17 @@ impl Runtime {
             }
         };
         let delayed = {
-            let io = lock(&self.io);
+            let mut io = lock(&self.io);
             let held = io.delayed.peek().map(|Reverse(d)| d.due_ns);
             let deferred = io.deferred_since_ns.map(|t| t + DEFERRED_ACK_NS);
-            match (held, deferred) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            }
+            let link = io.link.as_mut().and_then(|link| {
+                if link.has_work() {
+                    Some(0)
+                } else {
+                    link.poll_at_ns(Instant::from_nanos(self.now_ns()))
+                }
+            });
+            [held, deferred, link].into_iter().flatten().min()
         };
         match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -1141,6 +1414,13 @@ impl Runtime {
             let _ = rustix::io::read(&self.wake, &mut counter);
         }
     }
+}
+
+/// A seed nobody else has (smoltcp's TCP sequence numbers and ports):
+/// std's per-process random hash keys over the time.
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher;
+    std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }
 
 /// Raises the soft limit on open files to the hard limit: a device opens
@@ -1280,6 +1560,13 @@ fn write_frame(
     frame.extend_from_slice(packet);
     let timestamp = wall_clock_since_epoch(now_ns);
     if sink.write_frame(timestamp, frame).is_err() {
+        stats.capture_errors += 1;
+    }
+}
+
+/// Writes one Ethernet frame as it is (the L2 transport) to the capture.
+fn write_raw_frame(sink: &mut Capture, stats: &mut UdpStats, frame: &[u8]) {
+    if sink.write_frame(wall_clock_since_epoch(0), frame).is_err() {
         stats.capture_errors += 1;
     }
 }
