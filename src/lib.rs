@@ -9,5 +9,6 @@ pub mod demo;
 pub mod devinfo;
 pub mod oob;
 pub mod opcodes;
+pub mod perftest;
 pub mod pingpong;
 pub mod swarm;

@@ -1,0 +1,437 @@
+//! `uroce perftest` as two processes, as perftest's tools are run: the
+//! test binary runs itself twice (the child test below), once as the
+//! server and once as the client, each with its own device address on the
+//! UDP runtime (127.88.x.1 and 127.88.x.2, addresses no other test uses)
+//! and a TCP port of its own. The exchange itself is checked byte for byte
+//! against captures of the real perftest in the module's unit tests
+//! (`src/perftest/`); here the two ends run the traffic, check it, and
+//! fail cleanly on a bad peer.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
+/// the parent.
+const CHILD_ENV: &str = "UROCE_PERFTEST_CHILD";
+const SEP: char = '\u{1f}';
+/// How long a child may run before it is killed.
+const CHILD_LIMIT: Duration = Duration::from_secs(60);
+/// perftest's table header.
+const HEADER: &str =
+    " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
+
+/// The child: runs `uroce` with the arguments in [`CHILD_ENV`], printing
+/// straight to stdout, and exits with its status.
+#[test]
+fn perftest_child() {
+    let Ok(joined) = std::env::var(CHILD_ENV) else { return };
+    let args: Vec<String> = joined.split(SEP).map(str::to_string).collect();
+    // Start on a line of our own (the harness printed `test ... `).
+    println!();
+    let mut out = std::io::stdout();
+    let mut err = std::io::stderr();
+    let code =
+        uroce::cli::run(std::iter::once("uroce".to_string()).chain(args), &mut out, &mut err);
+    let _ = out.flush();
+    let _ = err.flush();
+    std::process::exit(code);
+}
+
+/// A running child and the threads collecting its output. Dropping it
+/// (a failed assertion) kills the child.
+struct Running {
+    child: Child,
+    stdout: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<String>>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What a child did.
+#[derive(Debug)]
+struct Finished {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+fn spawn(addr: &str, args: &[&str]) -> Running {
+    let exe = std::env::current_exe().expect("the test binary");
+    let mut child = Command::new(exe)
+        .args(["--exact", "perftest_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, args.join(&SEP.to_string()))
+        .env("UROCE_ADDR", addr)
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_CAPTURE")
+        .env_remove("UROCE_LINK")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    let stdout = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line.clone());
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    let mut stderr_pipe = child.stderr.take().expect("piped stderr");
+    let stderr = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = stderr_pipe.read_to_string(&mut all);
+        all
+    });
+    Running { child, stdout: Some(stdout), stderr: Some(stderr), lines }
+}
+
+impl Running {
+    /// Waits until a line containing `marker` is printed.
+    fn wait_for_line(&self, marker: &str, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(marker) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Waits for the child to exit, killing it at `deadline`.
+    fn finish(mut self, deadline: Instant) -> Finished {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        let join =
+            |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
+        let stdout = join(self.stdout.take());
+        let stderr = join(self.stderr.take());
+        Finished { code, stdout, stderr }
+    }
+}
+
+/// A server at `net.1` waiting on `port`, started with `flags` (which
+/// bound its waits with `--timeout`: a server left behind by a failed test
+/// stops by itself).
+fn server(net: &str, port: u16, flags: &[&str]) -> Running {
+    let port = port.to_string();
+    let mut args = vec!["perftest", "-p", &port];
+    args.extend_from_slice(flags);
+    let server = spawn(&format!("{net}.1"), &args);
+    assert!(
+        server.wait_for_line("Waiting for client", Duration::from_secs(20)),
+        "the server never listened: {:#?}",
+        server.finish(Instant::now())
+    );
+    server
+}
+
+/// Runs a server at `net.1` and a client at `net.2` with `flags` (the
+/// test first); returns (server, client).
+fn run_pair(net: &str, port: u16, flags: &[&str]) -> (Finished, Finished) {
+    let deadline = Instant::now() + CHILD_LIMIT;
+    let mut server_flags = vec!["--timeout", "20"];
+    server_flags.extend_from_slice(flags);
+    let server = server(net, port, &server_flags);
+    let port = port.to_string();
+    let server_addr = format!("{net}.1");
+    let mut args = vec!["perftest", "-p", &port, "--timeout", "20"];
+    args.extend_from_slice(flags);
+    args.push(&server_addr);
+    let client = spawn(&format!("{net}.2"), &args).finish(deadline);
+    (server.finish(deadline), client)
+}
+
+/// The table's rows (lines starting with a size).
+fn rows(out: &str) -> Vec<Vec<String>> {
+    out.lines()
+        .filter(|l| l.starts_with(' ') && l[1..].starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// Both ends exited 0, printed perftest's table, and the client's rows are
+/// `sizes`, each with `iters` messages and a positive rate. Returns
+/// the rows (server, client).
+fn assert_clean(
+    server: &Finished,
+    client: &Finished,
+    sizes: &[u32],
+    iters: u64,
+) -> (Vec<Vec<String>>, Vec<Vec<String>>) {
+    for (who, end) in [("server", server), ("client", client)] {
+        assert_eq!(end.code, Some(0), "{who} failed: {end:#?}");
+        assert!(end.stdout.lines().any(|l| l == HEADER), "{who}: {}", end.stdout);
+        assert!(end.stderr.is_empty(), "{who}: {}", end.stderr);
+    }
+    let client_rows = rows(&client.stdout);
+    assert_eq!(client_rows.len(), sizes.len(), "{}", client.stdout);
+    for (row, size) in client_rows.iter().zip(sizes) {
+        assert_eq!(row.len(), 5, "{row:?}");
+        assert_eq!(row[0], size.to_string(), "{row:?}");
+        assert_eq!(row[1], iters.to_string(), "{row:?}");
+        let average: f64 = row[3].parse().unwrap();
+        let rate: f64 = row[4].parse().unwrap();
+        // Tiny messages round to 0.00 bandwidth; the rate never does.
+        assert!(average >= 0.0 && rate > 0.0, "{row:?}");
+    }
+    let last_average: f64 = client_rows[client_rows.len() - 1][3].parse().unwrap();
+    assert!(last_average > 0.0, "{client_rows:?}");
+    (rows(&server.stdout), client_rows)
+}
+
+/// Each side's remote addresses are the other's local ones.
+fn assert_addresses_agree(server: &Finished, client: &Finished, qps: usize) {
+    let addresses = |out: &str, side: &str| -> Vec<String> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(&format!(" {side} address: ")))
+            .map(str::to_string)
+            .collect()
+    };
+    let server_local = addresses(&server.stdout, "local");
+    assert_eq!(server_local.len(), qps, "{}", server.stdout);
+    assert_eq!(server_local, addresses(&client.stdout, "remote"));
+    assert_eq!(addresses(&client.stdout, "local"), addresses(&server.stdout, "remote"));
+    assert!(client.stdout.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:88:"));
+}
+
+#[test]
+fn send_rc_checks_every_message() {
+    let (server, client) =
+        run_pair("127.88.1", 18601, &["send_bw", "-n", "200", "-s", "4096", "--check"]);
+    let (server_rows, _) = assert_clean(&server, &client, &[4096], 200);
+    // The SEND server measures its own side (no peak).
+    assert_eq!(server_rows.len(), 1);
+    assert_eq!(server_rows[0][..3], ["4096", "200", "0.00"]);
+    assert_addresses_agree(&server, &client, 1);
+    assert!(client.stdout.contains("Send BW Test") && client.stdout.contains(" TX depth "));
+    assert!(server.stdout.contains(" RX depth        : 200"));
+}
+
+#[test]
+fn send_uc_and_ud_with_several_qps() {
+    let flags = ["send_bw", "-c", "UC", "-n", "100", "-s", "8192", "-q", "2", "--check"];
+    let (server, client) = run_pair("127.88.2", 18602, &flags);
+    assert_clean(&server, &client, &[8192], 200);
+    assert_addresses_agree(&server, &client, 2);
+    let flags = ["send_bw", "-c", "UD", "-n", "100", "-s", "1024", "-q", "3", "--check"];
+    let (server, client) = run_pair("127.88.2", 18603, &flags);
+    assert_clean(&server, &client, &[1024], 300);
+    assert!(server.stdout.contains(" Connection type : UD"));
+    // A UD message larger than the MTU is refused, as perftest refuses it.
+    let flags = ["send_bw", "-c", "UD", "-n", "100", "-s", "8192", "-m", "1024"];
+    let (server, client) = run_pair("127.88.2", 18604, &flags);
+    for end in [&server, &client] {
+        assert_eq!(end.code, Some(1), "{end:#?}");
+        assert!(end.stderr.contains("greater than MTU"), "{end:#?}");
+    }
+}
+
+#[test]
+fn write_rc_and_uc_server_prints_the_clients_report() {
+    for (port, connection) in [(18611, "RC"), (18612, "UC")] {
+        let flags = ["write_bw", "-c", connection, "-n", "300", "-s", "8192", "-q", "2", "--check"];
+        let (server, client) = run_pair("127.88.3", port, &flags);
+        let (server_rows, client_rows) = assert_clean(&server, &client, &[8192], 600);
+        assert_eq!(server_rows, client_rows, "{connection}");
+        assert_addresses_agree(&server, &client, 2);
+    }
+}
+
+#[test]
+fn read_checks_the_data_it_reads() {
+    let flags = ["read_bw", "-n", "200", "-s", "12000", "-q", "2", "-o", "4", "--check"];
+    let (server, client) = run_pair("127.88.4", 18621, &flags);
+    let (server_rows, client_rows) = assert_clean(&server, &client, &[12000], 400);
+    assert_eq!(server_rows, client_rows);
+    assert!(client.stdout.contains(" Outstand reads  : 4"), "{}", client.stdout);
+    assert!(client.stdout.contains(" OUT 0x04 RKey 0x"), "{}", client.stdout);
+}
+
+#[test]
+fn atomics_both_kinds_check_results_and_memory() {
+    for (port, kind, title) in [
+        (18631, "FETCH_AND_ADD", "Atomic FETCH_AND_ADD BW Test"),
+        (18632, "CMP_AND_SWAP", "Atomic CMP_AND_SWAP BW Test"),
+    ] {
+        // 150 operations per QP cycle 64 addresses: each is hit 2 or 3
+        // times, and the server checks every one at the end.
+        let flags = ["atomic_bw", "-A", kind, "-n", "150", "-q", "2", "-t", "20"];
+        let (server, client) = run_pair("127.88.5", port, &flags);
+        let (server_rows, client_rows) = assert_clean(&server, &client, &[8], 300);
+        assert_eq!(server_rows, client_rows, "{kind}");
+        assert!(client.stdout.contains(title), "{}", client.stdout);
+    }
+}
+
+#[test]
+fn all_sizes_and_report_in_gigabits() {
+    let flags = ["write_bw", "-a", "-n", "5", "--report_gbits"];
+    let (server, client) = run_pair("127.88.6", 18641, &flags);
+    let sizes: Vec<u32> = (1..=23).map(|p| 1 << p).collect();
+    for end in [&server, &client] {
+        assert!(end.stdout.contains("BW peak[Gb/sec]"), "{}", end.stdout);
+    }
+    let fixed = |e: &Finished| Finished {
+        code: e.code,
+        stdout: e.stdout.replace("Gb/sec", "MB/sec"),
+        stderr: e.stderr.clone(),
+    };
+    let (server_rows, client_rows) = assert_clean(&fixed(&server), &fixed(&client), &sizes, 5);
+    // The passive server prints the client's last row.
+    assert_eq!(server_rows.len(), 1);
+    assert_eq!(server_rows[0], client_rows[22]);
+    // UD runs every size up to the MTU.
+    let flags = ["send_bw", "-c", "UD", "-a", "-n", "20", "-m", "1024", "--check"];
+    let (server, client) = run_pair("127.88.6", 18642, &flags);
+    let sizes: Vec<u32> = (1..=10).map(|p| 1 << p).collect();
+    let (server_rows, _) = assert_clean(&server, &client, &sizes, 20);
+    assert_eq!(server_rows.len(), 10);
+}
+
+#[test]
+fn mismatched_tests_fail_on_both_sides() {
+    // A READ client against a WRITE server: the server's buffer refuses
+    // READs (perftest's access flags), the client's completion fails, and
+    // the server sees its client go.
+    let deadline = Instant::now() + CHILD_LIMIT;
+    let flags = ["--timeout", "20", "write_bw", "-n", "100", "-s", "1024"];
+    let server = server("127.88.7", 18651, &flags);
+    let client_args =
+        ["perftest", "-p", "18651", "--timeout", "20", "read_bw", "-n", "100", "-s", "1024"];
+    let mut args = client_args.to_vec();
+    args.push("127.88.7.1");
+    let client = spawn("127.88.7.2", &args).finish(deadline);
+    let server = server.finish(deadline);
+    assert_eq!(client.code, Some(1), "{client:#?}");
+    assert!(client.stderr.contains("Completion with error"), "{client:#?}");
+    assert_eq!(server.code, Some(1), "{server:#?}");
+    assert!(server.stderr.contains("uroce perftest: "), "{server:#?}");
+}
+
+/// A server whose client is a raw TCP connection from this test.
+fn server_against(net: &str, port: u16, send: &[u8], close: bool) -> Finished {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let srv = server(net, port, &["send_bw", "--timeout", "3"]);
+    let mut tcp = TcpStream::connect((format!("{net}.1").as_str(), port)).expect("connect");
+    tcp.write_all(send).expect("send");
+    if close {
+        drop(tcp);
+        srv.finish(deadline)
+    } else {
+        let end = srv.finish(deadline);
+        drop(tcp);
+        end
+    }
+}
+
+#[test]
+fn a_bad_peer_gives_a_clear_error_and_no_hang() {
+    let started = Instant::now();
+    // Garbage instead of perftest's version.
+    let end = server_against("127.88.8", 18661, b"SSH-2.0-OpenSSH_9.2\r\n", false);
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("not a perftest version"), "{end:#?}");
+    // A version perftest itself refuses.
+    let mut old = b"5.60".to_vec();
+    old.resize(16, 0);
+    let end = server_against("127.88.8", 18662, &old, false);
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("older than 5.70"), "{end:#?}");
+    // A client that connects and goes.
+    let end = server_against("127.88.8", 18663, b"", true);
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("closed the connection"), "{end:#?}");
+    // A client that says nothing: the server gives up after --timeout.
+    let end = server_against("127.88.8", 18664, b"", false);
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("no version from the peer for 3 s"), "{end:#?}");
+
+    // A server of a newer perftest: the client refuses its exchange.
+    let listener = TcpListener::bind("127.88.8.1:18665").expect("listen");
+    let fake = std::thread::spawn(move || {
+        let (mut tcp, _) = listener.accept().expect("accept");
+        let mut version = [0u8; 16];
+        tcp.read_exact(&mut version).expect("the client's version");
+        let mut newer = b"6.20".to_vec();
+        newer.resize(16, 0);
+        tcp.write_all(&newer).expect("send");
+        let mut rest = Vec::new();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = tcp.read_to_end(&mut rest);
+        version
+    });
+    let args = ["perftest", "-p", "18665", "--timeout", "5", "send_bw", "127.88.8.1"];
+    let end = spawn("127.88.8.2", &args).finish(Instant::now() + Duration::from_secs(30));
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("version 6.20") && end.stderr.contains("6.06"), "{end:#?}");
+    assert_eq!(&fake.join().unwrap()[..5], b"6.06\0");
+
+    // No server at all: the client retries until --timeout, then fails.
+    let args = ["perftest", "-p", "18666", "--timeout", "2", "write_bw", "127.88.8.1"];
+    let end = spawn("127.88.8.2", &args).finish(Instant::now() + Duration::from_secs(30));
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("Couldn't connect"), "{end:#?}");
+    // No client at all: the server waits --timeout, then fails.
+    let args = ["perftest", "-p", "18667", "--timeout", "2", "write_bw"];
+    let end = spawn("127.88.8.1", &args).finish(Instant::now() + Duration::from_secs(30));
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains("accept"), "{end:#?}");
+    assert!(started.elapsed() < Duration::from_secs(40), "{:?}", started.elapsed());
+}
+
+#[test]
+fn flags_perftest_refuses_are_refused() {
+    let run = |args: &[&str]| {
+        let mut argv = vec!["uroce", "perftest"];
+        argv.extend_from_slice(args);
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = uroce::cli::run(argv, &mut out, &mut err);
+        (code, String::from_utf8_lossy(&err).into_owned())
+    };
+    let (code, err) = run(&["write_bw", "-c", "UD"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot use UD QPs"), "{err}");
+    let (code, err) = run(&["read_bw", "-c", "UC"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("cannot use UC QPs"), "{err}");
+    let (code, err) = run(&["atomic_bw", "-s", "64"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("atomics are 8 bytes"), "{err}");
+    let (code, err) = run(&["send_bw", "-n", "4"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("between 5 and 100000000"), "{err}");
+    let (code, _) = run(&["send_bw", "-m", "1500"]);
+    assert_eq!(code, 2);
+    let (code, _) = run(&["send_bw", "-b"]);
+    assert_eq!(code, 2);
+    let (code, _) = run(&["send_bw", "-n", "0x10", "--help"]);
+    assert_eq!(code, 0);
+}
