@@ -989,6 +989,23 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
     }
     let elapsed = session.pingpong(remote.qpn, plan.host.is_some(), routs)?;
 
+    print_summary(out, plan, elapsed);
+    let mut outcome = Outcome::Clean;
+    if plan.host.is_none() && plan.chk {
+        for page in session.bad_pages()? {
+            let _ = writeln!(out, "invalid data in page {page}");
+            outcome = Outcome::BadData;
+        }
+    }
+    let _ = out.flush();
+    linger(&dev);
+    drop(session);
+    drop(dev);
+    Ok(outcome)
+}
+
+/// The C tools' two summary lines.
+fn print_summary(out: &mut dyn Write, plan: &Plan, elapsed: Duration) {
     let usec = elapsed.as_micros() as f32;
     let bytes = i64::from(plan.size) * i64::from(plan.iters) * 2;
     let _ = writeln!(
@@ -1004,27 +1021,19 @@ fn pingpong(plan: &Plan, dev: UdpDevice, out: &mut dyn Write) -> Result<Outcome,
         f64::from(usec) / 1_000_000.0,
         f64::from(usec / plan.iters as f32)
     );
-    let mut outcome = Outcome::Clean;
-    if plan.host.is_none() && plan.chk {
-        for page in session.bad_pages()? {
-            let _ = writeln!(out, "invalid data in page {page}");
-            outcome = Outcome::BadData;
-        }
-    }
-    let _ = out.flush();
-    // Let the last packets (an ACK) leave before the device stops. On a
-    // lossy link (faults) the last ACK may be lost, and the peer's
-    // retransmission (a QP timeout, 67 ms, later) must still be answered:
-    // stay for a few of its timeouts.
+}
+
+/// Lets the last packets (an ACK) leave before the device stops. On a
+/// lossy link (faults) the last ACK may be lost, and the peer's
+/// retransmission (a QP timeout, 67 ms, later) must still be answered:
+/// stay for a few of its timeouts.
+fn linger(dev: &UdpDevice) {
     let linger_ms = if dev.has_faults() { 600 } else { 20 };
-    let linger = Instant::now() + Duration::from_millis(linger_ms);
-    while Instant::now() < linger {
+    let until = Instant::now() + Duration::from_millis(linger_ms);
+    while Instant::now() < until {
         dev.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
-    drop(session);
-    drop(dev);
-    Ok(outcome)
 }
 
 /// The remote GID must be an address of the device's family: the device

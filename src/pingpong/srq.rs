@@ -8,12 +8,13 @@
 //! peer's first message, with hop limit 1.
 
 use super::{
-    inet_ntop6, wc_status_str, Dest, Plan, MSG_LEN, PINGPONG_RECV_WRID, PINGPONG_SEND_WRID,
+    address_line, inet_ntop6, wc_status_str, Dest, Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID,
+    PINGPONG_SEND_WRID,
 };
 use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
 use uroce_emulator::types::{QpState, QpType, SendFlags, WrOpcode};
 use uroce_emulator::udp::UdpDevice;
@@ -219,14 +220,7 @@ pub(super) fn run(
         None => Some(OobListener::bind(&dev, plan.port)?),
     };
     for dest in &mine {
-        let _ = writeln!(
-            out,
-            "  local address:  LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            dest.lid,
-            dest.qpn,
-            dest.psn,
-            inet_ntop6(&dest.gid)
-        );
+        let _ = writeln!(out, "{}", address_line("local", dest, Transport::Rc));
     }
     let _ = out.flush();
     let remote = match (&plan.host, &listener) {
@@ -255,14 +249,7 @@ pub(super) fn run(
     };
     drop(listener);
     for dest in &remote {
-        let _ = writeln!(
-            out,
-            "  remote address: LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
-            dest.lid,
-            dest.qpn,
-            dest.psn,
-            inet_ntop6(&dest.gid)
-        );
+        let _ = writeln!(out, "{}", address_line("remote", dest, Transport::Rc));
     }
     let _ = out.flush();
     let client = plan.host.is_some();
@@ -338,28 +325,9 @@ pub(super) fn run(
             }
         }
     }
-    let usec = start.elapsed().as_micros() as f32;
-    let bytes = i64::from(plan.size) * i64::from(plan.iters) * 2;
-    let _ = writeln!(
-        out,
-        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec",
-        f64::from(usec) / 1_000_000.0,
-        bytes as f64 * 8.0 / f64::from(usec)
-    );
-    let _ = writeln!(
-        out,
-        "{} iters in {:.2} seconds = {:.2} usec/iter",
-        plan.iters,
-        f64::from(usec) / 1_000_000.0,
-        f64::from(usec / plan.iters as f32)
-    );
+    super::print_summary(out, plan, start.elapsed());
     let _ = out.flush();
-    let linger_ms = if dev.has_faults() { 600 } else { 20 };
-    let linger = Instant::now() + Duration::from_millis(linger_ms);
-    while Instant::now() < linger {
-        dev.progress();
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    super::linger(&dev);
     drop(session);
     drop(dev);
     Ok(())

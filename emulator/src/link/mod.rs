@@ -303,7 +303,7 @@ impl LinkHost {
 
     /// Takes one frame from the link: a RoCE packet for the HCA, or food
     /// for the host stack. Learns neighbours from every frame.
-    pub fn ingress<'a>(&mut self, now: Instant, frame: &'a [u8]) -> Ingress<'a> {
+    pub fn ingress<'a>(&mut self, frame: &'a [u8]) -> Ingress<'a> {
         self.stats.rx_frames += 1;
         if frame.len() < ETHERNET_HEADER_LEN {
             self.stats.rx_dropped += 1;
@@ -314,7 +314,7 @@ impl LinkHost {
         let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
         let payload = &frame[ETHERNET_HEADER_LEN..];
         for learned in neighbor::snoop(ethertype, source_mac, payload) {
-            self.learn(now, learned);
+            self.learn(learned);
         }
         if let Some(packet) = roce_packet(ethertype, payload) {
             let destination = packet.destination;
@@ -334,7 +334,7 @@ impl LinkHost {
         Ingress::Host
     }
 
-    fn learn(&mut self, now: Instant, learned: Learned) {
+    fn learn(&mut self, learned: Learned) {
         if !self.on_link(learned.ip) || self.is_own(learned.ip) {
             return;
         }
@@ -348,7 +348,6 @@ impl LinkHost {
                 self.outbox.push_back(frame);
             }
         }
-        let _ = now;
     }
 
     fn write_frame(&self, out: &mut Vec<u8>, destination_mac: [u8; 6], packet: &[u8]) {

@@ -23,13 +23,13 @@ fn pump(a: &mut LinkHost, b: &mut LinkHost, now: Instant) -> Vec<Vec<u8>> {
         let mut moved = false;
         while let Some(frame) = a.take_frame() {
             moved = true;
-            if let Ingress::Roce(packet) = b.ingress(now, &frame) {
+            if let Ingress::Roce(packet) = b.ingress(&frame) {
                 roce_at_b.push(packet.to_vec());
             }
         }
         while let Some(frame) = b.take_frame() {
             moved = true;
-            let _ = a.ingress(now, &frame);
+            let _ = a.ingress(&frame);
         }
         if !moved {
             break;
@@ -104,7 +104,7 @@ fn roce_to_an_unknown_neighbour_waits_for_arp_then_leaves() {
     assert_eq!(request.len(), 42);
     assert_eq!(&request[0..6], &[0xff; 6]);
     assert_eq!(&request[38..42], &IP_B.octets());
-    assert_eq!(b.ingress(now, &request), Ingress::Host);
+    assert_eq!(b.ingress(&request), Ingress::Host);
     // B's host stack answers; A learns B's MAC and releases the packet.
     let at_b = pump(&mut a, &mut b, now);
     assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
@@ -144,11 +144,10 @@ fn unanswered_resolution_retries_then_drops() {
 #[test]
 fn padded_roce_frame_is_cut_to_its_ip_length() {
     let (mut a, _) = hosts();
-    let now = Instant::from_nanos(0);
     let packet = ipv4_roce(IP_B, IP_A, 16);
     let mut padded = frame(MAC_A, MAC_B, ETHERTYPE_IPV4, &packet);
     padded.extend_from_slice(&[0, 0]);
-    assert_eq!(a.ingress(now, &padded), Ingress::Roce(&packet[..]));
+    assert_eq!(a.ingress(&padded), Ingress::Roce(&packet[..]));
     // The IP source's MAC was learned on the way.
     assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
 }
@@ -159,17 +158,17 @@ fn roce_for_someone_else_or_malformed_is_dropped() {
     let now = Instant::from_nanos(0);
     let other = Ipv4Addr::new(169, 254, 0, 9);
     let to_other = frame(MAC_A, MAC_B, ETHERTYPE_IPV4, &ipv4_roce(IP_B, other, 16));
-    assert_eq!(a.ingress(now, &to_other), Ingress::Dropped);
+    assert_eq!(a.ingress(&to_other), Ingress::Dropped);
     let other_mac = frame([0x02, 9, 9, 9, 9, 9], MAC_B, ETHERTYPE_IPV4, &ipv4_roce(IP_B, IP_A, 16));
-    assert_eq!(a.ingress(now, &other_mac), Ingress::Dropped);
+    assert_eq!(a.ingress(&other_mac), Ingress::Dropped);
     // An IP length beyond the frame: not RoCE, the host stack drops it.
     let mut long = ipv4_roce(IP_B, IP_A, 16);
     long[2..4].copy_from_slice(&2000u16.to_be_bytes());
-    assert_eq!(a.ingress(now, &frame(MAC_A, MAC_B, ETHERTYPE_IPV4, &long)), Ingress::Host);
-    assert_eq!(a.ingress(now, &[0u8; 13]), Ingress::Dropped);
+    assert_eq!(a.ingress(&frame(MAC_A, MAC_B, ETHERTYPE_IPV4, &long)), Ingress::Host);
+    assert_eq!(a.ingress(&[0u8; 13]), Ingress::Dropped);
     for len in 0..80 {
         let junk: Vec<u8> = (0..len).map(|i| (i * 37) as u8).collect();
-        let _ = a.ingress(now, &junk);
+        let _ = a.ingress(&junk);
     }
     a.poll(now);
     assert_eq!(a.stats().rx_dropped, 3 + 14);
@@ -218,7 +217,7 @@ fn neighbour_solicitation_for_our_link_local_is_answered() {
     assert_eq!(a.encapsulate(now, &packet, IpAddr::V6(b_link_local), &mut out), Egress::Held);
     let solicitation = a.take_frame().expect("an NS");
     assert_eq!(&solicitation[0..3], &[0x33, 0x33, 0xff]);
-    assert_eq!(b.ingress(now, &solicitation), Ingress::Host);
+    assert_eq!(b.ingress(&solicitation), Ingress::Host);
     pump(&mut a, &mut b, now);
     assert_eq!(a.neighbor(IpAddr::V6(b_link_local)), Some(MAC_B), "B advertised itself");
     assert_eq!(b.neighbor(IpAddr::V6(link_local_for(MAC_A))), Some(MAC_A));

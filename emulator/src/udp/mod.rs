@@ -911,7 +911,7 @@ impl Runtime {
                 if let Some(sink) = capture.as_mut() {
                     write_raw_frame(sink, stats, bytes);
                 }
-                match link.ingress(now, bytes) {
+                match link.ingress(bytes) {
                     Ingress::Roce(packet) => {
                         let Some(faults) = faults.as_mut() else {
                             hca.receive(now, packet);
