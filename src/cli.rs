@@ -31,6 +31,8 @@ enum Command {
     /// {bw|lat}`; server without a host, client with one, or both ends in
     /// this process with `--loopback`.
     Bench(crate::bench::BenchArgs),
+    /// rxe-opcodes (tests/interop/vm): the opcodes and cases the stock tools never send, data checked end to end, against uroce or rxe in either role.
+    Opcodes(crate::opcodes::OpcodesArgs),
     /// A peer of perftest's ib_{send,write,read,atomic}_bw: its flags, its out-of-band exchange, its table.
     Perftest(crate::perftest::PerftestArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
@@ -134,6 +136,7 @@ where
         Command::Devinfo(args) => crate::devinfo::run(&args, out, err),
         Command::Pingpong(args) => crate::pingpong::run(&args, out, err),
         Command::Bench(args) => crate::bench::run(&args, out, err),
+        Command::Opcodes(args) => crate::opcodes::run(&args, out, err),
         Command::Perftest(args) => crate::perftest::run(&args, out, err),
         Command::Decode { file, format } => decode::run(&file, format, out, err),
         Command::Sim {

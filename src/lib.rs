@@ -8,6 +8,7 @@ pub mod decode;
 pub mod demo;
 pub mod devinfo;
 pub mod oob;
+pub mod opcodes;
 pub mod perftest;
 pub mod pingpong;
 pub mod swarm;

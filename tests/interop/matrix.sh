@@ -1,0 +1,464 @@
+#!/bin/bash
+# matrix.sh - the interop matrix: uroce against Linux rdma_rxe (Soft-RoCE) in a qemu VM, in both directions.
+#
+# usage: matrix.sh --uroce PATH [--list] [--rows PATTERN] [--jobs N] [--out DIR] [--self-check]
+#   --uroce PATH    the uroce command (runs the uroce side of every row, and `uroce decode` of every capture)
+#   --list          print the rows and exit
+#   --rows PATTERN  run only the rows whose id (CASE/u2r or CASE/r2u) matches this extended regex
+#   --jobs N        run N VM boots at a time (default 1; on 2 cores more does not help)
+#   --out DIR       where artifacts go (default $RXEVM_BUILD/matrix/<date-time>, linked as .../latest)
+#   --self-check    run each row's VM commands against a SECOND VM instead of uroce: proves the VM side
+#                   (commands, markers, output checks, capture checks) without uroce
+#
+# A row is one tool run between the VM (169.254.0.1/16, rdma_rxe) and uroce (169.254.0.2/16) on one QEMU
+# socket-netdev link: the VM sends each Ethernet frame as a UDP datagram from 127.0.0.1:LPORT to RPORT, and
+# uroce joins the segment with UROCE_LINK=127.0.0.1:RPORT,127.0.0.1:LPORT UROCE_ADDR=169.254.0.2/16.
+# Direction u2r (uroce->rxe): uroce is the requester/client, the VM the server. r2u (rxe->uroce): the reverse.
+# Rows that share a direction and a link MTU run in one VM boot (a script of rows, each bounded by a timeout
+# inside the guest and framed by MATRIX-BEGIN/MATRIX-END markers on the console); the uroce side of each row
+# starts when the VM's console shows the row's BEGIN marker. Each row gets its own TCP port, so a row that
+# hangs on one side can never be answered by the next row's tool.
+#
+# Checks per row: both sides exit 0; both outputs show that data moved (pingpong's "N iters in", perftest's
+# result row, rxe-opcodes' OK); the row's slice of the qemu capture (`uroce decode --format tsv`) has RoCEv2
+# frames, icrc_bad=0, malformed=0 and the expected path MTU; loss rows must show retransmitted PSNs.
+# Exit status 0 only when every selected row passed.
+#
+# Env: RXEVM_BUILD (VM image dir, default tests/interop/build), MATRIX_BASEPORT (47200: boot slot k uses UDP
+# ports BASEPORT+2k and BASEPORT+2k+1 on 127.0.0.1), MATRIX_NETNS=0 (do not isolate the run in a network
+# namespace of its own; by default, as root, everything runs in a fresh namespace with only loopback, so no
+# packet of a misbehaving tool can leave the machine).
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+VMDIR=$HERE/vm
+B=${RXEVM_BUILD:-$HERE/build}
+export RXEVM_BUILD=$B
+BASEPORT=${MATRIX_BASEPORT:-47200}
+VM_IP=169.254.0.1 UROCE_IP=169.254.0.2
+VM_MAC=525400000001             # run-vm.sh derives the MAC from the IPv4 address's last octet
+
+usage() { sed -n '2,14p' "$0"; }
+ORIG_ARGS=("$@")
+UROCE= LIST=0 PATTERN= JOBS=1 OUT= SELF=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --uroce) UROCE=${2:-}; shift ;;
+    --list) LIST=1 ;;
+    --rows) PATTERN=${2:-}; shift ;;
+    --jobs) JOBS=${2:-}; shift ;;
+    --out) OUT=${2:-}; shift ;;
+    --self-check) SELF=1 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "matrix.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac; shift
+done
+case "$JOBS" in ''|*[!0-9]*|0) echo "matrix.sh: --jobs wants a number >= 1, not '$JOBS'" >&2; exit 2 ;; esac
+[ "$JOBS" -le 10 ] || { echo "matrix.sh: --jobs $JOBS: at most 10 boots at a time (UDP ports $BASEPORT-$((BASEPORT+19)))" >&2; exit 2; }
+
+# ---- the rows ---------------------------------------------------------------------------------------------
+# One case gives two rows, CASE/u2r and CASE/r2u. Fields:
+#   case  link MTU (VM eth0 and UROCE_MTU)  loss seed (- for none)  guest timeout (s)
+#   VM command (without -p PORT and host)  uroce command (without -p PORT, --timeout and host)
+#   what both outputs must match (grep -E)  capture path-MTU check: =N (the largest RoCE payload is exactly N:
+#   the row has multi-packet messages) or <=N
+pp() { echo "^$1 iters in [0-9.]+ seconds"; }                    # ibv_*_pingpong's closing line
+S='[[:space:]]+'
+pt() { echo "^[[:space:]]*$1$S$2$S[0-9.]+$S[0-9.]+$S[0-9.]+"; }  # perftest's result row: bytes iters peak avg rate
+OPC='(^|: )OK( |$)'                                               # rxe-opcodes' verdict
+CASES=()
+c() { CASES+=("$(printf '%s\x1f' "$@")"); }
+# Both sides run the same tool, so one check (grep -E) holds for the server's output and the client's, whichever
+# side uroce plays. The tools alternate, so a dead link (no frame from uroce in rows of two different tools in a
+# row) is told apart from one broken tool.
+#  case            link loss secs  VM command                                                uroce command                                        output check      pmtu
+c rc_pingpong      1500 -    30   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          "pingpong -g 1 -n 100 -s 4096 -c"                    "$(pp 100)"       "=1024"
+c send_bw          1500 -    30   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096"               "perftest send_bw -x 1 -F -n 100 -s 4096"            "$(pt 4096 100)"  "=1024"
+c uc_pingpong      1500 -    30   "ibv_uc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          "pingpong --uc -g 1 -n 100 -s 4096 -c"               "$(pp 100)"       "=1024"
+c opcodes          1500 -    40   "rxe-opcodes -g 1"                                        "opcodes -g 1"                                       "$OPC"            "<=1024"
+c ud_pingpong      1500 -    30   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 512 -c"           "pingpong --ud -g 1 -n 100 -s 512 -c"                "$(pp 100)"       "<=1024"
+c write_bw         1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096"              "perftest write_bw -x 1 -F -n 100 -s 4096"           "$(pt 4096 100)"  "=1024"
+c srq_pingpong     1500 -    30   "ibv_srq_pingpong -d rxe0 -g 1 -n 100 -s 4096 -q 4 -c"    "pingpong --srq -q 4 -g 1 -n 100 -s 4096 -c"         "$(pp 100)"       "=1024"
+c read_bw          1500 -    30   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 4096"               "perftest read_bw -x 1 -F -n 100 -s 4096"            "$(pt 4096 100)"  "=1024"
+c atomic_faa       1500 -    30   "ib_atomic_bw -d rxe0 -x 1 -F -n 100 -A FETCH_AND_ADD"    "perftest atomic_bw -x 1 -F -n 100 -A FETCH_AND_ADD" "$(pt 8 100)"     "<=1024"
+c atomic_cas       1500 -    30   "ib_atomic_bw -d rxe0 -x 1 -F -n 100 -A CMP_AND_SWAP"     "perftest atomic_bw -x 1 -F -n 100 -A CMP_AND_SWAP"  "$(pt 8 100)"     "<=1024"
+c send_bw_ud       1500 -    30   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 512 -c UD"          "perftest send_bw -x 1 -F -n 100 -s 512 -c UD"       "$(pt 512 100)"   "<=1024"
+c write_bw_uc      1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096 -c UC"        "perftest write_bw -x 1 -F -n 100 -s 4096 -c UC"     "$(pt 4096 100)"  "=1024"
+c read_bw_small    1500 -    30   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 256"                "perftest read_bw -x 1 -F -n 100 -s 256"             "$(pt 256 100)"   "<=1024"
+c rc_pingpong_loss 1500 11   60   "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c"           "pingpong -g 1 -n 50 -s 4096 -c"                     "$(pp 50)"        "=1024"
+c read_bw_loss     1500 12   60   "ib_read_bw -d rxe0 -x 1 -F -n 50 -s 4096"                "perftest read_bw -x 1 -F -n 50 -s 4096"             "$(pt 4096 50)"   "=1024"
+c rc_pingpong_4k   4200 -    45   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 16384 -m 4096 -c" "pingpong -g 1 -n 100 -s 16384 -m 4096 -c"           "$(pp 100)"       "=4096"
+c write_bw_4k      4200 -    45   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 16384 -m 4096"     "perftest write_bw -x 1 -F -n 100 -s 16384 -m 4096"  "$(pt 16384 100)" "=4096"
+c ud_pingpong_4k   4200 -    45   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          "pingpong --ud -g 1 -n 100 -s 4096 -c"               "$(pp 100)"       "=4096"
+c opcodes_4k       4200 -    45   "rxe-opcodes -g 1 -m 4096"                                "opcodes -g 1 -m 4096"                               "$OPC"            "<=4096"
+c read_bw_4k       4200 -    45   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 16384 -m 4096"      "perftest read_bw -x 1 -F -n 100 -s 16384 -m 4096"   "$(pt 16384 100)" "=4096"
+
+# Expand the cases into rows (arrays indexed by row number).
+R_ID=() R_DIR=() R_LINK=() R_LOSS=() R_SECS=() R_VM=() R_U=() R_CHECK=() R_PMTU=() R_PORT=()
+n=0
+for dir in u2r r2u; do
+  for entry in "${CASES[@]}"; do
+    IFS=$'\x1f' read -r name link loss secs vm u check pmtu <<< "$entry"
+    R_ID[n]=$name/$dir R_DIR[n]=$dir R_LINK[n]=$link R_LOSS[n]=$loss R_SECS[n]=$secs R_VM[n]=$vm R_U[n]=$u
+    R_CHECK[n]=$check R_PMTU[n]=$pmtu R_PORT[n]=$((19000 + n))
+    n=$((n + 1))
+  done
+done
+ROWS_ALL=$n
+dirname_of() { [ "$1" = u2r ] && echo "uroce->rxe" || echo "rxe->uroce"; }
+
+SEL=()
+for ((i = 0; i < ROWS_ALL; i++)); do
+  [ -z "$PATTERN" ] || echo "${R_ID[i]}" | grep -qE -- "$PATTERN" || continue
+  SEL+=("$i")
+done
+
+if [ "$LIST" = 1 ]; then
+  printf '%-24s %-11s %-5s %-5s %s\n' row direction link loss 'VM command  |  uroce command'
+  for i in "${SEL[@]}"; do
+    printf '%-24s %-11s %-5s %-5s %s\n%47s| uroce %s\n' "${R_ID[i]}" "$(dirname_of "${R_DIR[i]}")" "${R_LINK[i]}" \
+      "${R_LOSS[i]}" "${R_VM[i]}" '' "${R_U[i]}"
+  done
+  exit 0
+fi
+[ "${#SEL[@]}" -gt 0 ] || { echo "matrix.sh: no row matches '$PATTERN' (see --list)" >&2; exit 2; }
+[ -n "$UROCE" ] || { echo "matrix.sh: --uroce PATH is required (the uroce command; see --help)" >&2; exit 2; }
+case "$UROCE" in /*) ;; *) UROCE=$PWD/$UROCE ;; esac
+[ -x "$UROCE" ] || { echo "matrix.sh: --uroce $UROCE: not an executable file" >&2; exit 2; }
+command -v qemu-system-x86_64 >/dev/null || { echo "matrix.sh: qemu-system-x86_64 is missing (tests/interop/install.sh)" >&2; exit 2; }
+
+# ---- a network namespace of our own (root): only loopback, nothing leaves the machine -----------------------
+if [ "${MATRIX_NETNS:-1}" != 0 ] && [ -z "${MATRIX_IN_NETNS:-}" ]; then
+  if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null && unshare -n true 2>/dev/null; then
+    export MATRIX_IN_NETNS=1
+    exec unshare -n -- bash -c 'ip link set lo up && exec bash "$@"' matrix "$0" "${ORIG_ARGS[@]}"
+  fi
+  echo "matrix.sh: note: running in the host's network namespace (needs root, unshare and ip to isolate)" >&2
+fi
+
+now() { echo "$EPOCHREALTIME"; }
+dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", b-a}'; }
+T_START=$(now)
+
+# ---- the image ----------------------------------------------------------------------------------------------
+T_BUILD0=$(now)
+mkdir -p "$B"
+if ! bash "$VMDIR/build.sh" > "$B/build.log" 2>&1; then
+  echo "matrix.sh: the VM image did not build; the end of $B/build.log:" >&2; tail -20 "$B/build.log" >&2; exit 1
+fi
+BUILD_S=$(dt "$T_BUILD0" "$(now)")
+
+if [ -z "$OUT" ]; then
+  OUT=$B/matrix/$(date +%Y%m%d-%H%M%S)
+  mkdir -p "$OUT"; ln -sfn "$(basename "$OUT")" "$B/matrix/latest"
+fi
+mkdir -p "$OUT/rows" "$OUT/boots" "$OUT/results"
+rm -f "$OUT"/results/* "$OUT/.dead-link"
+MODE=uroce; [ "$SELF" = 1 ] && MODE=self-check
+echo "matrix: ${#SEL[@]} rows ($MODE); VM image in $B (build.sh ${BUILD_S} s); artifacts in $OUT"
+
+# ---- boots: rows of one direction and link MTU, packed while the guest script stays short --------------------
+# The script travels base64-encoded on the kernel command line (run-vm.sh refuses more than 2000 characters).
+SCRIPT_BUDGET=1150
+guest_line() {   # ROW ROLE(server|client): the rxevm-row line that runs ROW's VM command in that role
+  local i=$1 role=$2
+  if [ "$role" = server ]; then
+    echo "rxevm-row ${R_ID[i]} ${R_SECS[i]} ${R_VM[i]} -p ${R_PORT[i]}"
+  else
+    local host=$UROCE_IP; [ "${R_DIR[i]}" = r2u ] || host=$VM_IP
+    echo "rxevm-row --client ${R_ID[i]} ${R_SECS[i]} ${R_VM[i]} -p ${R_PORT[i]} $host"
+  fi
+}
+BOOTS=()      # each: space-separated row numbers
+cur= curlen=0 curkey=
+for i in "${SEL[@]}"; do
+  key=${R_DIR[i]}-${R_LINK[i]}
+  len=$(( $(guest_line "$i" client | wc -c) ))
+  if [ -n "$cur" ] && { [ "$key" != "$curkey" ] || [ $((curlen + len)) -gt $SCRIPT_BUDGET ]; }; then
+    BOOTS+=("$cur"); cur= curlen=0
+  fi
+  cur="${cur:+$cur }$i" curlen=$((curlen + len)) curkey=$key
+done
+[ -n "$cur" ] && BOOTS+=("$cur")
+
+# ---- helpers -------------------------------------------------------------------------------------------------
+console_has() { [ -f "$1" ] && tr -d '\r' < "$1" | grep -aqF -- "$2"; }
+row_status() {  # CONSOLE ID: the status on the row's MATRIX-END line (empty when there is none yet)
+  [ -f "$1" ] && tr -d '\r' < "$1" | sed -n "s|^MATRIX-END $2 status=\([0-9]*\).*|\1|p" | head -1
+}
+last_words() {  # FILE: what a failed tool said last: its last error-like line, else its last line (cut short)
+  local said; said=$(grep -av '^MATRIX-\|^+ ' "$1" 2>/dev/null | grep -a '[^[:space:]]')
+  { grep -ai "error" <<< "$said" || grep -aiE "fail|couldn't|unable|invalid|timeout|usage" <<< "$said" || echo "$said"; } |
+    tail -1 | cut -c1-160
+}
+row_output() {  # CONSOLE ID: the console lines of one row, markers included
+  [ -f "$1" ] || return 0
+  tr -d '\r' < "$1" | awk -v b="MATRIX-BEGIN $2" -v e="MATRIX-END $2 " '$0==b{on=1} on{print} on&&index($0,e)==1{exit}'
+}
+# pcap_cut FILE START LIMIT: walks the capture's records from byte START (a record boundary) up to byte LIMIT
+# and prints "END FRAMES PEER": the last complete record boundary, the frames in between, and how many of
+# them came from a MAC other than the VM's (so: from the peer).
+pcap_cut() {
+  [ -f "$1" ] && [ "$3" -gt "$2" ] || { echo "$2 0 0"; return; }
+  tail -c +$(($2 + 1)) "$1" | head -c $(($3 - $2)) | od -An -v -tu1 | awk -v start="$2" -v vm="$VM_MAC" '
+    { for (k = 1; k <= NF; k++) {
+        b = $k + 0
+        if (st == 0) { h[hp++] = b; if (hp == 16) { len = h[8] + h[9]*256 + h[10]*65536 + h[11]*16777216; hp = 0; fp = 0; mac = ""; st = 1 } }
+        else { if (fp >= 6 && fp < 12) mac = mac sprintf("%02x", b); fp++ }
+        pos++
+        if (st == 1 && fp == len) { st = 0; last = pos; frames++; if (mac != vm) peer++ }
+      } }
+    END { printf "%d %d %d\n", start + last, frames + 0, peer + 0 }'
+}
+pcap_slice() {  # FILE FROM TO DEST: the global header plus the records in [FROM, TO)
+  { head -c 24 "$1" 2>/dev/null; [ "$3" -gt "$2" ] && tail -c +$(($2 + 1)) "$1" | head -c $(($3 - $2)); } > "$4"
+}
+kill_tree() { [ -n "${1:-}" ] && kill "$1" 2>/dev/null; }    # a `timeout` we started: it passes SIGTERM on
+size_of() { stat -c %s "$1" 2>/dev/null || echo 24; }
+
+# judge ROW: the verdict on one row that ran, from its artifacts. Uses the boot's variables (con, peercon, pcap,
+# vmrole, pos, and the row's U_STATUS/U_NOTE/LIMIT); moves pos to the row's end in the capture; sets
+# ROW_FAILED and ROW_PEER_FRAMES.
+judge() {
+  local r=$1 id=${R_ID[$1]} rlog=$OUT/rows/${R_ID[$1]//\//.} dir=${R_DIR[$1]}
+  row_output "$con" "$id" > "$rlog.vm.log"
+  [ "$SELF" = 1 ] && row_output "$peercon" "$id" > "$rlog.peer.log"
+  local end frames peer
+  read -r end frames peer <<< "$(pcap_cut "$pcap" "$pos" "${LIMIT[r]}")"
+  pcap_slice "$pcap" "$pos" "$end" "$rlog.pcap"; pos=$end
+  # the TSV lines and the tally (a wrapper around uroce may print lines of its own)
+  "$UROCE" decode --format tsv "$rlog.pcap" 2> "$rlog.decode.err" | grep -aE $'^[0-9]+\t|^# frames=' > "$rlog.tsv"
+  local dstatus=${PIPESTATUS[0]}
+  local why=() vstatus pstatus tally check=${R_CHECK[r]}
+  vstatus=$(row_status "$con" "$id")
+  if [ -z "$vstatus" ]; then why+=("VM: no MATRIX-END")
+  elif [ "$vstatus" != 0 ]; then why+=("VM exit $vstatus: $(last_words "$rlog.vm.log")")
+  elif ! grep -aqE -- "$check" "$rlog.vm.log"; then why+=("VM output lacks /$check/"); fi
+  if [ "$SELF" = 1 ]; then
+    pstatus=$(row_status "$peercon" "$id")
+    if [ -z "$pstatus" ]; then why+=("peer VM: no MATRIX-END")
+    elif [ "$pstatus" != 0 ]; then why+=("peer VM exit $pstatus: $(last_words "$rlog.peer.log")")
+    elif ! grep -aqE -- "$check" "$rlog.peer.log"; then why+=("peer VM output lacks /$check/"); fi
+  else
+    local us=${U_STATUS[r]}
+    if [ "$us" = 124 ]; then why+=("uroce timed out")
+    elif [ "$us" != 0 ]; then why+=("uroce exit $us: $(last_words "$rlog.uroce.log")")
+    elif ! grep -aqE -- "$check" "$rlog.uroce.log"; then why+=("uroce output lacks /$check/"); fi
+    [ -n "${U_NOTE[r]}" ] && why+=("${U_NOTE[r]}")
+  fi
+  tally=$(grep '^# frames=' "$rlog.tsv" | tail -1)
+  local roce icrc_bad malformed maxpay retrans
+  roce=$(sed -n 's/.* roce=\([0-9]*\).*/\1/p' <<< "$tally"); icrc_bad=$(sed -n 's/.* icrc_bad=\([0-9]*\).*/\1/p' <<< "$tally")
+  malformed=$(sed -n 's/.* malformed=\([0-9]*\).*/\1/p' <<< "$tally")
+  maxpay=$(awk -F'\t' '!/^#/ && $9+0 > m {m = $9+0} END {print m+0}' "$rlog.tsv")
+  # retransmitted requests: the same (source, QP, PSN, opcode) more than once, ACKs and NAKs left out
+  retrans=$(awk -F'\t' '!/^#/ && $5 !~ /ACKNOWLEDGE/ {n[$2" "$6" "$7" "$4]++} END {r=0; for (k in n) if (n[k] > 1) r += n[k]-1; print r}' "$rlog.tsv")
+  if [ -z "$tally" ]; then why+=("capture: decode gave no tally (status $dstatus: $(head -c 200 "$rlog.decode.err"))")
+  else
+    [ "${icrc_bad:-1}" = 0 ] || why+=("capture: icrc_bad=$icrc_bad")
+    [ "${malformed:-1}" = 0 ] || why+=("capture: malformed=$malformed")
+    if [ "${roce:-0}" -gt 0 ]; then
+      local want=${R_PMTU[r]#*=}
+      case "${R_PMTU[r]}" in
+        =*) [ "$maxpay" = "$want" ] || why+=("capture: largest payload $maxpay, path MTU $want expected") ;;
+        *)  [ "$maxpay" -le "$want" ] || why+=("capture: largest payload $maxpay > path MTU $want") ;;
+      esac
+      if [ "${R_LOSS[r]}" != - ] && [ "$SELF" = 0 ] && [ "$retrans" = 0 ]; then why+=("capture: loss row without a retransmit"); fi
+    else
+      why+=("capture: no RoCEv2 frame")
+    fi
+  fi
+  local facts="roce=${roce:-?} icrc_bad=${icrc_bad:-?} maxpay=$maxpay retrans=$retrans peer_frames=$peer"
+  ROW_PEER_FRAMES=$peer
+  if [ ${#why[@]} -eq 0 ]; then
+    local extra=; [ "${R_LOSS[r]}" != - ] && [ "$SELF" = 1 ] && extra="; no loss injected (VM peer)"
+    record "$r" PASS "${SECS[r]}" "$facts$extra"; ROW_FAILED=0
+  else
+    local reason; reason=$(printf '%s; ' "${why[@]}"); reason=${reason%; }
+    record "$r" FAIL "${SECS[r]}" "$reason ($facts)"; ROW_FAILED=1
+    {
+      echo "---- $id ($(dirname_of "$dir")) FAILED: $reason"
+      tail_file "$rlog.vm.log" "VM side ($rlog.vm.log)"
+      if [ "$SELF" = 1 ]; then tail_file "$rlog.peer.log" "peer VM side ($rlog.peer.log)"
+      else tail_file "$rlog.uroce.log" "uroce side ($rlog.uroce.log)"; fi
+      echo "   capture: ${tally:-no tally} (decode status $dstatus; $rlog.tsv)"
+    } >&2
+  fi
+}
+
+# run_boot TAG SLOT ROW...: boots one VM (plus a second one in self-check mode) and runs these rows (one
+# direction, one link MTU). With uroce, a row whose VM side still waits when uroce has given up ends the boot
+# (that is quicker than the row's guest timeout): the rows after it are left in REMAINING for a fresh boot.
+run_boot() {
+  local tag=$1 slot=$2; shift 2
+  local rows=("$@")
+  local lport=$((BASEPORT + 2 * slot)) rport=$((BASEPORT + 2 * slot + 1))
+  local first=${rows[0]} link=${R_LINK[${rows[0]}]} dir=${R_DIR[${rows[0]}]}
+  tag=$tag-$dir-mtu$link
+  local con=$OUT/boots/$tag.vm.log pcap=$OUT/boots/$tag.pcap peercon=$OUT/boots/$tag.peer.log
+  local vmrole=server; [ "$dir" = r2u ] && vmrole=client
+  local peerrole=client; [ "$vmrole" = client ] && peerrole=server
+  local script= pscript= budget=120 i
+  REMAINING=
+  # self-check: both VMs pause 1 s after each row, so the harness marks the row's end in the capture before
+  # the next row's frames come (with uroce, the harness itself starts each row's uroce side)
+  [ "$SELF" = 1 ] && script="export MATRIX_GAP=1"$'\n' pscript="export MATRIX_GAP=1"$'\n'
+  for i in "${rows[@]}"; do
+    script+="$(guest_line "$i" $vmrole)"$'\n'; pscript+="$(guest_line "$i" $peerrole)"$'\n'
+    budget=$((budget + R_SECS[i] + 15))
+  done
+  if [ -f "$OUT/.dead-link" ]; then
+    for i in "${rows[@]}"; do record "$i" SKIP 0 "not run: $(cat "$OUT/.dead-link")"; done; return
+  fi
+  rm -f "$con" "$peercon" "$pcap"
+  local t0; t0=$(now)
+  timeout "$budget" "$VMDIR/run-vm.sh" --name rxe --ip $VM_IP/16 --lport $lport --rport $rport --mtu "$link" \
+    --pcap "$pcap" --log "$con" --cmd "$script" > "$OUT/boots/$tag.qemu.err" 2>&1 &
+  local vmpid=$! peerpid=
+  if [ "$SELF" = 1 ]; then
+    # the second VM stands where uroce stands: 169.254.0.2, on the other end of the same link
+    timeout "$budget" "$VMDIR/run-vm.sh" --name peer --ip $UROCE_IP/16 --lport $rport --rport $lport --mtu "$link" \
+      --log "$peercon" --cmd "$pscript" > "$OUT/boots/$tag.peer.qemu.err" 2>&1 &
+    peerpid=$!
+  fi
+  local active= pos=24 abandon= stop= r ran=() n=0
+  local -a LIMIT=() U_STATUS=() U_NOTE=() SECS=()
+  for r in "${rows[@]}"; do
+    n=$((n + 1))
+    local id=${R_ID[r]} rlog=$OUT/rows/${R_ID[r]//\//.}
+    if [ -n "$stop" ]; then REMAINING+=" $r"; continue; fi
+    if [ -n "$abandon" ] || [ -f "$OUT/.dead-link" ]; then
+      record "$r" SKIP 0 "not run: ${abandon:-$(cat "$OUT/.dead-link" 2>/dev/null)}"; continue
+    fi
+    local rt0; rt0=$(now)
+    # 1. the VM reaches this row (the first one waits for the boot)
+    local limit=20; [ "$r" = "$first" ] && limit=150
+    local waited=0
+    until console_has "$con" "MATRIX-BEGIN $id"; do
+      if ! kill -0 $vmpid 2>/dev/null || [ "$waited" -ge $((limit * 5)) ]; then break; fi
+      sleep 0.2; waited=$((waited + 1))
+    done
+    if ! console_has "$con" "MATRIX-BEGIN $id"; then
+      abandon="the VM never reached row $id"
+      record "$r" FAIL "$(dt "$rt0" "$(now)")" "the VM never started this row (console: $con)"
+      tail_file "$con" "VM console" >&2; continue
+    fi
+    [ -z "$active" ] && active=$(dt "$t0" "$(now)") && echo "$active" > "$OUT/results/$tag.active_s"
+    # 2. the uroce side (or nothing: the peer VM runs its own script)
+    local upid= ustatus= note= ut0=
+    if [ "$SELF" = 0 ]; then
+      local host=; [ "$dir" = u2r ] && host=$VM_IP
+      local env=(UROCE_LINK=127.0.0.1:$rport,127.0.0.1:$lport UROCE_ADDR=$UROCE_IP/16 UROCE_MTU=$link)
+      [ "${R_LOSS[r]}" != - ] && env+=(UROCE_FAULTS=loss=0.05,seed=${R_LOSS[r]})
+      echo "+ ${env[*]} uroce ${R_U[r]} -p ${R_PORT[r]} --timeout 20${host:+ $host}" > "$rlog.uroce.log"
+      ut0=$(now)
+      timeout $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE "${env[@]}" \
+        "$UROCE" ${R_U[r]} -p "${R_PORT[r]}" --timeout 20 $host >> "$rlog.uroce.log" 2>&1 &
+      upid=$!
+    fi
+    # 3. wait for both sides, each bounded
+    local vend= pend= uend= deadline=$(( (R_SECS[r] + 15) * 5 )) ticks=0
+    while :; do
+      [ -z "$vend" ] && [ -n "$(row_status "$con" "$id")" ] && vend=$ticks
+      if [ "$SELF" = 1 ]; then
+        [ -z "$pend" ] && [ -n "$(row_status "$peercon" "$id")" ] && pend=$ticks
+        [ -n "$vend" ] && [ -n "$pend" ] && break
+      else
+        if [ -z "$uend" ] && ! kill -0 "$upid" 2>/dev/null; then wait "$upid"; ustatus=$?; uend=$ticks; fi
+        [ -n "$vend" ] && [ -n "$uend" ] && break
+        # the VM is done and uroce still waits (for a peer that went away): 10 s of grace, then stop it
+        if [ -n "$vend" ] && [ -z "$uend" ] && [ $((ticks - vend)) -ge 50 ]; then
+          kill_tree "$upid"; wait "$upid"; ustatus=$?; uend=$ticks
+          note="uroce still ran 10 s after the VM's side ended; stopped"; break
+        fi
+        # uroce failed and the VM's side still waits for it: 3 s of grace, then this boot ends here
+        [ -n "$uend" ] && [ "$ustatus" != 0 ] && [ -z "$vend" ] && [ $((ticks - uend)) -ge 15 ] && break
+      fi
+      kill -0 $vmpid 2>/dev/null || [ -n "$vend" ] || break
+      [ "$ticks" -ge "$deadline" ] && break
+      sleep 0.2; ticks=$((ticks + 1))
+    done
+    if [ "$SELF" = 0 ] && [ -z "$uend" ]; then kill_tree "$upid"; wait "$upid"; ustatus=$?; fi
+    LIMIT[$r]=$(size_of "$pcap") U_STATUS[$r]=$ustatus U_NOTE[$r]=$note SECS[$r]=$(dt "$rt0" "$(now)")
+    local uroce_s=0; [ -n "$ut0" ] && uroce_s=$(dt "$ut0" "$(now)")
+    ran+=("$r")
+    if [ -z "$vend" ] || { [ "$SELF" = 1 ] && [ -z "$pend" ]; }; then
+      if [ "$SELF" = 0 ] && kill -0 $vmpid 2>/dev/null; then
+        # the guest is still inside this row: the next rows get a fresh boot
+        stop="the VM's side of $id did not end"; U_NOTE[$r]="${note:+$note; }the VM's side still waited: this boot ends here"
+      else
+        abandon="the VMs are out of step after row $id"
+      fi
+    fi
+    # 4. with uroce, judge now: a link that carries nothing from uroce ends the whole run
+    if [ "$SELF" = 0 ]; then
+      judge "$r"
+      local tool=${R_U[r]%% *}
+      if [ "$ROW_FAILED" = 1 ] && [ "${ROW_PEER_FRAMES:-0}" = 0 ]; then
+        # a dead link fails every tool alike; one tool that is broken (or missing) fails only its own rows
+        SILENT_ROWS+=" $id" SILENT_TOOLS+=" $tool"
+        if [ "$(tr ' ' '\n' <<< "$SILENT_TOOLS" | sort -u | grep -c .)" -ge 2 ]; then
+          echo "no frame from uroce reached the VM in consecutive rows of different tools:$SILENT_ROWS" > "$OUT/.dead-link"
+        fi
+      else
+        SILENT_ROWS= SILENT_TOOLS=
+      fi
+    fi
+  done
+  # the guests power off when their scripts end; stop what is left
+  local w=0
+  while [ -z "$abandon$stop" ] && [ $w -lt 100 ] && { kill -0 $vmpid 2>/dev/null || { [ -n "$peerpid" ] && kill -0 "$peerpid" 2>/dev/null; }; }; do
+    sleep 0.2; w=$((w + 1))
+  done
+  kill_tree $vmpid; [ -n "$peerpid" ] && kill_tree "$peerpid"
+  wait $vmpid 2>/dev/null; [ -n "$peerpid" ] && wait "$peerpid" 2>/dev/null
+  # 5. self-check: judge once the VMs are gone (judging takes time, and the VMs do not wait for it)
+  if [ "$SELF" = 1 ]; then for r in "${ran[@]}"; do judge "$r"; done; fi
+}
+tail_file() { echo "   -- $2, last lines:"; tail -n 15 "$1" 2>/dev/null | sed 's/^/   | /'; }
+record() {  # ROW RESULT SECS REASON: one line of results/ROW.tsv, and a progress line
+  printf '%s\t%s\t%s\t%s\t%s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4" > "$OUT/results/row$(printf %03d "$1").tsv"
+  printf '  %-22s %-11s %-4s %5ss  %s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4"
+}
+
+# ---- run: JOBS workers, worker w takes boots w, w+JOBS, ... on UDP slot w ------------------------------------
+echo "matrix: ${#BOOTS[@]} VM boots, $JOBS at a time, UDP ports $BASEPORT-$((BASEPORT + 2 * JOBS - 1))"
+WORKERS=()
+for ((w = 0; w < JOBS; w++)); do
+  # a stopped worker stops its VMs and uroce (each a `timeout`, which passes the signal on)
+  ( trap 'kill $(jobs -p) 2>/dev/null; exit 143' INT TERM
+    SILENT_ROWS= SILENT_TOOLS=
+    for ((k = w; k < ${#BOOTS[@]}; k += JOBS)); do
+      rows=${BOOTS[k]} again=0
+      while [ -n "$rows" ]; do
+        tag=boot$k; [ $again -gt 0 ] && tag=boot$k.$again
+        run_boot "$tag" "$w" $rows
+        rows=$REMAINING again=$((again + 1))
+      done
+    done ) &
+  WORKERS+=($!)
+done
+trap 'for p in "${WORKERS[@]}"; do kill "$p" 2>/dev/null; done' INT TERM
+for p in "${WORKERS[@]}"; do wait "$p"; done
+
+# ---- summary -------------------------------------------------------------------------------------------------
+TOTAL_S=$(dt "$T_START" "$(now)")
+SUM=$OUT/summary.tsv
+printf 'row\tdirection\tresult\tseconds\tdetail\n' > "$SUM"
+pass=0 fail=0 skip=0
+for i in "${SEL[@]}"; do
+  f=$OUT/results/row$(printf %03d "$i").tsv
+  [ -f "$f" ] || printf '%s\t%s\tFAIL\t0\tno result (the boot did not run)\n' "${R_ID[i]}" "$(dirname_of "${R_DIR[i]}")" > "$f"
+  cat "$f" >> "$SUM"
+  case "$(cut -f3 "$f")" in PASS) pass=$((pass + 1)) ;; SKIP) skip=$((skip + 1)) ;; *) fail=$((fail + 1)) ;; esac
+done
+boots=$(for f in "$OUT"/results/*.active_s; do [ -f "$f" ] && cat "$f"; done | tr '\n' ' ')
+nboots=$(ls "$OUT"/boots/*.vm.log 2>/dev/null | wc -l)
+echo
+echo "==== interop matrix ($MODE): uroce $UROCE"
+printf '%-22s %-11s %-6s %7s  %s\n' row direction result seconds detail
+tail -n +2 "$SUM" | while IFS=$'\t' read -r id d res s detail; do
+  printf '%-22s %-11s %-6s %7s  %s\n' "$id" "$d" "$res" "$s" "$detail"
+done
+echo "matrix: ${#SEL[@]} rows: $pass PASS, $fail FAIL, $skip SKIP; $nboots VM boots (seconds to the first row: ${boots:-none}); image build ${BUILD_S} s; total ${TOTAL_S} s"
+echo "matrix: summary $SUM; per row: $OUT/rows/ (ROW.vm.log, ROW.uroce.log, ROW.pcap, ROW.tsv); consoles: $OUT/boots/"
+[ "$pass" = "${#SEL[@]}" ]
