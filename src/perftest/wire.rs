@@ -361,18 +361,12 @@ impl Channel {
 
     fn write_message(&mut self, msg: &[u8], what: &str) -> Result<(), String> {
         self.stream.set_timeout(Some(self.timeout));
-        // One write call: the peer reads each message with one read().
-        let result = self.stream.write(msg);
-        match result {
-            Ok(n) if n == msg.len() => self
-                .stream
-                .flush()
-                .map_err(|e| format!("sending the {what} ({} bytes) failed: {e}", msg.len())),
-            Ok(n) => {
-                Err(format!("sending the {what}: only {n} of {} bytes could be written", msg.len()))
-            }
-            Err(e) => Err(format!("sending the {what} ({} bytes) failed: {e}", msg.len())),
-        }
+        // The whole message at once (the peer reads it with one read());
+        // a stream that takes only part of it gets the rest right after.
+        self.stream
+            .write_all(msg)
+            .and_then(|()| self.stream.flush())
+            .map_err(|e| format!("sending the {what} ({} bytes) failed: {e}", msg.len()))
     }
 
     fn read_message(&mut self, len: usize, what: &str) -> Result<Vec<u8>, String> {

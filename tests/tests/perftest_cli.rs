@@ -5,7 +5,9 @@
 //! and a TCP port of its own. The exchange itself is checked byte for byte
 //! against captures of the real perftest in the module's unit tests
 //! (`src/perftest/`); here the two ends run the traffic, check it, and
-//! fail cleanly on a bad peer.
+//! fail cleanly on a bad peer. One test runs them on the L2 transport
+//! instead, a link between 127.88.3x.1 and .2 (its exchange then goes
+//! through the link's own TCP).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -65,15 +67,26 @@ struct Finished {
     stderr: String,
 }
 
+/// A child on the UDP runtime at `addr`.
 fn spawn(addr: &str, args: &[&str]) -> Running {
+    spawn_with(&[("UROCE_ADDR", addr.to_string())], args)
+}
+
+/// A child with `env` (UROCE_ADDR, and UROCE_LINK for the L2 transport).
+fn spawn_with(env: &[(&str, String)], args: &[&str]) -> Running {
     let exe = std::env::current_exe().expect("the test binary");
-    let mut child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .args(["--exact", "perftest_child", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, args.join(&SEP.to_string()))
-        .env("UROCE_ADDR", addr)
         .env_remove("UROCE_FAULTS")
         .env_remove("UROCE_CAPTURE")
         .env_remove("UROCE_LINK")
+        .env_remove("UROCE_MTU");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -209,6 +222,18 @@ fn assert_clean(
 
 /// Each side's remote addresses are the other's local ones.
 fn assert_addresses_agree(server: &Finished, client: &Finished, qps: usize) {
+    assert_eq!(
+        server.stdout.lines().filter(|l| l.starts_with(" local address: ")).count(),
+        qps,
+        "{}",
+        server.stdout
+    );
+    assert_addresses_agree_on(server, client, "127:88:");
+}
+
+/// Each side's remote addresses are the other's local ones, and the GIDs
+/// are IPv4 addresses starting `gid_prefix` (decimal, as perftest prints).
+fn assert_addresses_agree_on(server: &Finished, client: &Finished, gid_prefix: &str) {
     let addresses = |out: &str, side: &str| -> Vec<String> {
         out.lines()
             .filter_map(|l| l.strip_prefix(&format!(" {side} address: ")))
@@ -216,10 +241,11 @@ fn assert_addresses_agree(server: &Finished, client: &Finished, qps: usize) {
             .collect()
     };
     let server_local = addresses(&server.stdout, "local");
-    assert_eq!(server_local.len(), qps, "{}", server.stdout);
+    assert!(!server_local.is_empty(), "{}", server.stdout);
     assert_eq!(server_local, addresses(&client.stdout, "remote"));
     assert_eq!(addresses(&client.stdout, "local"), addresses(&server.stdout, "remote"));
-    assert!(client.stdout.contains(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:127:88:"));
+    let gid = format!(" GID: 00:00:00:00:00:00:00:00:00:00:255:255:{gid_prefix}");
+    assert!(client.stdout.contains(&gid), "{}", client.stdout);
 }
 
 #[test]
@@ -434,4 +460,49 @@ fn flags_perftest_refuses_are_refused() {
     assert_eq!(code, 2);
     let (code, _) = run(&["send_bw", "-n", "0x10", "--help"]);
     assert_eq!(code, 0);
+}
+
+/// Host `side` (1: the server, 2: the client) of link `net` of the L2
+/// transport: frames in UDP datagrams between 127.88.`net`.1 and .2, the
+/// hosts 169.254.0.1 and .2 on it, a link MTU of `mtu` bytes.
+fn link_env(net: u8, side: u8, mtu: u32) -> Vec<(&'static str, String)> {
+    let other = 3 - side;
+    vec![
+        ("UROCE_LINK", format!("127.88.{net}.{side}:47310,127.88.{net}.{other}:47310")),
+        ("UROCE_ADDR", format!("169.254.0.{side}/16")),
+        ("UROCE_MTU", mtu.to_string()),
+    ]
+}
+
+#[test]
+fn over_the_l2_transport_the_exchange_runs_on_the_links_tcp() {
+    // Link MTU 4200: path MTU 4096, as rxe's rule gives it.
+    for (net, flags) in [
+        (30, ["write_bw", "-n", "100", "-s", "65536", "--check"].as_slice()),
+        (31, ["send_bw", "-c", "UD", "-n", "100", "-s", "4096", "--check"].as_slice()),
+        (32, ["atomic_bw", "-n", "200", "-q", "2"].as_slice()),
+    ] {
+        let deadline = Instant::now() + CHILD_LIMIT;
+        let mut args = vec!["perftest", "--timeout", "20"];
+        args.extend_from_slice(flags);
+        let server = spawn_with(&link_env(net, 1, 4200), &args);
+        assert!(
+            server.wait_for_line("Waiting for client", Duration::from_secs(20)),
+            "{:#?}",
+            server.finish(Instant::now())
+        );
+        args.push("169.254.0.1");
+        let client = spawn_with(&link_env(net, 2, 4200), &args).finish(deadline);
+        let server = server.finish(deadline);
+        let size: u32 =
+            flags.iter().skip_while(|f| **f != "-s").nth(1).map_or(8, |s| s.parse().unwrap());
+        let qps: u64 = if flags.contains(&"-q") { 2 } else { 1 };
+        let iters: u64 = flags.iter().skip_while(|f| **f != "-n").nth(1).unwrap().parse().unwrap();
+        assert_clean(&server, &client, &[size], iters * qps);
+        for end in [&server, &client] {
+            assert!(end.stdout.contains(" Mtu             : 4096[B]"), "{}", end.stdout);
+            assert!(end.stdout.contains("Device         : uroce@169.254.0."), "{}", end.stdout);
+        }
+        assert_addresses_agree_on(&server, &client, "169:254:00:");
+    }
 }
