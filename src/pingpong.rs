@@ -306,9 +306,6 @@ fn plan(args: &PingpongArgs) -> Result<Plan, String> {
             if n == 0 || n > srq::MAX_QP {
                 return Err(format!("-q {n}: 1 to {} QPs", srq::MAX_QP));
             }
-            if args.chk || args.events {
-                return Err("-c and -e are not ibv_srq_pingpong flags".into());
-            }
             Some(n)
         }
     };
@@ -351,7 +348,7 @@ pub fn run(args: &PingpongArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
     let result = UdpDevice::open(config)
         .map_err(|e| format!("Couldn't open the device: {e}"))
         .and_then(|dev| match plan.srq_qps {
-            Some(num_qp) => srq::run(&plan, num_qp, dev, out).map(|()| Outcome::Clean),
+            Some(num_qp) => srq::run(&plan, num_qp, dev, out),
             None => pingpong(&plan, dev, out),
         });
     let _ = out.flush();
@@ -715,55 +712,14 @@ impl Session {
         }
     }
 
-    /// `-c` on the client: `buf[i] = i / page_size % sizeof(char)` (0) at
-    /// every page start.
+    /// `-c` on the client: marks every page of the message.
     fn mark_pages(&self) -> Result<(), String> {
-        let mut i = 0;
-        while i < u64::from(self.plan.size) {
-            self.mr.write(self.data_offset() + i, &[PAGE_MARK]).map_err(|e| e.to_string())?;
-            i += PAGE_SIZE;
-        }
-        Ok(())
+        mark_pages(&self.mr, self.data_offset(), self.plan.size)
     }
 
     /// `-c` on the server: the pages whose first byte is not the client's.
     fn bad_pages(&self) -> Result<Vec<u64>, String> {
-        let mut bad = Vec::new();
-        let mut i = 0;
-        while i < u64::from(self.plan.size) {
-            let mut byte = [0u8];
-            self.mr.read(self.data_offset() + i, &mut byte).map_err(|e| e.to_string())?;
-            if byte[0] != PAGE_MARK {
-                bad.push(i / PAGE_SIZE);
-            }
-            i += PAGE_SIZE;
-        }
-        Ok(bad)
-    }
-
-    /// Waits for a completion event on the channel (the blocking
-    /// `ibv_get_cq_event` of `-e`): `poll(2)` on the channel's descriptor,
-    /// until `deadline`.
-    fn wait_cq_event(&self, channel: &CompChannel, deadline: Instant) -> Result<u32, String> {
-        use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        use rustix::fd::AsFd;
-        loop {
-            if let Some(cq) = channel.get_cq_event() {
-                return Ok(cq);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "Failed to get cq_event: no completion event for {} s",
-                    self.plan.timeout.as_secs()
-                ));
-            }
-            let left = (deadline - now).min(Duration::from_millis(100));
-            let timeout =
-                Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ };
-            let mut fds = [PollFd::from_borrowed_fd(channel.as_fd(), PollFlags::IN)];
-            poll(&mut fds, Some(&timeout)).map_err(|e| format!("poll on the channel: {e}"))?;
-        }
+        bad_pages(&self.mr, self.data_offset(), self.plan.size)
     }
 
     /// Up to two completions: with `-e` whatever is there, otherwise spin
@@ -804,7 +760,7 @@ impl Session {
         while rcnt < iters || scnt < iters {
             let deadline = last_completion + plan.timeout;
             if let Some(channel) = &self.channel {
-                let cq = self.wait_cq_event(channel, deadline)?;
+                let cq = wait_cq_event(channel, deadline, plan.timeout)?;
                 if cq != self.cq.index() {
                     return Err(format!("CQ event for unknown CQ {cq}"));
                 }
@@ -845,6 +801,61 @@ impl Session {
             }
         }
         Ok(start.elapsed())
+    }
+}
+
+/// `-c` on the client: `buf[i] = i / page_size % sizeof(char)` (0) at
+/// every page start of the `size`-byte message at `offset`.
+fn mark_pages(mr: &Mr, offset: u64, size: u32) -> Result<(), String> {
+    let mut i = 0;
+    while i < u64::from(size) {
+        mr.write(offset + i, &[PAGE_MARK]).map_err(|e| e.to_string())?;
+        i += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// `-c` on the server: the pages of the message at `offset` whose first
+/// byte is not the client's mark.
+fn bad_pages(mr: &Mr, offset: u64, size: u32) -> Result<Vec<u64>, String> {
+    let mut bad = Vec::new();
+    let mut i = 0;
+    while i < u64::from(size) {
+        let mut byte = [0u8];
+        mr.read(offset + i, &mut byte).map_err(|e| e.to_string())?;
+        if byte[0] != PAGE_MARK {
+            bad.push(i / PAGE_SIZE);
+        }
+        i += PAGE_SIZE;
+    }
+    Ok(bad)
+}
+
+/// Waits for a completion event on the channel (the blocking
+/// `ibv_get_cq_event` of `-e`): `poll(2)` on the channel's descriptor,
+/// until `deadline`; `timeout` is only for the message.
+fn wait_cq_event(
+    channel: &CompChannel,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<u32, String> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    use rustix::fd::AsFd;
+    loop {
+        if let Some(cq) = channel.get_cq_event() {
+            return Ok(cq);
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(format!(
+                "Failed to get cq_event: no completion event for {} s",
+                timeout.as_secs()
+            ));
+        }
+        let left = (deadline - now).min(Duration::from_millis(100));
+        let timespec = Timespec { tv_sec: left.as_secs() as _, tv_nsec: left.subsec_nanos() as _ };
+        let mut fds = [PollFd::from_borrowed_fd(channel.as_fd(), PollFlags::IN)];
+        poll(&mut fds, Some(&timespec)).map_err(|e| format!("poll on the channel: {e}"))?;
     }
 }
 

@@ -8,8 +8,8 @@
 //! peer's first message, with hop limit 1.
 
 use super::{
-    address_line, inet_ntop6, wc_status_str, Dest, Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID,
-    PINGPONG_SEND_WRID,
+    address_line, bad_pages, inet_ntop6, mark_pages, wait_cq_event, wc_status_str, Dest, Outcome,
+    Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID, PINGPONG_SEND_WRID,
 };
 use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
@@ -20,7 +20,8 @@ use uroce_emulator::types::{QpState, QpType, SendFlags, WrOpcode};
 use uroce_emulator::udp::UdpDevice;
 use uroce_verbs::connect;
 use uroce_verbs::{
-    Access, AttrMask, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq, WcStatus,
+    Access, AttrMask, CompChannel, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq,
+    WcStatus,
 };
 
 /// The C tool's `MAX_QP`: the number of address messages each way, and
@@ -35,6 +36,7 @@ struct SrqSession {
     srq: Srq,
     mr: Mr,
     cq: Cq,
+    channel: Option<CompChannel>,
     _pd: Pd,
     ctx: Context,
 }
@@ -49,14 +51,31 @@ impl SrqSession {
                 port.max_msg_sz
             ));
         }
+        let channel = if plan.events {
+            Some(
+                ctx.create_comp_channel()
+                    .map_err(|e| format!("Couldn't create completion channel: {e}"))?,
+            )
+        } else {
+            None
+        };
         let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
-        // The C tool's buffer is zeroed; so is a new MR's memory.
+        // The C tool's buffer is zeroed; so is a new MR's memory. With -c it
+        // is filled as the other tools' (0x7b), so that the check at the
+        // page starts (0) proves the peer's data arrived.
         let mr = pd
             .alloc_mr(u64::from(plan.size), Access::LOCAL_WRITE)
             .map_err(|e| format!("Couldn't register MR: {e}"))?;
-        let cq = ctx
-            .create_cq(plan.rx_depth.saturating_add(num_qp))
-            .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        if plan.chk {
+            mr.write(0, &vec![0x7b; plan.size as usize])
+                .map_err(|e| format!("Couldn't fill the buffer: {e}"))?;
+        }
+        let cqe = plan.rx_depth.saturating_add(num_qp);
+        let cq = match &channel {
+            Some(channel) => ctx.create_cq_with_channel(cqe, channel),
+            None => ctx.create_cq(cqe),
+        }
+        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
         let srq =
             pd.create_srq(plan.rx_depth, 1, 0).map_err(|e| format!("Couldn't create SRQ: {e}"))?;
         let mut qps = Vec::with_capacity(num_qp as usize);
@@ -81,7 +100,7 @@ impl SrqSession {
                 .map_err(|e| format!("Failed to modify QP[{i}] to INIT: {e}"))?;
             qps.push(qp);
         }
-        Ok(SrqSession { qps, srq, mr, cq, _pd: pd, ctx })
+        Ok(SrqSession { qps, srq, mr, cq, channel, _pd: pd, ctx })
     }
 
     /// `pp_post_recv`: up to `n` receives on the SRQ; returns how many.
@@ -193,7 +212,7 @@ pub(super) fn run(
     num_qp: u32,
     dev: UdpDevice,
     out: &mut dyn Write,
-) -> Result<(), String> {
+) -> Result<Outcome, String> {
     if num_qp > plan.rx_depth {
         return Err(format!(
             "rx_depth {} is too small for {num_qp} QPs -- must have at least one receive per QP.",
@@ -205,6 +224,9 @@ pub(super) fn run(
     let mut routs = session.post_recv(plan.size, rx_depth);
     if routs < rx_depth {
         return Err(format!("Couldn't post receive ({routs})"));
+    }
+    if session.channel.is_some() {
+        session.cq.req_notify(false);
     }
     let gid = session
         .ctx
@@ -260,6 +282,9 @@ pub(super) fn run(
     let n = num_qp as usize;
     let mut pending = vec![PINGPONG_RECV_WRID; n];
     if client {
+        if plan.chk {
+            mark_pages(&session.mr, 0, plan.size)?;
+        }
         for (i, p) in pending.iter_mut().enumerate() {
             session.post_send(i, plan.size)?;
             *p = PINGPONG_SEND_WRID | PINGPONG_RECV_WRID;
@@ -270,10 +295,14 @@ pub(super) fn run(
     let (mut rcnt, mut scnt) = (0u64, 0u64);
     let mut last_completion = Instant::now();
     while rcnt < iters || scnt < iters {
-        let wcs = session
-            .cq
-            .poll(n + plan.rx_depth as usize)
-            .map_err(|e| format!("poll CQ failed: {e}"))?;
+        if let Some(channel) = &session.channel {
+            let cq = wait_cq_event(channel, last_completion + plan.timeout, plan.timeout)?;
+            if cq != session.cq.index() {
+                return Err(format!("CQ event for unknown CQ {cq}"));
+            }
+            session.cq.req_notify(false);
+        }
+        let wcs = session.cq.poll(2 * n).map_err(|e| format!("poll CQ failed: {e}"))?;
         if wcs.is_empty() {
             if last_completion.elapsed() >= plan.timeout {
                 return Err(format!(
@@ -326,9 +355,16 @@ pub(super) fn run(
         }
     }
     super::print_summary(out, plan, start.elapsed());
+    let mut outcome = Outcome::Clean;
+    if !client && plan.chk {
+        for page in bad_pages(&session.mr, 0, plan.size)? {
+            let _ = writeln!(out, "invalid data in page {page}");
+            outcome = Outcome::BadData;
+        }
+    }
     let _ = out.flush();
     super::linger(&dev);
     drop(session);
     drop(dev);
-    Ok(())
+    Ok(outcome)
 }

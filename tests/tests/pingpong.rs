@@ -296,6 +296,23 @@ fn uc_and_ud_check_data() {
 }
 
 #[test]
+fn srq_checks_data_and_sleeps_on_events() {
+    // ibv_srq_pingpong's -c and -e: 4 QPs on one SRQ, 3 pages and a bit
+    // per message, the server checking every page start and both ends
+    // sleeping on the completion channel.
+    let (server, client) = run_pair(
+        "127.83.11",
+        18572,
+        &["--srq", "-q", "4", "-c", "-e", "-g", "1", "-n", "100", "-s", "13000"],
+    );
+    assert_clean_run(&server, &client, 13000, 100, false);
+    for end in [&server, &client] {
+        assert_eq!(end.stdout.matches("local address:").count(), 4, "{end:#?}");
+        assert_eq!(end.stdout.matches("remote address:").count(), 4, "{end:#?}");
+    }
+}
+
+#[test]
 fn client_without_server_fails_clearly() {
     let client = spawn("127.83.8.2", &["pingpong", "-g", "1", "-p", "18569", "127.83.8.1"]);
     let client = client.finish(Instant::now() + CHILD_LIMIT);
