@@ -126,6 +126,22 @@ case "$UROCE" in /*) ;; *) UROCE=$PWD/$UROCE ;; esac
 [ -x "$UROCE" ] || { echo "matrix.sh: --uroce $UROCE: not an executable file" >&2; exit 2; }
 command -v qemu-system-x86_64 >/dev/null || { echo "matrix.sh: qemu-system-x86_64 is missing (tests/interop/install.sh)" >&2; exit 2; }
 
+
+now() { echo "$EPOCHREALTIME"; }
+dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", b-a}'; }
+
+# ---- the image (before the namespace: build.sh downloads Debian packages) ----------------------------------
+if [ -z "${MATRIX_IN_NETNS:-}" ]; then
+  export MATRIX_T_START MATRIX_BUILD_S
+  MATRIX_T_START=$(now)
+  mkdir -p "$B"
+  if ! bash "$VMDIR/build.sh" > "$B/build.log" 2>&1; then
+    echo "matrix.sh: the VM image did not build; the end of $B/build.log:" >&2; tail -20 "$B/build.log" >&2; exit 1
+  fi
+  MATRIX_BUILD_S=$(dt "$MATRIX_T_START" "$(now)")
+fi
+T_START=$MATRIX_T_START BUILD_S=$MATRIX_BUILD_S
+
 # ---- a network namespace of our own (root): only loopback, nothing leaves the machine -----------------------
 if [ "${MATRIX_NETNS:-1}" != 0 ] && [ -z "${MATRIX_IN_NETNS:-}" ]; then
   if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null && command -v ip >/dev/null && unshare -n true 2>/dev/null; then
@@ -134,18 +150,6 @@ if [ "${MATRIX_NETNS:-1}" != 0 ] && [ -z "${MATRIX_IN_NETNS:-}" ]; then
   fi
   echo "matrix.sh: note: running in the host's network namespace (needs root, unshare and ip to isolate)" >&2
 fi
-
-now() { echo "$EPOCHREALTIME"; }
-dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.1f", b-a}'; }
-T_START=$(now)
-
-# ---- the image ----------------------------------------------------------------------------------------------
-T_BUILD0=$(now)
-mkdir -p "$B"
-if ! bash "$VMDIR/build.sh" > "$B/build.log" 2>&1; then
-  echo "matrix.sh: the VM image did not build; the end of $B/build.log:" >&2; tail -20 "$B/build.log" >&2; exit 1
-fi
-BUILD_S=$(dt "$T_BUILD0" "$(now)")
 
 if [ -z "$OUT" ]; then
   OUT=$B/matrix/$(date +%Y%m%d-%H%M%S)
@@ -330,7 +334,7 @@ run_boot() {
       record "$r" SKIP 0 "not run: ${abandon:-$(cat "$OUT/.dead-link" 2>/dev/null)}"; continue
     fi
     local rt0; rt0=$(now)
-    # 1. the VM reaches this row (the first one waits for the boot)
+    # 1. the VM reaches this row (the first one waits for the boot, which is not the row's time)
     local limit=20; [ "$r" = "$first" ] && limit=150
     local waited=0
     until console_has "$con" "MATRIX-BEGIN $id"; do
@@ -343,6 +347,7 @@ run_boot() {
       tail_file "$con" "VM console" >&2; continue
     fi
     [ -z "$active" ] && active=$(dt "$t0" "$(now)") && echo "$active" > "$OUT/results/$tag.active_s"
+    rt0=$(now)
     # 2. the uroce side (or nothing: the peer VM runs its own script)
     local upid= ustatus= note= ut0=
     if [ "$SELF" = 0 ]; then

@@ -106,7 +106,6 @@ fn uroce_wrapper(dir: &Path) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs the L2 transport, `uroce perftest` and `uroce opcodes` (issue 5); remove when they land"]
 fn interop_matrix() {
     if std::env::var("UROCE_INTEROP").as_deref() == Ok("0") {
         assert!(
