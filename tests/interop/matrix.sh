@@ -84,6 +84,7 @@ c atomic_cas       1500 -    30   "ib_atomic_bw -d rxe0 -x 1 -F -n 100 -A CMP_AN
 c send_bw_ud       1500 -    30   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 512 -c UD"          "perftest send_bw -x 1 -F -n 100 -s 512 -c UD"       "$(pt 512 100)"   "<=1024"
 c write_bw_uc      1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096 -c UC"        "perftest write_bw -x 1 -F -n 100 -s 4096 -c UC"     "$(pt 4096 100)"  "=1024"
 c read_bw_small    1500 -    30   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 256"                "perftest read_bw -x 1 -F -n 100 -s 256"             "$(pt 256 100)"   "<=1024"
+c rc_pingpong_ipv6 1500 -    30   "ibv_rc_pingpong -d rxe0 -g 0 -n 100 -s 4096 -c"          "pingpong -g 0 -n 100 -s 4096 -c"                    "$(pp 100)"       "=1024"
 c rc_pingpong_loss 1500 11   60   "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c"           "pingpong -g 1 -n 50 -s 4096 -c"                     "$(pp 50)"        "=1024"
 c read_bw_loss     1500 12   60   "ib_read_bw -d rxe0 -x 1 -F -n 50 -s 4096"                "perftest read_bw -x 1 -F -n 50 -s 4096"             "$(pt 4096 50)"   "=1024"
 c rc_pingpong_4k   4200 -    45   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 16384 -m 4096 -c" "pingpong -g 1 -n 100 -s 16384 -m 4096 -c"           "$(pp 100)"       "=4096"
@@ -267,6 +268,9 @@ judge() {
         *)  [ "$maxpay" -le "$want" ] || why+=("capture: largest payload $maxpay > path MTU $want") ;;
       esac
       if [ "${R_LOSS[r]}" != - ] && [ "$SELF" = 0 ] && [ "$retrans" = 0 ]; then why+=("capture: loss row without a retransmit"); fi
+      # rows named *_ipv6 run over the link-local GIDs: every RoCE frame must be IPv6
+      local v4; v4=$(awk -F'\t' '!/^#/ && $2 !~ /:/ {n++} END {print n+0}' "$rlog.tsv")
+      case "$id" in *_ipv6/*) [ "$v4" = 0 ] || why+=("capture: $v4 RoCE frames over IPv4 in an IPv6 row") ;; esac
     else
       why+=("capture: no RoCEv2 frame")
     fi
