@@ -562,14 +562,7 @@ impl Session {
                 port.max_msg_sz
             ));
         }
-        let channel = if plan.events {
-            Some(
-                ctx.create_comp_channel()
-                    .map_err(|e| format!("Couldn't create completion channel: {e}"))?,
-            )
-        } else {
-            None
-        };
+        let channel = plan.events.then(|| open_channel(&ctx)).transpose()?;
         let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
         let mr = pd
             .alloc_mr(buf_len, Access::LOCAL_WRITE)
@@ -578,11 +571,7 @@ impl Session {
         let fill = usize::try_from(buf_len).map_err(|_| "the buffer is too large".to_string())?;
         mr.write(0, &vec![0x7b; fill]).map_err(|e| format!("Couldn't fill the buffer: {e}"))?;
         let cqe = plan.rx_depth.saturating_add(1);
-        let cq = match &channel {
-            Some(channel) => ctx.create_cq_with_channel(cqe, channel),
-            None => ctx.create_cq(cqe),
-        }
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        let cq = create_cq(&ctx, cqe, channel.as_ref())?;
         let qp = pd
             .create_qp(&QpInitAttr {
                 qp_type: plan.transport.qp_type(),
@@ -802,6 +791,20 @@ impl Session {
         }
         Ok(start.elapsed())
     }
+}
+
+/// The completion channel of `-e`.
+fn open_channel(ctx: &Context) -> Result<CompChannel, String> {
+    ctx.create_comp_channel().map_err(|e| format!("Couldn't create completion channel: {e}"))
+}
+
+/// The CQ, on the channel when there is one (`-e`).
+fn create_cq(ctx: &Context, cqe: u32, channel: Option<&CompChannel>) -> Result<Cq, String> {
+    match channel {
+        Some(channel) => ctx.create_cq_with_channel(cqe, channel),
+        None => ctx.create_cq(cqe),
+    }
+    .map_err(|e| format!("Couldn't create CQ: {e}"))
 }
 
 /// `-c` on the client: `buf[i] = i / page_size % sizeof(char)` (0) at

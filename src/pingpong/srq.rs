@@ -8,8 +8,8 @@
 //! peer's first message, with hop limit 1.
 
 use super::{
-    address_line, bad_pages, inet_ntop6, mark_pages, wait_cq_event, wc_status_str, Dest, Outcome,
-    Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID, PINGPONG_SEND_WRID,
+    address_line, bad_pages, create_cq, inet_ntop6, mark_pages, open_channel, wait_cq_event,
+    wc_status_str, Dest, Outcome, Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID, PINGPONG_SEND_WRID,
 };
 use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
@@ -51,14 +51,7 @@ impl SrqSession {
                 port.max_msg_sz
             ));
         }
-        let channel = if plan.events {
-            Some(
-                ctx.create_comp_channel()
-                    .map_err(|e| format!("Couldn't create completion channel: {e}"))?,
-            )
-        } else {
-            None
-        };
+        let channel = plan.events.then(|| open_channel(&ctx)).transpose()?;
         let pd = ctx.alloc_pd().map_err(|e| format!("Couldn't allocate PD: {e}"))?;
         // The C tool's buffer is zeroed; so is a new MR's memory. With -c it
         // is filled as the other tools' (0x7b), so that the check at the
@@ -71,11 +64,7 @@ impl SrqSession {
                 .map_err(|e| format!("Couldn't fill the buffer: {e}"))?;
         }
         let cqe = plan.rx_depth.saturating_add(num_qp);
-        let cq = match &channel {
-            Some(channel) => ctx.create_cq_with_channel(cqe, channel),
-            None => ctx.create_cq(cqe),
-        }
-        .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        let cq = create_cq(&ctx, cqe, channel.as_ref())?;
         let srq =
             pd.create_srq(plan.rx_depth, 1, 0).map_err(|e| format!("Couldn't create SRQ: {e}"))?;
         let mut qps = Vec::with_capacity(num_qp as usize);
