@@ -89,6 +89,7 @@ pub fn check_capture(bytes: &[u8]) -> GoldenReport {
     report
 }
 
+pub mod child;
 pub mod fuzz;
 pub mod hca_fuzz;
 

@@ -16,10 +16,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-/// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
+/// The child's arguments (after `uroce`), separated by
+/// [`uroce_tests::child::SEP`]; absent in
 /// the parent.
 const CHILD_ENV: &str = "UROCE_INTEROP_CHILD";
-const SEP: char = '\u{1f}';
 /// The whole matrix, image build included, must end within this bound
 /// (`.ci/run` has 20 minutes for it; this is the backstop if it hangs).
 const MATRIX_LIMIT_SECS: u64 = 25 * 60;
@@ -28,17 +28,7 @@ const MATRIX_LIMIT_SECS: u64 = 25 * 60;
 /// [`CHILD_ENV`] and exits with its status.
 #[test]
 fn uroce_child() {
-    let Ok(joined) = std::env::var(CHILD_ENV) else { return };
-    let args: Vec<String> =
-        joined.split(SEP).filter(|a| !a.is_empty()).map(str::to_string).collect();
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
-    let code =
-        uroce::cli::run(std::iter::once("uroce".to_string()).chain(args), &mut out, &mut err);
-    use std::io::Write;
-    let _ = out.flush();
-    let _ = err.flush();
-    std::process::exit(code);
+    uroce_tests::child::run_if_child(CHILD_ENV);
 }
 
 fn under_ci() -> bool {

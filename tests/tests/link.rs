@@ -4,75 +4,36 @@
 //! test binary runs itself as the two hosts (the child test below). Links
 //! use 127.91.x.1 <-> 127.91.x.2, one x per test.
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use uroce_tests::child::{self, Running};
 
 const CHILD_ENV: &str = "UROCE_LINK_TEST_CHILD";
-const SEP: char = '\u{1f}';
 const CHILD_LIMIT: Duration = Duration::from_secs(40);
 const PORT: u16 = 47000;
 
 /// The child: runs `uroce` with the arguments in [`CHILD_ENV`].
 #[test]
 fn link_child() {
-    let Ok(joined) = std::env::var(CHILD_ENV) else { return };
-    let args: Vec<String> = joined.split(SEP).map(str::to_string).collect();
-    println!();
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
-    let code =
-        uroce::cli::run(std::iter::once("uroce".to_string()).chain(args), &mut out, &mut err);
-    use std::io::Write;
-    let _ = out.flush();
-    let _ = err.flush();
-    std::process::exit(code);
+    child::run_if_child(CHILD_ENV);
 }
 
 /// One host of link `net`: `side` 1 is 169.254.0.1 (the server), 2 is
-/// 169.254.0.2; `env` adds variables.
-fn host(net: u8, side: u8, args: &[&str], env: &[(&str, String)]) -> std::process::Child {
-    let exe = std::env::current_exe().expect("the test binary");
+/// 169.254.0.2; `env` adds (or overrides) variables.
+fn host(net: u8, side: u8, args: &[&str], env: &[(&str, String)]) -> Running {
     let other = 3 - side;
-    let link = format!("127.91.{net}.{side}:{PORT},127.91.{net}.{other}:{PORT}");
-    let mut command = Command::new(exe);
-    command
-        .args(["--exact", "link_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, args.join(&SEP.to_string()))
-        .env("UROCE_LINK", link)
-        .env("UROCE_ADDR", format!("169.254.0.{side}/16"))
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .env_remove("UROCE_MTU")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (name, value) in env {
-        command.env(name, value);
-    }
-    command.spawn().expect("spawn a host")
+    let mut all = vec![
+        ("UROCE_LINK", format!("127.91.{net}.{side}:{PORT},127.91.{net}.{other}:{PORT}")),
+        ("UROCE_ADDR", format!("169.254.0.{side}/16")),
+    ];
+    all.extend(env.iter().cloned());
+    child::spawn("link_child", CHILD_ENV, args, &all)
 }
 
-/// Waits for a child within [`CHILD_LIMIT`] (killing it after), returning
+/// Waits for a host within [`CHILD_LIMIT`] (killing it after), returning
 /// its status and output.
-fn finish(mut child: std::process::Child) -> (Option<i32>, String) {
-    let deadline = Instant::now() + CHILD_LIMIT;
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let output = child.wait_with_output().expect("the child's output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    (output.status.code(), text)
+fn finish(host: Running) -> (Option<i32>, String) {
+    let end = host.finish(Instant::now() + CHILD_LIMIT);
+    (end.code, end.output())
 }
 
 /// Runs a server on side 1 and a client on side 2; both must succeed.

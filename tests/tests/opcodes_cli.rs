@@ -6,16 +6,12 @@
 //! (the hidden `--corrupt-step`) must be caught by the side that receives
 //! it, and the client must report the server's verdict.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use uroce_tests::child::{self, Finished, Running};
 
 /// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
 /// the parent.
 const CHILD_ENV: &str = "UROCE_OPCODES_CHILD";
-const SEP: char = '\u{1f}';
 /// How long a pair may run before both are killed.
 const PAIR_LIMIT: Duration = Duration::from_secs(90);
 /// The steps (`steps[]` in rxe-opcodes.c).
@@ -27,118 +23,14 @@ const TARGETS: usize = 9;
 /// Steps the client checks itself (READs, atomics, the RNR retry).
 const CLIENT_CHECKS: usize = 8;
 
-/// The child: runs `uroce` with the arguments in [`CHILD_ENV`], printing
-/// straight to stdout, and exits with its status.
+/// The child: runs `uroce` with the arguments in [`CHILD_ENV`].
 #[test]
 fn opcodes_child() {
-    let Ok(joined) = std::env::var(CHILD_ENV) else { return };
-    let args: Vec<String> = joined.split(SEP).map(str::to_string).collect();
-    // Start on a line of our own (the harness printed `test ... `).
-    println!();
-    let mut out = std::io::stdout();
-    let mut err = std::io::stderr();
-    let code =
-        uroce::cli::run(std::iter::once("uroce".to_string()).chain(args), &mut out, &mut err);
-    use std::io::Write;
-    let _ = out.flush();
-    let _ = err.flush();
-    std::process::exit(code);
-}
-
-/// A running child and the threads collecting its output. Dropping it
-/// (a failed assertion) kills the child.
-struct Running {
-    child: Child,
-    stdout: Option<JoinHandle<String>>,
-    stderr: Option<JoinHandle<String>>,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What a child did.
-#[derive(Debug)]
-struct Finished {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
+    child::run_if_child(CHILD_ENV);
 }
 
 fn spawn(addr: &str, args: &[String]) -> Running {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut child = Command::new(exe)
-        .args(["--exact", "opcodes_child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, args.join(&SEP.to_string()))
-        .env("UROCE_ADDR", addr)
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .env_remove("UROCE_LINK")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the child");
-    let (tx, lines) = mpsc::channel();
-    let stdout = child.stdout.take().expect("piped stdout");
-    let stdout = std::thread::spawn(move || {
-        let mut all = String::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = tx.send(line.clone());
-            all.push_str(&line);
-            all.push('\n');
-        }
-        all
-    });
-    let mut stderr_pipe = child.stderr.take().expect("piped stderr");
-    let stderr = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = stderr_pipe.read_to_string(&mut all);
-        all
-    });
-    Running { child, stdout: Some(stdout), stderr: Some(stderr), lines }
-}
-
-impl Running {
-    /// Waits until a line containing `marker` is printed.
-    fn wait_for_line(&self, marker: &str, limit: Duration) -> bool {
-        let deadline = Instant::now() + limit;
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(marker) => return true,
-                Ok(_) => {}
-                Err(_) => return false,
-            }
-        }
-        false
-    }
-
-    /// Waits for the child to exit, killing it at `deadline`.
-    fn finish(mut self, deadline: Instant) -> Finished {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status.code(),
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-            }
-        };
-        let join =
-            |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
-        let stdout = join(self.stdout.take());
-        let stderr = join(self.stderr.take());
-        Finished { code, stdout, stderr }
-    }
+    child::spawn("opcodes_child", CHILD_ENV, args, &[("UROCE_ADDR", addr.to_string())])
 }
 
 /// Runs a server at `net.1` and a client at `net.2` (`net` like
