@@ -13,15 +13,17 @@ mod oob;
 mod report;
 
 use crate::app::NetArgs;
+use crate::oob::OobListener;
 use engine::{QpMemory, Role, Side};
 use oob::{Channel, Endpoint};
 use report::{BwRow, LatRow, RESULT_FMT, RESULT_FMT_LAT, RESULT_LINE};
 use std::io::Write;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use uroce_emulator::command::Gid;
 use uroce_emulator::udp::UdpConfig;
+use uroce_emulator::udp::UdpDevice;
 
 /// perftest's `DEF_PORT`.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -161,7 +163,8 @@ pub struct BenchArgs {
     /// TCP port of the exchange (default 18515; --loopback: any free port).
     #[arg(short = 'p', long)]
     pub port: Option<u16>,
-    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default 4096, the port's).
+    /// Path MTU: 256, 512, 1024, 2048 or 4096 (default: the port's active
+    /// MTU, 4096 over UDP, the link's on a link).
     #[arg(short = 'm', long, value_parser = parse_mtu)]
     pub mtu: Option<u32>,
     /// WRs outstanding per QP in bw tests (default 128).
@@ -337,22 +340,21 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         config.addr = addr;
     }
     let timeout = Duration::from_secs(args.timeout);
-    let opts = ClientOpts { peak: !args.no_peak, max_inflight: args.max_inflight };
+    let opts = ClientOpts {
+        peak: !args.no_peak,
+        max_inflight: args.max_inflight,
+        port_mtu: args.mtu.is_none(),
+    };
     let result = if args.loopback {
         loopback(args, &params, &opts, config, timeout, out)
     } else if let Some(host) = &args.host {
         let port = args.port.unwrap_or(DEFAULT_PORT);
-        client(&params, &opts, config, Target::Host(host, port), timeout, out)
+        client(&params, &opts, config, host, port, timeout, out)
     } else {
         let port = args.port.unwrap_or(DEFAULT_PORT);
-        match TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)) {
-            Ok(listener) => {
-                let never = AtomicBool::new(false);
-                let server = Server { op: args.op, test: args.test, timeout, quiet: false };
-                server.serve(config, &listener, None, &never, out)
-            }
-            Err(e) => Err(format!("listening on TCP port {port}: {e}")),
-        }
+        let never = AtomicBool::new(false);
+        let server = Server { op: args.op, test: args.test, timeout, quiet: false };
+        server.serve(config, Listen::Port(port), None, &never, out)
     };
     let _ = out.flush();
     match result {
@@ -377,6 +379,11 @@ fn loopback(
         server: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
         client: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
     });
+    if config.link.is_some() {
+        return Err("--loopback runs two devices over the UDP runtime: unset UROCE_LINK \
+                    (on a link, run the server and the client as two processes)"
+            .into());
+    }
     let mut server_config = config.clone();
     server_config.addr = pair.server;
     // One capture (the client's sees both directions).
@@ -385,16 +392,18 @@ fn loopback(
     client_config.addr = pair.client;
     let port = args.port.unwrap_or(0);
     let listener = TcpListener::bind(SocketAddr::new(pair.server, port))
+        .map(OobListener::Tcp)
         .map_err(|e| format!("listening on {}:{port}: {e}", pair.server))?;
-    let server_at = listener.local_addr().map_err(|e| format!("listening: {e}"))?;
+    let server_host = pair.server.to_string();
     let abort = AtomicBool::new(false);
     let server = Server { op: params.op, test: params.test, timeout, quiet: true };
     let deadline = Instant::now() + timeout;
     let (client_result, server_result) = std::thread::scope(|s| {
         let handle = s.spawn(|| {
-            server.serve(server_config, &listener, Some(deadline), &abort, &mut std::io::sink())
+            let listen = Listen::Bound(&listener);
+            server.serve(server_config, listen, Some(deadline), &abort, &mut std::io::sink())
         });
-        let r = client(params, opts, client_config, Target::Addr(server_at), timeout, out);
+        let r = client(params, opts, client_config, &server_host, listener.port(), timeout, out);
         abort.store(true, Ordering::Release);
         let s = handle.join().unwrap_or_else(|_| Err("the server thread panicked".into()));
         (r, s)
@@ -407,42 +416,23 @@ fn loopback(
     }
 }
 
-/// Where the client connects.
-enum Target<'a> {
-    /// A host name or address, and a port.
-    Host(&'a str, u16),
-    /// A socket address.
-    Addr(SocketAddr),
+/// Where the server listens.
+enum Listen<'a> {
+    /// On a listener already bound (`--loopback`).
+    Bound(&'a OobListener),
+    /// On this TCP port: every address of the host (the UDP runtime), or
+    /// the device's own address on its link.
+    Port(u16),
 }
 
-/// Connects, retrying while the server is not up yet (until `timeout`).
-fn connect(target: &Target<'_>, timeout: Duration) -> Result<TcpStream, String> {
-    let (name, addrs): (String, Vec<SocketAddr>) = match target {
-        Target::Host(host, port) => {
-            let addrs = (*host, *port)
-                .to_socket_addrs()
-                .map_err(|e| format!("resolving {host}: {e}"))?
-                .collect();
-            (format!("{host}:{port}"), addrs)
-        }
-        Target::Addr(a) => (a.to_string(), vec![*a]),
-    };
-    let deadline = Instant::now() + timeout;
-    loop {
-        let mut last = None;
-        for addr in &addrs {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match TcpStream::connect_timeout(addr, left.max(Duration::from_millis(10))) {
-                Ok(s) => return Ok(s),
-                Err(e) => last = Some(e),
-            }
-        }
-        if Instant::now() >= deadline {
-            let why = last.map_or("no address".to_string(), |e| e.to_string());
-            return Err(format!("couldn't connect to {name}: {why}"));
-        }
-        std::thread::sleep(Duration::from_millis(50));
+/// Listens on `port` for the device `dev`.
+fn listen_on(dev: &UdpDevice, port: u16) -> Result<OobListener, String> {
+    if dev.is_link() {
+        return OobListener::bind(dev, port);
     }
+    TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
+        .map(OobListener::Tcp)
+        .map_err(|e| format!("listening on TCP port {port}: {e}"))
 }
 
 /// The client's own settings.
@@ -451,6 +441,9 @@ struct ClientOpts {
     peak: bool,
     /// See `--max-inflight`.
     max_inflight: u32,
+    /// No `-m`: the path MTU is the port's active MTU (as perftest's), which
+    /// the link's MTU sets on a link.
+    port_mtu: bool,
 }
 
 /// The client: describes the test, connects the QPs, measures, reports.
@@ -458,13 +451,20 @@ fn client(
     p: &Params,
     opts: &ClientOpts,
     config: UdpConfig,
-    target: Target<'_>,
+    host: &str,
+    port: u16,
     timeout: Duration,
     out: &mut dyn Write,
 ) -> Result<(), String> {
     let node = crate::app::Node::open(config, 1)?;
-    let mut ch = Channel::new(connect(&target, timeout)?, timeout);
-    let result = client_session(p, opts, node, &mut ch, timeout, out);
+    let mut p = p.clone();
+    if opts.port_mtu {
+        let attr = node.ctx.query_port().map_err(|e| format!("query_port: {e}"))?;
+        p.mtu = p.mtu.min(attr.active_mtu.bytes());
+    }
+    let stream = crate::oob::connect(&node.dev, host, port, timeout)?;
+    let mut ch = Channel::new(stream, timeout);
+    let result = client_session(&p, opts, node, &mut ch, timeout, out);
     if let Err(e) = &result {
         let _ = ch.send(&format!("ERR client: {e}"));
     }
@@ -537,12 +537,20 @@ impl Server {
     fn serve(
         &self,
         config: UdpConfig,
-        listener: &TcpListener,
+        listen: Listen<'_>,
         deadline: Option<Instant>,
         abort: &AtomicBool,
         out: &mut dyn Write,
     ) -> Result<(), String> {
         let node = crate::app::Node::open(config, 1)?;
+        let bound;
+        let listener = match listen {
+            Listen::Bound(listener) => listener,
+            Listen::Port(port) => {
+                bound = listen_on(&node.dev, port)?;
+                &bound
+            }
+        };
         if !self.quiet {
             let _ = writeln!(
                 out,
@@ -551,7 +559,7 @@ impl Server {
             );
             let _ = out.flush();
         }
-        let stream = accept(listener, deadline, abort)?;
+        let stream = listener.accept(deadline, abort)?;
         let mut ch = Channel::new(stream, self.timeout);
         let result = self.session(node, &mut ch, out);
         if let Err(e) = &result {
@@ -641,36 +649,6 @@ impl Server {
                     self.timeout.as_secs_f64()
                 ));
             }
-        }
-    }
-}
-
-/// Waits for a client (forever without a deadline, as perftest does).
-fn accept(
-    listener: &TcpListener,
-    deadline: Option<Instant>,
-    abort: &AtomicBool,
-) -> Result<TcpStream, String> {
-    let Some(deadline) = deadline else {
-        return listener.accept().map(|(s, _)| s).map_err(|e| format!("accept: {e}"));
-    };
-    listener.set_nonblocking(true).map_err(|e| format!("accept: {e}"))?;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false).map_err(|e| format!("accept: {e}"))?;
-                return Ok(stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if abort.load(Ordering::Acquire) {
-                    return Err("the client gave up before connecting".into());
-                }
-                if Instant::now() >= deadline {
-                    return Err("no client connected in time".into());
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(format!("accept: {e}")),
         }
     }
 }

@@ -38,6 +38,17 @@ impl OobStream {
         }
     }
 
+    /// Sets how long a read may wait (`None`: forever); writes keep
+    /// theirs.
+    pub fn set_read_timeout(&mut self, timeout: Option<Duration>) {
+        match self {
+            OobStream::Tcp(stream) => {
+                let _ = stream.set_read_timeout(timeout);
+            }
+            OobStream::Link(stream) => stream.set_read_timeout(timeout),
+        }
+    }
+
     /// The peer's address.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         match self {

@@ -8,8 +8,9 @@
 //! / `GO`, the measurement, `DONE` / `OK`; at the end `BYE`.
 
 use super::{Op, Params, Test};
+use crate::oob::OobStream;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{IpAddr, TcpStream};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// The protocol tag in `HELLO`.
@@ -17,9 +18,10 @@ const VERSION: &str = "uroce-bench/1";
 /// The longest line accepted (a QP line is ~20 bytes; 16384 QPs fit).
 const MAX_LINE: usize = 1 << 20;
 
-/// A line-oriented TCP connection with deadlines.
+/// A line-oriented TCP connection with deadlines (kernel TCP, or the
+/// device's own on a link).
 pub(crate) struct Channel {
-    stream: TcpStream,
+    stream: OobStream,
     pending: Vec<u8>,
     /// How long a peer may stay silent.
     pub timeout: Duration,
@@ -27,9 +29,8 @@ pub(crate) struct Channel {
 
 impl Channel {
     /// Wraps a connected stream.
-    pub fn new(stream: TcpStream, timeout: Duration) -> Channel {
-        let _ = stream.set_nodelay(true);
-        let _ = stream.set_write_timeout(Some(timeout));
+    pub fn new(mut stream: OobStream, timeout: Duration) -> Channel {
+        stream.set_timeout(Some(timeout));
         Channel { stream, pending: Vec::new(), timeout }
     }
 
@@ -57,7 +58,7 @@ impl Channel {
             if left.is_zero() {
                 return Ok(None);
             }
-            let _ = self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+            self.stream.set_read_timeout(Some(left.max(Duration::from_millis(1))));
             let mut buf = [0u8; 16384];
             match self.stream.read(&mut buf) {
                 Ok(0) => return Err("the peer closed the connection".into()),

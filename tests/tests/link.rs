@@ -138,6 +138,28 @@ fn loss_on_the_link_both_ways_is_recovered() {
 }
 
 #[test]
+fn bench_over_the_link() {
+    // `uroce bench`'s own out-of-band lines run over the link's TCP too.
+    let args =
+        ["bench", "write", "bw", "-n", "200", "-s", "8192", "-p", "18600", "--timeout", "10"];
+    let server = host(10, 1, &args, &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut client_args = args.to_vec();
+    client_args.push("169.254.0.1");
+    let (client_code, client_out) = finish(host(10, 2, &client_args, &[]));
+    let (server_code, server_out) = finish(server);
+    assert_eq!(client_code, Some(0), "client:\n{client_out}\nserver:\n{server_out}");
+    assert_eq!(server_code, Some(0), "server:\n{server_out}\nclient:\n{client_out}");
+    let row = client_out
+        .lines()
+        .find(|l| l.split_whitespace().take(2).eq(["8192", "200"]))
+        .unwrap_or_else(|| panic!("no 8192-byte row:\n{client_out}"));
+    let average: f64 = row.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    assert!(average > 0.0, "{row}");
+    assert!(client_out.contains("metric="), "{client_out}");
+}
+
+#[test]
 fn link_configuration_errors_are_clear() {
     let (code, out) =
         finish(host(7, 2, &["devinfo"], &[("UROCE_LINK", "127.91.7.2:47000".into())]));
@@ -146,6 +168,10 @@ fn link_configuration_errors_are_clear() {
     let (code, out) = finish(host(7, 2, &["devinfo"], &[("UROCE_MTU", "100".into())]));
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains("UROCE_MTU"), "{out}");
+    // Two devices in one process cannot share one link.
+    let (code, out) = finish(host(7, 2, &["bench", "write", "bw", "--loopback"], &[]));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("unset UROCE_LINK"), "{out}");
 }
 
 /// The frames of a classic pcap file (either byte order).
