@@ -295,3 +295,182 @@ fn headers(data: &[u8]) {
     header_round_trip!(data, ieth, |p| p.rkey());
     header_round_trip!(data, feth, |p| (p.selectivity_level(), p.placement_type(), p.reserved()));
 }
+
+/// The link host's own address and MAC in [`link_frames`].
+pub const LINK_MAC: [u8; 6] = [0x02, 0, 169, 254, 0, 2];
+pub const LINK_IP: [u8; 4] = [169, 254, 0, 2];
+/// The link MTU [`link_frames`] gives the host.
+pub const LINK_IP_MTU: usize = 1500;
+/// The TCP port its listener waits on.
+pub const LINK_TCP_PORT: u16 = 18515;
+
+/// Arbitrary bytes as what happens on a uroce link
+/// (`uroce_emulator::link::LinkHost`, the L2 transport's host): a script of
+/// frames arriving from the network (raw, or a valid ARP/NS/TCP/RoCE frame
+/// with one byte changed), IP packets the HCA sends, and time passing.
+///
+/// Frames from the network are hostile input: the host must never panic,
+/// a RoCE packet it hands to the HCA lies inside the frame, every frame it
+/// sends is well-formed Ethernet from its own MAC within the link MTU, and
+/// whatever came before, it still answers an ARP request for its address.
+pub fn link_frames(data: &[u8]) {
+    use std::net::{IpAddr, Ipv4Addr};
+    use uroce_emulator::link::{Ingress, LinkHost};
+    use uroce_emulator::time::Instant;
+
+    let own = Ipv4Addr::from(LINK_IP);
+    let mut now_ns = 1_000_000u64;
+    let mut host =
+        LinkHost::new(LINK_MAC, IpAddr::V4(own), 16, LINK_IP_MTU as u32, 7, Instant::from_nanos(0));
+    let _listener = host.tcp_listen(LINK_TCP_PORT).expect("a TCP listener");
+    let mut script = Script(data);
+    while let Some(op) = script.byte() {
+        match op % 5 {
+            0 => {
+                let len = usize::from(script.u16().unwrap_or(0)) % (LINK_IP_MTU + 64);
+                let frame = script.take(len);
+                check_ingress(&mut host, frame);
+            }
+            1 => {
+                let which = script.byte().unwrap_or(0);
+                let at = usize::from(script.u16().unwrap_or(0));
+                let value = script.byte().unwrap_or(0);
+                let mut frame = link_template(which);
+                if !frame.is_empty() {
+                    let at = at % frame.len();
+                    frame[at] ^= value;
+                }
+                check_ingress(&mut host, &frame);
+            }
+            2 => {
+                let last = script.byte().unwrap_or(0);
+                let destination = IpAddr::V4(Ipv4Addr::new(169, 254, last % 4, last));
+                let len = usize::from(script.u16().unwrap_or(0)) % (LINK_IP_MTU + 1);
+                let packet = script.take(len).to_vec();
+                let mut out = Vec::new();
+                let _ =
+                    host.encapsulate(Instant::from_nanos(now_ns), &packet, destination, &mut out);
+                if !out.is_empty() {
+                    check_sent(&out);
+                    assert_eq!(&out[14..], &packet[..], "the packet travels unchanged");
+                }
+            }
+            3 => now_ns += u64::from(script.byte().unwrap_or(0)) * 10_000_000,
+            _ => {}
+        }
+        host.poll(Instant::from_nanos(now_ns));
+        while let Some(frame) = host.take_frame() {
+            check_sent(&frame);
+        }
+        let _ = host.poll_at_ns(Instant::from_nanos(now_ns));
+    }
+
+    // Still alive: a new neighbour's ARP request is answered.
+    let asker = [0x52, 0x54, 0, 0, 0, 0x99];
+    let request = arp_request(asker, [169, 254, 0, 99], LINK_IP);
+    assert_eq!(host.ingress(&request), Ingress::Host, "an ARP request goes to the host stack");
+    host.poll(Instant::from_nanos(now_ns));
+    let mut answered = false;
+    while let Some(frame) = host.take_frame() {
+        check_sent(&frame);
+        answered |= frame[0..6] == asker && frame[12..14] == [0x08, 0x06] && frame[21] == 2;
+    }
+    assert!(answered, "the host answers ARP after any input");
+
+    /// One frame from the network.
+    fn check_ingress(host: &mut LinkHost, frame: &[u8]) {
+        if let Ingress::Roce(packet) = host.ingress(frame) {
+            assert!(frame.len() >= 14 + packet.len(), "the packet lies inside the frame");
+            assert_eq!(&frame[14..14 + packet.len()], packet, "the packet is the frame's");
+        }
+    }
+
+    /// One frame the host sends.
+    fn check_sent(frame: &[u8]) {
+        assert!(frame.len() >= 14, "an Ethernet header: {frame:02x?}");
+        assert!(frame.len() <= 14 + LINK_IP_MTU, "within the link MTU: {} bytes", frame.len());
+        assert_eq!(frame[6..12], LINK_MAC, "from the host's own MAC");
+    }
+}
+
+/// Reads a [`link_frames`] script.
+struct Script<'a>(&'a [u8]);
+
+impl Script<'_> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&first, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(first)
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_be_bytes([self.byte()?, self.byte()?]))
+    }
+
+    /// Up to `len` bytes (fewer at the end).
+    fn take(&mut self, len: usize) -> &[u8] {
+        let (head, rest) = self.0.split_at(len.min(self.0.len()));
+        self.0 = rest;
+        head
+    }
+}
+
+/// An ARP request from `mac`/`ip` for `target` (42 bytes, unpadded).
+pub fn arp_request(mac: [u8; 6], ip: [u8; 4], target: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06, 0, 1, 0x08, 0x00, 6, 4, 0, 1]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target);
+    f
+}
+
+/// A valid frame to the link host at [`LINK_IP`] (checksums right), for
+/// the fuzzer to change a byte of: an ARP request, a TCP SYN to its
+/// listener, a RoCE packet, an IPv6 neighbour solicitation, an ICMP echo.
+pub fn link_template(which: u8) -> Vec<u8> {
+    use etherparse::PacketBuilder;
+    let peer_mac = [0x52, 0x54, 0, 0, 0, 1];
+    let peer_ip = [169, 254, 0, 1];
+    let mut frame = Vec::new();
+    let ok = match which % 5 {
+        0 => return arp_request(peer_mac, peer_ip, LINK_IP),
+        1 => PacketBuilder::ethernet2(peer_mac, LINK_MAC)
+            .ipv4(peer_ip, LINK_IP, 64)
+            .tcp(40000, LINK_TCP_PORT, 1000, 64240)
+            .syn()
+            .write(&mut frame, &[]),
+        2 => PacketBuilder::ethernet2(peer_mac, LINK_MAC)
+            .ipv4(peer_ip, LINK_IP, 64)
+            .udp(49152, 4791)
+            .write(&mut frame, &[0x64, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 0, 0, 0, 0]),
+        3 => {
+            // Neighbour solicitation for the host's link-local address.
+            let target = uroce_emulator::link::link_local_for(LINK_MAC).octets();
+            let solicited =
+                [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, target[13], target[14], target[15]];
+            let source = uroce_emulator::link::link_local_for(peer_mac).octets();
+            let mut body = vec![0u8; 4];
+            body.extend_from_slice(&target);
+            body.extend_from_slice(&[1, 1]);
+            body.extend_from_slice(&peer_mac);
+            let dst_mac = [0x33, 0x33, 0xff, target[13], target[14], target[15]];
+            PacketBuilder::ethernet2(peer_mac, dst_mac)
+                .ipv6(source, solicited, 255)
+                .icmpv6(etherparse::Icmpv6Type::Unknown {
+                    type_u8: 135,
+                    code_u8: 0,
+                    bytes5to8: [0; 4],
+                })
+                .write(&mut frame, &body[4..])
+        }
+        _ => PacketBuilder::ethernet2(peer_mac, LINK_MAC)
+            .ipv4(peer_ip, LINK_IP, 64)
+            .icmpv4_echo_request(1, 1)
+            .write(&mut frame, b"ping"),
+    };
+    ok.expect("a template frame");
+    frame
+}
