@@ -65,15 +65,31 @@ pub fn path_mtu_for_link(link_mtu: u32) -> Option<crate::types::Mtu> {
         .find(|mtu| mtu.bytes() <= room)
 }
 
-/// Where the link's frames travel: one Ethernet frame per UDP datagram
-/// between two local sockets (QEMU's `-netdev socket,udp=...` convention:
-/// no length prefix, no FCS).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the device joins its link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkAttach {
+    /// One Ethernet frame per UDP datagram between two local sockets
+    /// (QEMU's `-netdev socket,udp=...` convention: no length prefix, no
+    /// FCS; `UROCE_LINK`).
+    Udp {
+        /// Where this host receives its frames.
+        local: SocketAddr,
+        /// Where the other end of the link (a VM, another uroce) receives.
+        remote: SocketAddr,
+    },
+    /// A Linux TAP interface (`UROCE_TAP`): one frame per read or write on
+    /// `/dev/net/tun`.
+    Tap {
+        /// The interface's name.
+        name: String,
+    },
+}
+
+/// The L2 transport's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkConfig {
-    /// Where this host receives its frames.
-    pub local: SocketAddr,
-    /// Where the other end of the link (a VM, another uroce) receives.
-    pub remote: SocketAddr,
+    /// Where the link's frames travel.
+    pub attach: LinkAttach,
     /// The device address's prefix length: which addresses are on-link.
     pub prefix_len: u8,
     /// The link's IP MTU in bytes (the Ethernet payload).

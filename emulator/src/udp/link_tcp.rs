@@ -124,12 +124,11 @@ impl Runtime {
     /// (never touching the background thread's wake-up descriptor).
     fn wait_socket(&self, timeout_ns: u64) {
         use rustix::event::{poll, PollFd, PollFlags, Timespec};
-        use std::os::fd::AsFd;
         let timeout = Timespec {
             tv_sec: (timeout_ns / 1_000_000_000) as _,
             tv_nsec: (timeout_ns % 1_000_000_000) as _,
         };
-        let mut fds = [PollFd::from_borrowed_fd(self.socket.as_fd(), PollFlags::IN)];
+        let mut fds = [PollFd::from_borrowed_fd(self.port.as_fd(), PollFlags::IN)];
         let _ = poll(&mut fds, Some(&timeout));
     }
 

@@ -32,6 +32,7 @@
 mod faults;
 mod link_tcp;
 mod sys;
+mod tap;
 
 pub use faults::{FaultSpec, FaultSpecError};
 pub use link_tcp::{LinkTcpListener, LinkTcpStream};
@@ -41,7 +42,8 @@ use crate::config::{HcaConfig, Ipv4IdPolicy};
 use crate::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
 use crate::hca::{Driver, Hca, SharedHca};
 use crate::link::{
-    path_mtu_for_link, Egress, Ingress, LinkConfig, LinkHost, LinkStats, ETHERNET_HEADER_LEN,
+    path_mtu_for_link, Egress, Ingress, LinkAttach, LinkConfig, LinkHost, LinkStats,
+    ETHERNET_HEADER_LEN,
 };
 use crate::process_mem::ProcessMemory;
 use crate::time::Instant;
@@ -158,7 +160,8 @@ pub struct UdpConfig {
     /// Bytes of host memory the device may allocate for rings and MRs.
     pub memory_budget_bytes: u64,
     /// The L2 transport: the device is a host on a link of raw Ethernet
-    /// frames (`UROCE_LINK`) instead of sending UDP through the kernel.
+    /// frames (`UROCE_LINK`, or a TAP: `UROCE_TAP`) instead of sending UDP
+    /// through the kernel.
     pub link: Option<LinkConfig>,
 }
 
@@ -183,8 +186,9 @@ impl UdpConfig {
     /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
     /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
     /// path), `UROCE_OFFLOAD` (`1` for GSO), and for the L2 transport
-    /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`; `UROCE_ADDR`'s
-    /// `/prefix` then says what is on-link) and `UROCE_MTU` (the link MTU).
+    /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`) or `UROCE_TAP` (a
+    /// TAP interface's name), with `UROCE_ADDR`'s `/prefix` saying what is
+    /// on-link, and `UROCE_MTU` (the link MTU).
     pub fn from_env() -> Result<UdpConfig, UdpError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -197,20 +201,40 @@ impl UdpConfig {
         };
         let mut config = UdpConfig::new(addr);
         let mtu = var("UROCE_MTU").filter(|t| !t.trim().is_empty());
-        match var("UROCE_LINK").filter(|t| !t.trim().is_empty()) {
-            Some(text) => {
+        let link = var("UROCE_LINK").filter(|t| !t.trim().is_empty());
+        let tap = var("UROCE_TAP").filter(|t| !t.trim().is_empty());
+        let attach = match (link, tap) {
+            (Some(_), Some(_)) => {
+                return Err(UdpError::Config(
+                    "UROCE_LINK and UROCE_TAP both name the device's link: set one".into(),
+                ))
+            }
+            (Some(text), None) => {
                 let (local, remote) =
                     LinkConfig::parse_endpoints(&text).map_err(UdpError::Config)?;
+                Some(LinkAttach::Udp { local, remote })
+            }
+            (None, Some(name)) => {
+                let name = name.trim().to_string();
+                tap::Tap::check_name(&name).map_err(UdpError::Config)?;
+                Some(LinkAttach::Tap { name })
+            }
+            (None, None) => None,
+        };
+        match attach {
+            Some(attach) => {
                 let mtu = match mtu {
                     Some(text) => LinkConfig::parse_mtu(&text).map_err(UdpError::Config)?,
                     None => LinkConfig::DEFAULT_MTU,
                 };
                 let prefix_len = prefix_len.unwrap_or(if addr.is_ipv4() { 24 } else { 64 });
-                config.link = Some(LinkConfig { local, remote, prefix_len, mtu });
+                config.link = Some(LinkConfig { attach, prefix_len, mtu });
             }
             None if mtu.is_some() => {
                 return Err(UdpError::Config(
-                    "UROCE_MTU is the link MTU of the L2 transport: set UROCE_LINK too".into(),
+                    "UROCE_MTU is the link MTU of the L2 transport: set UROCE_LINK or UROCE_TAP \
+                     too"
+                    .into(),
                 ))
             }
             None => {}
@@ -374,9 +398,12 @@ impl UdpDevice {
         if addr.is_unspecified() || addr.is_multicast() {
             return Err(UdpError::Config(format!("{addr} cannot be a device address")));
         }
-        let (socket, receive_buffer_bytes) = match &config.link {
-            Some(link) => Self::open_link_socket(link)?,
-            None => Self::open_roce_socket(&config)?,
+        let (port, receive_buffer_bytes) = match &config.link {
+            Some(link) => Self::open_link_port(link)?,
+            None => {
+                let (socket, receive_buffer_bytes) = Self::open_roce_socket(&config)?;
+                (Port::Udp(socket), receive_buffer_bytes)
+            }
         };
         let mut hca_config = config.hca.clone();
         let link = match &config.link {
@@ -395,7 +422,7 @@ impl UdpDevice {
                     random_seed(),
                     Instant::from_nanos(0),
                 );
-                Some((*link, host))
+                Some(host)
             }
             None => {
                 hca_config.ipv4_id = Ipv4IdPolicy::Zero;
@@ -426,14 +453,12 @@ impl UdpDevice {
         )
         .map_err(|e| UdpError::Io("creating an eventfd".into(), e.into()))?;
         let epoch = std::time::Instant::now();
-        let link_remote = link.as_ref().map(|(config, _)| config.remote);
         let runtime = Arc::new(Runtime {
             hca: hca.clone(),
             addr,
-            link_remote,
             mode: config.progress,
             offload: config.offload,
-            socket,
+            port,
             wake,
             epoch,
             last_app_ns: AtomicU64::new(0),
@@ -459,7 +484,7 @@ impl UdpDevice {
                 capture_file,
                 frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
                 stats: UdpStats { receive_buffer_bytes, ..UdpStats::default() },
-                link: link.map(|(_, host)| host),
+                link,
             }),
         });
         let driver: Arc<dyn Driver> = runtime.clone();
@@ -512,19 +537,36 @@ impl UdpDevice {
         Ok((socket, receive_buffer_bytes))
     }
 
-    /// The link's socket: bound to the local end, connected to the remote
-    /// one (datagrams from anywhere else are not the link's).
-    fn open_link_socket(link: &LinkConfig) -> Result<(UdpSocket, usize), UdpError> {
-        let local = link.local;
+    /// The link's port: a UDP socket bound to the local end and connected
+    /// to the remote one (datagrams from anywhere else are not the link's),
+    /// or a TAP interface.
+    fn open_link_port(link: &LinkConfig) -> Result<(Port, usize), UdpError> {
+        let (local, remote) = match &link.attach {
+            LinkAttach::Udp { local, remote } => (*local, *remote),
+            LinkAttach::Tap { name } => {
+                let tap = tap::Tap::open(name).map_err(|e| {
+                    let hint = match e.kind() {
+                        io::ErrorKind::PermissionDenied => {
+                            " (creating a TAP needs CAP_NET_ADMIN: create it first with \
+                             `ip tuntap add dev NAME mode tap user $USER`)"
+                        }
+                        io::ErrorKind::NotFound => " (no /dev/net/tun: load the tun module)",
+                        _ => "",
+                    };
+                    UdpError::Io(format!("attaching to the TAP interface {name}{hint}"), e)
+                })?;
+                return Ok((Port::LinkTap(tap), 0));
+            }
+        };
         let socket = UdpSocket::bind(local)
             .map_err(|e| UdpError::Io(format!("binding the link's end {local}"), e))?;
         socket
-            .connect(link.remote)
-            .map_err(|e| UdpError::Io(format!("connecting the link to {}", link.remote), e))?;
+            .connect(remote)
+            .map_err(|e| UdpError::Io(format!("connecting the link to {remote}"), e))?;
         let receive_buffer_bytes = sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES)
             .map_err(|e| UdpError::Io(format!("sizing the receive buffer on {local}"), e))?;
         let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
-        Ok((socket, receive_buffer_bytes))
+        Ok((Port::LinkUdp(socket, remote), receive_buffer_bytes))
     }
 
     /// Whether the device injects faults (`UROCE_FAULTS`).
@@ -532,9 +574,10 @@ impl UdpDevice {
         lock(&self.runtime.io).faults.is_some()
     }
 
-    /// Whether the device is on the L2 transport (`UROCE_LINK`).
+    /// Whether the device is on the L2 transport (`UROCE_LINK` or
+    /// `UROCE_TAP`).
     pub fn is_link(&self) -> bool {
-        self.runtime.link_remote.is_some()
+        !matches!(self.runtime.port, Port::Udp(_))
     }
 
     /// Opens the device the environment describes ([`UdpConfig::from_env`]).
@@ -620,12 +663,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Runtime {
     hca: SharedHca,
     addr: IpAddr,
-    /// The link's remote end (L2 transport), where every frame goes.
-    link_remote: Option<SocketAddr>,
     mode: ProgressMode,
     offload: bool,
-    /// Bound to `addr:4791`: every packet arrives here.
-    socket: UdpSocket,
+    /// Where every packet (or frame) arrives, and leaves unless a source
+    /// port has a socket of its own.
+    port: Port,
     /// Wakes the background thread (stop, or the application went to sleep).
     wake: OwnedFd,
     epoch: std::time::Instant,
@@ -637,6 +679,26 @@ struct Runtime {
     /// The background thread is (about to be) asleep on the socket.
     background_idle: AtomicBool,
     io: Mutex<Io>,
+}
+
+/// The runtime's way onto the network.
+enum Port {
+    /// UDP through the kernel: bound to `addr:4791`.
+    Udp(UdpSocket),
+    /// The L2 transport over UDP datagrams (`UROCE_LINK`): bound to the
+    /// link's local end, every frame to its remote end.
+    LinkUdp(UdpSocket, SocketAddr),
+    /// The L2 transport on a TAP interface (`UROCE_TAP`).
+    LinkTap(tap::Tap),
+}
+
+impl Port {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Port::Udp(socket) | Port::LinkUdp(socket, _) => socket.as_fd(),
+            Port::LinkTap(tap) => tap.as_fd(),
+        }
+    }
 }
 
 /// A packet the fault injector holds back.
@@ -838,10 +900,17 @@ impl Runtime {
     fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
         let count = {
             let Io { rx_buffers, rx_meta, rx_scratch, stats, .. } = &mut *io;
-            let result = if single {
-                sys::receive_one(&self.socket, rx_scratch, &mut rx_buffers[0], HEADROOM, rx_meta)
-            } else {
-                sys::receive_batch(&self.socket, rx_scratch, rx_buffers, HEADROOM, rx_meta)
+            let result = match &self.port {
+                Port::LinkTap(tap) => {
+                    let take = if single { 1 } else { rx_buffers.len() };
+                    tap.receive_batch(&mut rx_buffers[..take], HEADROOM, rx_meta)
+                }
+                Port::Udp(socket) | Port::LinkUdp(socket, _) if single => {
+                    sys::receive_one(socket, rx_scratch, &mut rx_buffers[0], HEADROOM, rx_meta)
+                }
+                Port::Udp(socket) | Port::LinkUdp(socket, _) => {
+                    sys::receive_batch(socket, rx_scratch, rx_buffers, HEADROOM, rx_meta)
+                }
             };
             match result {
                 Ok(n) => n,
@@ -1179,31 +1248,46 @@ impl Runtime {
         if batch.packets.is_empty() {
             return;
         }
-        if let Some(remote) = self.link_remote {
-            // The L2 transport: every frame to the link's other end, in
-            // order (a released packet follows the ARP exchange, a TCP
-            // segment its predecessor).
-            let bytes = &batch.bytes;
-            let frames: Vec<(&[u8], SocketAddr)> = batch
-                .packets
-                .iter()
-                .map(|&(start, len, _, _)| (&bytes[start..start + len], remote))
-                .collect();
-            let mut sent = 0;
-            while sent < frames.len() {
-                stats.tx_calls += 1;
-                match sys::send_batch(&self.socket, tx_scratch, &frames[sent..]) {
-                    Ok(n) if n > 0 => sent += n,
-                    _ => {
-                        stats.tx_errors += 1;
-                        sent += 1;
+        let main_socket = match &self.port {
+            Port::Udp(socket) => socket,
+            Port::LinkUdp(socket, remote) => {
+                // The L2 transport: every frame to the link's other end, in
+                // order (a released packet follows the ARP exchange, a TCP
+                // segment its predecessor).
+                let bytes = &batch.bytes;
+                let frames: Vec<(&[u8], SocketAddr)> = batch
+                    .packets
+                    .iter()
+                    .map(|&(start, len, _, _)| (&bytes[start..start + len], *remote))
+                    .collect();
+                let mut sent = 0;
+                while sent < frames.len() {
+                    stats.tx_calls += 1;
+                    match sys::send_batch(socket, tx_scratch, &frames[sent..]) {
+                        Ok(n) if n > 0 => sent += n,
+                        _ => {
+                            stats.tx_errors += 1;
+                            sent += 1;
+                        }
                     }
                 }
+                batch.bytes.clear();
+                batch.packets.clear();
+                return;
             }
-            batch.bytes.clear();
-            batch.packets.clear();
-            return;
-        }
+            Port::LinkTap(tap) => {
+                // One write per frame, in order.
+                for &(start, len, _, _) in &batch.packets {
+                    stats.tx_calls += 1;
+                    if tap.send(&batch.bytes[start..start + len]).is_err() {
+                        stats.tx_errors += 1;
+                    }
+                }
+                batch.bytes.clear();
+                batch.packets.clear();
+                return;
+            }
+        };
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCE_PORT);
         let bytes = &batch.bytes;
         if self.offload {
@@ -1227,7 +1311,7 @@ impl Runtime {
                 .iter()
                 .position(|p| p.3 != port)
                 .map_or(packets.len(), |n| group + n);
-            let socket = port.and_then(|p| send_sockets.get(&p)).unwrap_or(&self.socket);
+            let socket = port.and_then(|p| send_sockets.get(&p)).unwrap_or(main_socket);
             let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(group_end - group);
             let mut i = group;
             while i < group_end {
@@ -1406,7 +1490,7 @@ impl Runtime {
         };
         let mut fds = [
             PollFd::new(&self.wake, PollFlags::IN),
-            PollFd::from_borrowed_fd(self.socket.as_fd(), PollFlags::IN),
+            PollFd::from_borrowed_fd(self.port.as_fd(), PollFlags::IN),
         ];
         let n = if socket { 2 } else { 1 };
         if poll(&mut fds[..n], Some(&timeout)).is_ok() && fds[0].revents().contains(PollFlags::IN) {
