@@ -319,12 +319,12 @@ run_boot() {
   fi
   rm -f "$con" "$peercon" "$pcap"
   local t0; t0=$(now)
-  timeout "$budget" "$VMDIR/run-vm.sh" --name rxe --ip $VM_IP/16 --lport $lport --rport $rport --mtu "$link" \
+  timeout -k 5 "$budget" "$VMDIR/run-vm.sh" --name rxe --ip $VM_IP/16 --lport $lport --rport $rport --mtu "$link" \
     --pcap "$pcap" --log "$con" --cmd "$script" > "$OUT/boots/$tag.qemu.err" 2>&1 &
   local vmpid=$! peerpid=
   if [ "$SELF" = 1 ]; then
     # the second VM stands where uroce stands: 169.254.0.2, on the other end of the same link
-    timeout "$budget" "$VMDIR/run-vm.sh" --name peer --ip $UROCE_IP/16 --lport $rport --rport $lport --mtu "$link" \
+    timeout -k 5 "$budget" "$VMDIR/run-vm.sh" --name peer --ip $UROCE_IP/16 --lport $rport --rport $lport --mtu "$link" \
       --log "$peercon" --cmd "$pscript" > "$OUT/boots/$tag.peer.qemu.err" 2>&1 &
     peerpid=$!
   fi
@@ -360,7 +360,7 @@ run_boot() {
       [ "${R_LOSS[r]}" != - ] && env+=(UROCE_FAULTS=loss=0.05,seed=${R_LOSS[r]})
       echo "+ ${env[*]} uroce ${R_U[r]} -p ${R_PORT[r]} --timeout 20${host:+ $host}" > "$rlog.uroce.log"
       ut0=$(now)
-      timeout $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE "${env[@]}" \
+      timeout -k 5 $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE "${env[@]}" \
         "$UROCE" ${R_U[r]} -p "${R_PORT[r]}" --timeout 20 $host >> "$rlog.uroce.log" 2>&1 &
       upid=$!
     fi

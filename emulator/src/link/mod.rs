@@ -53,6 +53,9 @@ const RESOLVE_TRIES: u32 = 3;
 const HOST_QUEUE_LIMIT: usize = 512;
 /// Out-of-band TCP socket buffers (the tools' exchanges are small).
 const TCP_BUFFER_BYTES: usize = 64 * 1024;
+/// How long a released TCP socket may take to close (Linux's
+/// `tcp_fin_timeout`): a peer that vanished leaves it in FIN-WAIT forever.
+const ORPHAN_LIMIT_NS: u64 = 60_000_000_000;
 
 /// Rxe's rule for the path MTU of a link: the largest IB MTU that fits in
 /// the link MTU less 96 bytes of headers (1500 gives 1024, 4200 gives
@@ -157,6 +160,9 @@ pub struct LinkStats {
     pub tx_unresolved: u64,
     /// Neighbours in the table.
     pub neighbors: usize,
+    /// TCP sockets open (listening, connected, or closing after their
+    /// owner let go).
+    pub tcp_sockets: usize,
 }
 
 /// What became of a received frame.
@@ -202,8 +208,11 @@ pub struct LinkHost {
     unresolved: HashMap<IpAddr, Unresolved>,
     /// Frames ready to leave (host stack, resolution, released packets).
     outbox: VecDeque<Vec<u8>>,
-    /// TCP sockets their owner let go of, removed once closed.
-    orphans: Vec<SocketHandle>,
+    /// TCP sockets their owner let go of, and when: removed once closed,
+    /// or aborted after [`ORPHAN_LIMIT_NS`] (a peer that vanished).
+    orphans: Vec<(SocketHandle, u64)>,
+    /// The time of the last [`LinkHost::poll`].
+    now_ns: u64,
     stats: LinkStats,
 }
 
@@ -278,6 +287,7 @@ impl LinkHost {
             unresolved: HashMap::new(),
             outbox: VecDeque::new(),
             orphans: Vec::new(),
+            now_ns: now.as_nanos(),
             stats: LinkStats::default(),
         }
     }
@@ -289,12 +299,16 @@ impl LinkHost {
 
     /// What the host counted.
     pub fn stats(&self) -> LinkStats {
-        LinkStats { neighbors: self.neighbors.len(), ..self.stats.clone() }
+        LinkStats {
+            neighbors: self.neighbors.len(),
+            tcp_sockets: self.sockets.iter().count(),
+            ..self.stats.clone()
+        }
     }
 
     /// The MAC the host knows for `ip`, if any.
     pub fn neighbor(&self, ip: IpAddr) -> Option<[u8; 6]> {
-        self.neighbors.get(ip)
+        self.neighbors.peek(ip)
     }
 
     /// Whether `ip` is on the link (and so reachable without a router).
@@ -328,8 +342,16 @@ impl LinkHost {
         let destination_mac: [u8; 6] = frame[0..6].try_into().expect("6 bytes");
         let source_mac: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
         let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        if !matches!(ethertype, ETHERTYPE_ARP | ETHERTYPE_IPV4 | ETHERTYPE_IPV6) {
+            // VLAN tags, LLDP, anything else: nothing here speaks it.
+            self.stats.rx_dropped += 1;
+            return Ingress::Dropped;
+        }
         let payload = &frame[ETHERNET_HEADER_LEN..];
-        for learned in neighbor::snoop(ethertype, source_mac, payload) {
+        let own_ips = [self.addr, IpAddr::V6(self.link_local)];
+        let learned =
+            neighbor::snoop(self.mac, own_ips, destination_mac, ethertype, source_mac, payload);
+        for learned in learned {
             self.learn(learned);
         }
         if let Some(packet) = roce_packet(ethertype, payload) {
@@ -354,7 +376,9 @@ impl LinkHost {
         if !self.on_link(learned.ip) || self.is_own(learned.ip) {
             return;
         }
-        self.neighbors.insert(learned.ip, learned.mac);
+        if !self.neighbors.insert(learned.ip, learned.mac, learned.trust) {
+            return;
+        }
         // Packets held for it can leave now.
         if let Some(held) = self.unresolved.remove(&learned.ip) {
             for packet in held.packets {
@@ -439,6 +463,7 @@ impl LinkHost {
     /// and retries resolution; its frames join the outbox.
     pub fn poll(&mut self, now: Instant) {
         let now_ns = now.as_nanos();
+        self.now_ns = self.now_ns.max(now_ns);
         let mut retry = Vec::new();
         let mut dropped = 0;
         self.unresolved.retain(|&ip, entry| {
@@ -532,20 +557,23 @@ impl LinkHost {
     /// closed.
     pub fn tcp_release(&mut self, handle: SocketHandle) {
         self.tcp(handle).close();
-        self.orphans.push(handle);
+        self.orphans.push((handle, self.now_ns));
     }
 
     /// Removes a TCP socket at once (aborting it if still open).
     pub fn tcp_remove(&mut self, handle: SocketHandle) {
         self.tcp(handle).abort();
-        self.orphans.push(handle);
+        self.orphans.push((handle, self.now_ns));
     }
 
     fn reap_orphans(&mut self) {
-        let sockets = &mut self.sockets;
-        self.orphans.retain(|&handle| {
-            let state = sockets.get::<tcp::Socket>(handle).state();
-            let done = matches!(state, tcp::State::Closed | tcp::State::TimeWait);
+        let Self { sockets, orphans, now_ns, .. } = self;
+        orphans.retain(|&(handle, released_ns)| {
+            let socket = sockets.get_mut::<tcp::Socket>(handle);
+            if now_ns.saturating_sub(released_ns) >= ORPHAN_LIMIT_NS {
+                socket.abort();
+            }
+            let done = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
             if done {
                 sockets.remove(handle);
             }

@@ -57,7 +57,18 @@ fn ipv4_roce(src: Ipv4Addr, dst: Ipv4Addr, body_len: usize) -> Vec<u8> {
     for (i, byte) in p[28..].iter_mut().enumerate() {
         *byte = i as u8;
     }
+    set_ipv4_checksum(&mut p);
     p
+}
+
+/// Writes the IPv4 header checksum.
+fn set_ipv4_checksum(p: &mut [u8]) {
+    p[10..12].copy_from_slice(&[0, 0]);
+    let mut sum: u32 = p[..20].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
 }
 
 fn frame(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
@@ -153,6 +164,55 @@ fn padded_roce_frame_is_cut_to_its_ip_length() {
 }
 
 #[test]
+fn ip_snooping_cannot_poison_the_table() {
+    let (mut a, _) = hosts();
+    let attacker = [0x02, 0x66, 0x66, 0x66, 0x66, 0x66];
+    // An IP packet to another MAC, or with a bad header checksum, teaches
+    // nothing.
+    let packet = ipv4_roce(IP_B, IP_A, 16);
+    let _ = a.ingress(&frame([0x02, 9, 9, 9, 9, 9], attacker, ETHERTYPE_IPV4, &packet));
+    let mut bad = packet.clone();
+    bad[10] ^= 0xff;
+    let _ = a.ingress(&frame(MAC_A, attacker, ETHERTYPE_IPV4, &bad));
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), None);
+    // B announces itself; a later IP packet from another MAC with B's
+    // source address does not move B.
+    let _ = a.ingress(&frame(MAC_A, MAC_B, ETHERTYPE_IPV4, &packet));
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
+    let _ = a.ingress(&frame(MAC_A, attacker, ETHERTYPE_IPV4, &packet));
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
+    // Another host's ARP exchange does not move it either; B's own ARP
+    // request for A's address does.
+    let new_mac = [0x52, 0x54, 0, 0, 0, 0x42];
+    let mut arp = neighbor::arp_request(attacker, IP_B, Ipv4Addr::new(169, 254, 0, 77));
+    let _ = a.ingress(&arp);
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
+    arp = neighbor::arp_request(new_mac, IP_B, IP_A);
+    let _ = a.ingress(&arp);
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(new_mac));
+}
+
+#[test]
+fn a_flood_of_new_neighbours_keeps_the_ones_in_use() {
+    let (mut a, _) = hosts();
+    let now = Instant::from_nanos(0);
+    let _ = a.ingress(&neighbor::arp_request(MAC_B, IP_B, IP_A));
+    let packet = ipv4_roce(IP_A, IP_B, 16);
+    let mut out = Vec::new();
+    for i in 0..5000u32 {
+        let ip = Ipv4Addr::new(169, 254, (i >> 8) as u8 + 1, i as u8);
+        let mac = [0x02, 0x77, 0, 0, (i >> 8) as u8, i as u8];
+        let _ = a.ingress(&neighbor::arp_request(mac, ip, IP_A));
+        if i % 500 == 0 {
+            // The HCA keeps sending to B.
+            assert_eq!(a.encapsulate(now, &packet, IpAddr::V4(IP_B), &mut out), Egress::Ready);
+        }
+    }
+    assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
+    assert!(a.stats().neighbors <= 1024);
+}
+
+#[test]
 fn roce_for_someone_else_or_malformed_is_dropped() {
     let (mut a, _) = hosts();
     let now = Instant::from_nanos(0);
@@ -171,7 +231,9 @@ fn roce_for_someone_else_or_malformed_is_dropped() {
         let _ = a.ingress(&junk);
     }
     a.poll(now);
-    assert_eq!(a.stats().rx_dropped, 3 + 14);
+    // 3 above, 14 junk frames shorter than a header, 66 of an ethertype
+    // nothing speaks (0xbce1).
+    assert_eq!(a.stats().rx_dropped, 3 + 14 + 66);
 }
 
 #[test]
@@ -221,4 +283,32 @@ fn neighbour_solicitation_for_our_link_local_is_answered() {
     pump(&mut a, &mut b, now);
     assert_eq!(a.neighbor(IpAddr::V6(b_link_local)), Some(MAC_B), "B advertised itself");
     assert_eq!(b.neighbor(IpAddr::V6(link_local_for(MAC_A))), Some(MAC_A));
+}
+
+#[test]
+fn a_released_connection_to_a_vanished_peer_is_reaped() {
+    let (mut a, mut b) = hosts();
+    let _listener = b.tcp_listen(18515).expect("listen");
+    let client = a.tcp_connect(IpAddr::V4(IP_B), 18515, 50001).expect("connect");
+    let mut now_ns = 0;
+    for _ in 0..200 {
+        now_ns += 1_000_000;
+        pump(&mut a, &mut b, Instant::from_nanos(now_ns));
+        if a.tcp(client).state() == tcp::State::Established {
+            break;
+        }
+    }
+    assert_eq!(a.tcp(client).state(), tcp::State::Established);
+    a.tcp(client).send_slice(b"bye").expect("send");
+    // B is gone: nothing answers the data or the FIN.
+    a.tcp_release(client);
+    for second in 1..=70u64 {
+        a.poll(Instant::from_nanos(now_ns + second * 1_000_000_000));
+        while a.take_frame().is_some() {}
+        let open = a.stats().tcp_sockets;
+        if second < 59 {
+            assert_eq!(open, 1, "closing, {second} s after the release");
+        }
+    }
+    assert_eq!(a.stats().tcp_sockets, 0, "aborted and removed after 60 s");
 }

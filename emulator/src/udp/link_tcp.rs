@@ -24,6 +24,21 @@ use std::time::{Duration, Instant};
 const WAIT_SLICE_NS: u64 = 1_000_000;
 /// The first pause after a refused connect, doubled up to a second.
 const CONNECT_BACKOFF: Duration = Duration::from_millis(100);
+/// How long a listener waits for a handshake it answered to complete
+/// before it listens afresh: one peer that sent a SYN and went away (or a
+/// spoofed SYN) must not block the only listening socket.
+const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
+/// How long dropping a stream waits for the peer to acknowledge what was
+/// written (the process may exit right after, and nothing would resend).
+const DROP_LINGER: Duration = Duration::from_secs(1);
+/// How long `flush` waits without a write timeout.
+const FLUSH_LIMIT: Duration = Duration::from_secs(10);
+
+/// `timeout` from now; `None` (no deadline) when that is beyond what an
+/// `Instant` holds.
+fn deadline_after(timeout: Duration) -> Option<Instant> {
+    Instant::now().checked_add(timeout)
+}
 
 fn not_link() -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, "the device is not on the L2 transport")
@@ -49,7 +64,7 @@ impl UdpDevice {
         timeout: Duration,
     ) -> io::Result<LinkTcpStream> {
         let runtime = &self.runtime;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut backoff = CONNECT_BACKOFF;
         loop {
             let local_port = 49152 + (super::random_seed() % 16384) as u16;
@@ -58,7 +73,7 @@ impl UdpDevice {
                 let link = io.link.as_mut().ok_or_else(not_link)?;
                 link.tcp_connect(remote, port, local_port).map_err(io::Error::other)?
             };
-            let established = runtime.link_wait(Some(deadline), |link| {
+            let established = runtime.link_wait(deadline, |link| {
                 match link.tcp(handle).state() {
                     State::Established | State::CloseWait => Some(Ok(true)),
                     // Refused (RST) or given up.
@@ -80,7 +95,7 @@ impl UdpDevice {
                     return Err(e);
                 }
             }
-            if Instant::now() + backoff >= deadline {
+            if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
                 return Err(io::Error::new(
                     io::ErrorKind::ConnectionRefused,
                     format!("{remote}:{port} refused the connection over the link"),
@@ -174,14 +189,33 @@ impl LinkTcpListener {
     ) -> io::Result<LinkTcpStream> {
         let mut handle = lock(&self.handle);
         let listening = *handle;
+        let port = self.port;
+        let mut handshake_since: Option<Instant> = None;
         self.runtime.link_wait(deadline, |link| {
             if abort.load(Ordering::Acquire) {
                 return Some(Err(io::ErrorKind::Interrupted.into()));
             }
-            match link.tcp(listening).state() {
-                State::Established | State::CloseWait => Some(Ok(())),
-                _ => None,
+            let socket = link.tcp(listening);
+            match socket.state() {
+                State::Established | State::CloseWait => return Some(Ok(())),
+                State::Listen => handshake_since = None,
+                State::SynReceived => {
+                    let since = *handshake_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= HANDSHAKE_LIMIT {
+                        socket.abort();
+                    }
+                }
+                // Reset (or closed) before this call saw it established:
+                // the connection is gone, listen again.
+                _ => socket.abort(),
             }
+            if !socket.is_open() {
+                handshake_since = None;
+                if let Err(e) = socket.listen(port) {
+                    return Some(Err(io::Error::other(e.to_string())));
+                }
+            }
+            None
         })?;
         let fresh = {
             let mut io = lock(&self.runtime.io);
@@ -243,7 +277,7 @@ impl Read for LinkTcpStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let deadline = self.read_timeout.map(|t| Instant::now() + t);
+        let deadline = self.read_timeout.and_then(deadline_after);
         let handle = self.handle;
         self.runtime.link_wait(deadline, |link| {
             let socket = link.tcp(handle);
@@ -261,7 +295,7 @@ impl Write for LinkTcpStream {
         if buf.is_empty() {
             return Ok(0);
         }
-        let deadline = self.write_timeout.map(|t| Instant::now() + t);
+        let deadline = self.write_timeout.and_then(deadline_after);
         let handle = self.handle;
         self.runtime.link_wait(deadline, |link| {
             let socket = link.tcp(handle);
@@ -274,14 +308,37 @@ impl Write for LinkTcpStream {
         })
     }
 
+    /// Waits until the peer has acknowledged every byte written (at most
+    /// the write timeout, or 10 s without one).
     fn flush(&mut self) -> io::Result<()> {
-        // Every write has left by the time it returns.
-        Ok(())
+        let deadline = deadline_after(self.write_timeout.unwrap_or(FLUSH_LIMIT));
+        self.wait_acknowledged(deadline).map_err(|e| {
+            if e.kind() == io::ErrorKind::WouldBlock {
+                io::Error::new(io::ErrorKind::TimedOut, "the peer acknowledged nothing")
+            } else {
+                e
+            }
+        })
+    }
+}
+
+impl LinkTcpStream {
+    /// Waits until nothing written waits for the peer's acknowledgement
+    /// (or the connection cannot send any more).
+    fn wait_acknowledged(&self, deadline: Option<Instant>) -> io::Result<()> {
+        let handle = self.handle;
+        self.runtime.link_wait(deadline, |link| {
+            let socket = link.tcp(handle);
+            (socket.send_queue() == 0 || !socket.may_send()).then_some(Ok(()))
+        })
     }
 }
 
 impl Drop for LinkTcpStream {
     fn drop(&mut self) {
+        // What was written reaches the peer before the FIN goes, even when
+        // the process exits next (bounded: the peer may be gone).
+        let _ = self.wait_acknowledged(deadline_after(DROP_LINGER));
         let mut io = lock(&self.runtime.io);
         if let Some(link) = io.link.as_mut() {
             link.tcp_release(self.handle);
