@@ -31,8 +31,6 @@ const HANDSHAKE_LIMIT: Duration = Duration::from_secs(5);
 /// How long dropping a stream waits for the peer to acknowledge what was
 /// written (the process may exit right after, and nothing would resend).
 const DROP_LINGER: Duration = Duration::from_secs(1);
-/// How long `flush` waits without a write timeout.
-const FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
 /// `timeout` from now; `None` (no deadline) when that is beyond what an
 /// `Instant` holds.
@@ -308,17 +306,11 @@ impl Write for LinkTcpStream {
         })
     }
 
-    /// Waits until the peer has acknowledged every byte written (at most
-    /// the write timeout, or 10 s without one).
+    /// As a std `TcpStream`'s: nothing to do (a write has handed its bytes
+    /// to the stack, which sends them at once). Dropping the stream waits
+    /// (briefly) for the peer's acknowledgement.
     fn flush(&mut self) -> io::Result<()> {
-        let deadline = deadline_after(self.write_timeout.unwrap_or(FLUSH_LIMIT));
-        self.wait_acknowledged(deadline).map_err(|e| {
-            if e.kind() == io::ErrorKind::WouldBlock {
-                io::Error::new(io::ErrorKind::TimedOut, "the peer acknowledged nothing")
-            } else {
-                e
-            }
-        })
+        Ok(())
     }
 }
 
