@@ -84,6 +84,21 @@ pub fn wait_cq(cq: &Cq, count: usize, timeout: Duration) -> Vec<WorkCompletion> 
     got
 }
 
+/// Reads an unsigned number as the C tools' `strtoul(text, NULL, 0)` /
+/// `strtol` do: `0x` hexadecimal, a leading `0` octal, decimal otherwise
+/// (but the whole text must be a number).
+pub fn c_number(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (digits, radix) = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        (hex, 16)
+    } else if t.len() > 1 && t.starts_with('0') {
+        (&t[1..], 8)
+    } else {
+        (t, 10)
+    };
+    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` is not a number"))
+}
+
 /// The tuning the tools use unless told otherwise: path MTU 1024 as
 /// `ibv_rc_pingpong`, timeout 14 (67 ms), 7 retries, infinite RNR retries.
 pub fn default_tuning() -> Tuning {
@@ -96,6 +111,8 @@ pub fn default_tuning() -> Tuning {
         min_rnr_timer: 12,
         rd_atomic: 16,
         sgid_index: 1,
+        hop_limit: 64,
+        sl: 0,
     }
 }
 

@@ -24,7 +24,7 @@ mod session;
 mod traffic;
 mod wire;
 
-use crate::app::NetArgs;
+use crate::app::{c_number, NetArgs};
 use crate::oob::{self, OobListener};
 use report::Unit;
 use std::io::Write;
@@ -88,20 +88,6 @@ pub enum AtomicType {
     /// Add 1 (perftest's value).
     #[value(name = "FETCH_AND_ADD")]
     FetchAndAdd,
-}
-
-/// Reads a number as perftest does (`strtol(optarg, NULL, 0)`): `0x`
-/// hexadecimal, a leading `0` octal, decimal otherwise.
-fn c_number(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, radix) = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        (hex, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        (&t[1..], 8)
-    } else {
-        (t, 10)
-    };
-    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` is not a number"))
 }
 
 fn in_range(text: &str, min: u64, max: u64, what: &str) -> Result<u32, String> {

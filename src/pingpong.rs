@@ -24,19 +24,19 @@
 
 mod srq;
 
-use crate::app::NetArgs;
+use crate::app::{c_number, NetArgs};
 use crate::oob::{self, OobListener};
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
-use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WrOpcode};
+use uroce_emulator::command::{AhAttr, Gid, QpCap};
+use uroce_emulator::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
 use uroce_emulator::udp::UdpDevice;
-use uroce_verbs::connect;
+use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
-    Access, AttrMask, CompChannel, Context, Cq, Mr, Mtu, Pd, Qp, QpInitAttr, RecvWr, SendWr,
-    WcStatus, WorkCompletion,
+    Access, CompChannel, Context, Cq, Mr, Mtu, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcStatus,
+    WorkCompletion,
 };
 
 /// The `wr_id` of every receive (as in the C tools).
@@ -152,28 +152,13 @@ pub struct PingpongArgs {
     pub net: NetArgs,
 }
 
-/// Parses an unsigned number as C's `strtoul(text, NULL, 0)` reads it:
-/// `0x` hexadecimal, a leading `0` octal, decimal otherwise (but the whole
-/// text must be a number).
-fn parse_c_number(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let (digits, radix) = if let Some(hex) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
-        (hex, 16)
-    } else if t.len() > 1 && t.starts_with('0') {
-        (&t[1..], 8)
-    } else {
-        (t, 10)
-    };
-    u64::from_str_radix(digits, radix).map_err(|_| format!("`{text}` is not a number"))
-}
-
 fn parse_c_u32(text: &str) -> Result<u32, String> {
-    let n = parse_c_number(text)?;
+    let n = c_number(text)?;
     u32::try_from(n).map_err(|_| format!("`{text}` is too large"))
 }
 
 fn parse_port(text: &str) -> Result<u16, String> {
-    let n = parse_c_number(text)?;
+    let n = c_number(text)?;
     u16::try_from(n).map_err(|_| format!("port `{text}` is above 65535"))
 }
 
@@ -634,63 +619,25 @@ impl Session {
                 inet_ntop6(&dest.gid)
             ));
         }
-        let ah_attr = AhAttr {
-            dgid: dest.gid,
-            sgid_index: self.plan.gid_idx,
-            hop_limit: 1,
-            sl: self.plan.sl,
-            port_num: 1,
-            ..AhAttr::default()
-        };
-        let transport = self.plan.transport;
-        if transport == Transport::Ud {
-            let rtr = QpAttr { qp_state: Some(QpState::Rtr), ..QpAttr::default() };
-            self.qp
-                .modify(&rtr, AttrMask::STATE)
-                .map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-            let rts = QpAttr { qp_state: Some(QpState::Rts), sq_psn: my_psn, ..QpAttr::default() };
-            self.qp
-                .modify(&rts, AttrMask::STATE | AttrMask::SQ_PSN)
-                .map_err(|e| format!("Failed to modify QP to RTS: {e}"))?;
+        let tuning = c_tool_tuning(&self.plan, my_psn);
+        if self.plan.transport == Transport::Ud {
+            connect::to_rts(&self.qp, None, &tuning)
+                .map_err(|e| format!("Failed to modify QP to RTR/RTS: {e}"))?;
+            let ah_attr = AhAttr {
+                dgid: dest.gid,
+                sgid_index: tuning.sgid_index,
+                hop_limit: tuning.hop_limit,
+                sl: tuning.sl,
+                port_num: 1,
+                ..AhAttr::default()
+            };
             let ah = self.pd.create_ah(ah_attr).map_err(|e| format!("Failed to create AH: {e}"))?;
             self.ah = Some(ah);
             return Ok(());
         }
-        let mut attr = QpAttr {
-            qp_state: Some(QpState::Rtr),
-            path_mtu: Some(self.plan.mtu),
-            dest_qp_num: dest.qpn,
-            rq_psn: dest.psn,
-            ah_attr,
-            port_num: 1,
-            ..QpAttr::default()
-        };
-        let mut mask = AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN;
-        if transport == Transport::Rc {
-            attr.max_dest_rd_atomic = 1;
-            attr.min_rnr_timer = 12;
-            mask = mask | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        }
-        self.qp.modify(&attr, mask).map_err(|e| format!("Failed to modify QP to RTR: {e}"))?;
-        attr.qp_state = Some(QpState::Rts);
-        attr.sq_psn = my_psn;
-        let mut mask = AttrMask::STATE | AttrMask::SQ_PSN;
-        if transport == Transport::Rc {
-            attr.timeout = 14;
-            attr.retry_cnt = 7;
-            attr.rnr_retry = 7;
-            attr.max_rd_atomic = 1;
-            mask = mask
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC;
-        }
-        self.qp.modify(&attr, mask).map_err(|e| format!("Failed to modify QP to RTS: {e}"))
+        let remote = Remote { gid: dest.gid, qpn: Qpn::new(dest.qpn), psn: dest.psn };
+        connect::to_rts(&self.qp, Some(remote), &tuning)
+            .map_err(|e| format!("Failed to modify QP to RTR/RTS: {e}"))
     }
 
     /// The offset of the message in the buffer (after the GRH for UD).
@@ -790,6 +737,24 @@ impl Session {
             }
         }
         Ok(start.elapsed())
+    }
+}
+
+/// The connection attributes of the C tools' `pp_connect_ctx`: path MTU
+/// `-m`, hop limit 1, SL `-l`, timeout 14, 7 retries, infinite RNR
+/// retries, RNR timer 12, one READ/atomic credit each way.
+fn c_tool_tuning(plan: &Plan, sq_psn: u32) -> Tuning {
+    Tuning {
+        mtu: plan.mtu,
+        sq_psn,
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 12,
+        rd_atomic: 1,
+        sgid_index: plan.gid_idx,
+        hop_limit: 1,
+        sl: plan.sl,
     }
 }
 
@@ -1108,11 +1073,11 @@ mod tests {
 
     #[test]
     fn numbers_parse_as_strtoul_base_0() {
-        assert_eq!(parse_c_number("18515"), Ok(18515));
-        assert_eq!(parse_c_number("0x10"), Ok(16));
-        assert_eq!(parse_c_number("010"), Ok(8));
-        assert_eq!(parse_c_number("0"), Ok(0));
-        assert!(parse_c_number("ten").is_err());
+        assert_eq!(c_number("18515"), Ok(18515));
+        assert_eq!(c_number("0x10"), Ok(16));
+        assert_eq!(c_number("010"), Ok(8));
+        assert_eq!(c_number("0"), Ok(0));
+        assert!(c_number("ten").is_err());
         assert!(parse_port("70000").is_err());
     }
 

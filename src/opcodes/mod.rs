@@ -25,13 +25,13 @@ use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use steps::{QpKind, Step, Target, STEPS};
-use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
-use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WrOpcode};
+use uroce_emulator::command::{AhAttr, Gid, QpCap};
+use uroce_emulator::types::{Qkey, QpType, Qpn, Rkey, SendFlags, WrOpcode};
 use uroce_emulator::udp::UdpDevice;
-use uroce_verbs::connect;
+use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
-    Access, AttrMask, Context, Cq, Mr, Mtu, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr,
-    WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    Access, Context, Cq, Mr, Mtu, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// How long the client waits for one step's completion.
@@ -339,51 +339,28 @@ impl<'a> Session<'a> {
     /// rxe-opcodes' connect_qp() for the three QPs, and the UD AH.
     fn connect_qps(&mut self) -> Result<(), String> {
         let mtu = mtu_from_bytes(self.mtu_bytes).ok_or("bad MTU")?;
+        // rxe-opcodes' attributes: 4 READ/atomic credits, RNR timer 20
+        // (10.24 ms), hop limit 64.
+        let tuning = Tuning {
+            mtu,
+            sq_psn: self.me.psn,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 20,
+            rd_atomic: 4,
+            sgid_index: self.args.gid_idx,
+            hop_limit: 64,
+            sl: 0,
+        };
         for (qp, dqpn) in [(&self.rc, self.peer.rc_qpn), (&self.uc, self.peer.uc_qpn)] {
-            let rc = qp.qp_type() == QpType::Rc;
-            let mut attr = QpAttr {
-                qp_state: Some(QpState::Rtr),
-                path_mtu: Some(mtu),
-                dest_qp_num: dqpn,
-                rq_psn: self.peer.psn,
-                ah_attr: self.ah_attr(),
-                ..QpAttr::default()
-            };
-            let mut mask = AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN;
-            if rc {
-                attr.max_dest_rd_atomic = 4;
-                attr.min_rnr_timer = 20; // 10.24 ms
-                mask = mask | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-            }
-            qp.modify(&attr, mask)
-                .map_err(|e| format!("modify RTR qp 0x{:x}: {e}", qp.qpn().value()))?;
-            let mut attr =
-                QpAttr { qp_state: Some(QpState::Rts), sq_psn: self.me.psn, ..QpAttr::default() };
-            let mut mask = AttrMask::STATE | AttrMask::SQ_PSN;
-            if rc {
-                attr.timeout = 14;
-                attr.retry_cnt = 7;
-                attr.rnr_retry = 7;
-                attr.max_rd_atomic = 4;
-                mask = mask
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC;
-            }
-            qp.modify(&attr, mask)
-                .map_err(|e| format!("modify RTS qp 0x{:x}: {e}", qp.qpn().value()))?;
+            let remote =
+                Remote { gid: Gid(self.peer.gid), qpn: Qpn::new(dqpn), psn: self.peer.psn };
+            connect::to_rts(qp, Some(remote), &tuning)
+                .map_err(|e| format!("modify RTR/RTS qp 0x{:x}: {e}", qp.qpn().value()))?;
         }
-        let rtr = QpAttr { qp_state: Some(QpState::Rtr), ..QpAttr::default() };
-        self.ud.modify(&rtr, AttrMask::STATE).map_err(|e| format!("modify RTR UD qp: {e}"))?;
-        let rts = QpAttr { qp_state: Some(QpState::Rts), sq_psn: self.me.psn, ..QpAttr::default() };
-        self.ud
-            .modify(&rts, AttrMask::STATE | AttrMask::SQ_PSN)
-            .map_err(|e| format!("modify RTS UD qp: {e}"))?;
+        connect::to_rts(&self.ud, None, &tuning)
+            .map_err(|e| format!("modify RTR/RTS UD qp: {e}"))?;
         self.ah = Some(self.pd.create_ah(self.ah_attr()).map_err(|e| format!("create_ah: {e}"))?);
         Ok(())
     }

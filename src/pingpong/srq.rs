@@ -8,20 +8,20 @@
 //! peer's first message, with hop limit 1.
 
 use super::{
-    address_line, bad_pages, create_cq, inet_ntop6, mark_pages, open_channel, wait_cq_event,
-    wc_status_str, Dest, Outcome, Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID, PINGPONG_SEND_WRID,
+    address_line, bad_pages, c_tool_tuning, create_cq, inet_ntop6, mark_pages, open_channel,
+    wait_cq_event, wc_status_str, Dest, Outcome, Plan, Transport, MSG_LEN, PINGPONG_RECV_WRID,
+    PINGPONG_SEND_WRID,
 };
 use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
-use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
-use uroce_emulator::types::{QpState, QpType, SendFlags, WrOpcode};
+use uroce_emulator::command::{Gid, QpCap};
+use uroce_emulator::types::{QpType, Qpn, SendFlags, WrOpcode};
 use uroce_emulator::udp::UdpDevice;
-use uroce_verbs::connect;
+use uroce_verbs::connect::{self, Remote};
 use uroce_verbs::{
-    Access, AttrMask, CompChannel, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq,
-    WcStatus,
+    Access, CompChannel, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq, WcStatus,
 };
 
 /// The C tool's `MAX_QP`: the number of address messages each way, and
@@ -121,45 +121,9 @@ impl SrqSession {
             ));
         }
         for (i, qp) in self.qps.iter().enumerate() {
-            let mut attr = QpAttr {
-                qp_state: Some(QpState::Rtr),
-                path_mtu: Some(plan.mtu),
-                dest_qp_num: remote[i].qpn,
-                rq_psn: remote[i].psn,
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 12,
-                ah_attr: AhAttr {
-                    dgid: gid,
-                    sgid_index: plan.gid_idx,
-                    hop_limit: 1,
-                    sl: plan.sl,
-                    port_num: 1,
-                    ..AhAttr::default()
-                },
-                port_num: 1,
-                ..QpAttr::default()
-            };
-            let mask = AttrMask::STATE
-                | AttrMask::AV
-                | AttrMask::PATH_MTU
-                | AttrMask::DEST_QPN
-                | AttrMask::RQ_PSN
-                | AttrMask::MAX_DEST_RD_ATOMIC
-                | AttrMask::MIN_RNR_TIMER;
-            qp.modify(&attr, mask).map_err(|e| format!("Failed to modify QP[{i}] to RTR: {e}"))?;
-            attr.qp_state = Some(QpState::Rts);
-            attr.timeout = 14;
-            attr.retry_cnt = 7;
-            attr.rnr_retry = 7;
-            attr.sq_psn = mine[i].psn;
-            attr.max_rd_atomic = 1;
-            let mask = AttrMask::STATE
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::SQ_PSN
-                | AttrMask::MAX_QP_RD_ATOMIC;
-            qp.modify(&attr, mask).map_err(|e| format!("Failed to modify QP[{i}] to RTS: {e}"))?;
+            let remote = Remote { gid, qpn: Qpn::new(remote[i].qpn), psn: remote[i].psn };
+            connect::to_rts(qp, Some(remote), &c_tool_tuning(plan, mine[i].psn))
+                .map_err(|e| format!("Failed to modify QP[{i}] to RTR/RTS: {e}"))?;
         }
         Ok(())
     }

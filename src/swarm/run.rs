@@ -565,6 +565,8 @@ impl Sim {
             min_rnr_timer: 1 + self.rng.below(6) as u8,
             rd_atomic: 1 + self.rng.below(16) as u8,
             sgid_index: 1,
+            hop_limit: 64,
+            sl: 0,
         }
     }
 

@@ -807,6 +807,8 @@ fn tuning(mtu: Mtu) -> Tuning {
         min_rnr_timer: 1,
         rd_atomic: 4,
         sgid_index: 1,
+        hop_limit: 64,
+        sl: 0,
     }
 }
 

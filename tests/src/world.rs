@@ -47,6 +47,8 @@ pub fn tuning() -> Tuning {
         min_rnr_timer: 1,
         rd_atomic: 16,
         sgid_index: 1,
+        hop_limit: 64,
+        sl: 0,
     }
 }
 

@@ -213,7 +213,7 @@ fn handle(peer: &mut PeerState, words: &[&str]) -> Result<String, String> {
                 rnr_retry: num(10)? as u8,
                 min_rnr_timer: num(11)? as u8,
                 rd_atomic: num(12)? as u8,
-                sgid_index: 1,
+                ..uroce::app::default_tuning()
             };
             bring_up(qp(1)?, remote, &tuning, num(2)? as u32)?;
             Ok(String::new())

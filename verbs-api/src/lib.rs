@@ -1086,6 +1086,10 @@ pub mod connect {
         pub rd_atomic: u8,
         /// Source GID index.
         pub sgid_index: u8,
+        /// Hop limit (IPv4 TTL) of the path.
+        pub hop_limit: u8,
+        /// Service level of the path.
+        pub sl: u8,
     }
 
     /// INIT → RTR → RTS for RC and UC; INIT → RTR → RTS for UD.
@@ -1099,7 +1103,8 @@ pub mod connect {
             attr.ah_attr = AhAttr {
                 dgid: remote.gid,
                 sgid_index: tuning.sgid_index,
-                hop_limit: 64,
+                hop_limit: tuning.hop_limit,
+                sl: tuning.sl,
                 port_num: 1,
                 ..AhAttr::default()
             };
