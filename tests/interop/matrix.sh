@@ -186,9 +186,10 @@ done
 [ -n "$cur" ] && BOOTS+=("$cur")
 
 # ---- helpers -------------------------------------------------------------------------------------------------
-console_has() { [ -f "$1" ] && tr -d '\r' < "$1" | grep -aqF -- "$2"; }
+# (no pipe into `grep -q`: under pipefail, grep quitting at the first match can fail the writer with SIGPIPE)
+console_has() { [ -f "$1" ] && grep -aqF -- "$2" "$1"; }
 row_status() {  # CONSOLE ID: the status on the row's MATRIX-END line (empty when there is none yet)
-  [ -f "$1" ] && tr -d '\r' < "$1" | sed -n "s|^MATRIX-END $2 status=\([0-9]*\).*|\1|p" | head -1
+  [ -f "$1" ] && sed -n "s|^MATRIX-END $2 status=\([0-9]*\).*|\1|p" "$1" | sed -n 1p
 }
 last_words() {  # FILE: what a failed tool said last: its last error-like line, else its last line (cut short)
   local said; said=$(grep -av '^MATRIX-\|^+ ' "$1" 2>/dev/null | grep -a '[^[:space:]]')
