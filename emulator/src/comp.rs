@@ -43,9 +43,11 @@ impl Hca {
             return;
         }
         let psn = packet.bth().psn();
-        // A response for a PSN never sent, or long acknowledged, is a ghost.
-        let sent_end = qp.req.next_psn;
-        if !psn.is_before(sent_end) || psn.is_before(qp.comp.psn.wrapping_sub(1 << 22)) {
+        // Only a response to something outstanding may have an effect: a
+        // PSN sent and not yet acknowledged. Everything else (a duplicate
+        // or delayed response, one for a PSN never sent, a forged one) is
+        // dropped here, before its syndrome is looked at.
+        if !qp.awaits_response(psn) {
             self.counters.rcvd_ghost_response += 1;
             return;
         }
@@ -159,11 +161,21 @@ impl Hca {
     fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) {
         self.counters.rcvd_seq_err += 1;
         self.ack_up_to(now, index, psn.wrapping_sub(1));
+        let Some(qp) = self.qps.get(index as usize) else { return };
         // If the acknowledged point stopped before `psn` (a READ or atomic
-        // lost its response), that go-back already covers this NAK.
-        let behind = self.qps.get(index as usize).is_some_and(|qp| qp.comp.psn.is_before(psn));
-        if !behind && self.consume_retry(now, index) {
+        // lost its response), that go-back already covers this NAK. A go-back
+        // already under way from this point (a duplicated NAK, or the timer
+        // fired first) is not started or paid for again: the responder NAKs
+        // a gap once, so a second NAK without progress adds nothing.
+        let behind = qp.comp.psn.is_before(psn);
+        if behind || qp.comp.started_retry {
+            return;
+        }
+        if self.consume_retry(now, index) {
             self.retry(now, index, psn);
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.comp.started_retry = true;
+            }
             self.rearm(now, index);
         }
     }
@@ -189,8 +201,18 @@ impl Hca {
         self.set_timer(index, TimerKind::Rnr, Some(now.plus_nanos(u64::from(wait_us) * 1_000)));
     }
 
+    /// A NAK the requester cannot recover from (invalid request, remote
+    /// access or operational error) ends the WQE that holds `psn`, once
+    /// everything before it is acknowledged. If a READ or atomic before it
+    /// still lacks its response, the NAK passed a lost response: ACKing up
+    /// to it started the go-back for that one (rxe's COMPST_ERROR_RETRY), and
+    /// the NAK itself ends nothing.
     fn on_fatal_nak(&mut self, now: Instant, index: u32, psn: Psn, status: WcStatus) {
         self.ack_up_to(now, index, psn.wrapping_sub(1));
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if qp.comp.psn != psn {
+            return;
+        }
         self.fail_oldest(now, index, status);
     }
 

@@ -117,6 +117,9 @@ pub struct Hca {
     pub(crate) qps: Table<QpContext>,
     pub(crate) srqs: Table<SrqContext>,
     ahs: Table<AhContext>,
+    /// How many times each QP table slot has been used: a slot's next QP
+    /// gets a QPN it has not had for a long time (see [`Hca::qpn_of_slot`]).
+    qp_slot_generation: Vec<u32>,
     /// QPs (table indices) that may have packets to send, in turn order.
     sched: VecDeque<u32>,
     /// Armed timers: (when, QP index, which).
@@ -152,6 +155,7 @@ impl Hca {
             qps: Table::new(config.max_qp as usize),
             srqs: Table::new(config.max_srq as usize),
             ahs: Table::new(config.max_ah as usize),
+            qp_slot_generation: vec![0; config.max_qp as usize],
             sched: VecDeque::new(),
             timers: BTreeSet::new(),
             events: VecDeque::new(),
@@ -195,7 +199,29 @@ impl Hca {
 
     /// A QP's context, for dumps and tests.
     pub fn qp(&self, qpn: Qpn) -> Option<&QpContext> {
-        self.qps.get(qp_index(qpn)?)
+        self.qps.get(self.qp_slot(qpn)?)
+    }
+
+    /// The table slot of the live QP numbered `qpn`. A QPN names a slot and
+    /// that slot's generation: the number of a destroyed QP names nothing,
+    /// even once its slot holds a new QP.
+    pub(crate) fn qp_slot(&self, qpn: Qpn) -> Option<usize> {
+        let offset = qpn.value().checked_sub(FIRST_QPN)?;
+        let slot = (offset % self.config.max_qp) as usize;
+        self.qps.get(slot).filter(|qp| qp.qpn == qpn).map(|_| slot)
+    }
+
+    /// The QPN of the next QP in table slot `slot`. QPNs are spread over
+    /// the 24-bit space by slot generation (`FIRST_QPN + slot + generation
+    /// * max_qp`), so a new QP does not take the number of one just
+    /// destroyed: a delayed or replayed packet of the old connection finds
+    /// no QP instead of the new one (rxe allocates QPNs cyclically for the
+    /// same reason).
+    fn qpn_of_slot(&self, slot: usize) -> Qpn {
+        let max_qp = self.config.max_qp;
+        let generations = (0x0100_0000 - FIRST_QPN) / max_qp;
+        let generation = self.qp_slot_generation[slot] % generations;
+        Qpn::new(FIRST_QPN + slot as u32 + generation * max_qp)
     }
 
     /// Whether some QP may have a packet to send now: a driver that
@@ -493,8 +519,8 @@ impl Hca {
         let entries = init.sq.entries as usize;
         let index = self
             .qps
-            .insert_with(|index| QpContext {
-                qpn: Qpn::new(FIRST_QPN + index as u32),
+            .insert_with(|_| QpContext {
+                qpn: Qpn::new(0),
                 qp_type: init.qp_type,
                 state: QpState::Reset,
                 pd: init.pd,
@@ -526,9 +552,10 @@ impl Hca {
         if let Some(srq) = init.srq.and_then(|s| self.srqs.get_mut(s as usize)) {
             srq.users += 1;
         }
-        let qpn = Qpn::new(FIRST_QPN + index as u32);
-        if init.qp_type == QpType::Ud {
-            if let Some(qp) = self.qps.get_mut(index) {
+        let qpn = self.qpn_of_slot(index);
+        if let Some(qp) = self.qps.get_mut(index) {
+            qp.qpn = qpn;
+            if init.qp_type == QpType::Ud {
                 qp.sport = udp_port::datagram_sport(qpn);
             }
         }
@@ -536,8 +563,9 @@ impl Hca {
     }
 
     fn destroy_qp(&mut self, qpn: Qpn) -> Result<Reply, CmdError> {
-        let index = qp_index(qpn).ok_or(CmdError::NotFound("no such QP"))?;
+        let index = self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?;
         let qp = self.qps.remove(index).ok_or(CmdError::NotFound("no such QP"))?;
+        self.qp_slot_generation[index] = self.qp_slot_generation[index].wrapping_add(1);
         self.cancel_timer(index as u32, TimerKind::Retransmit);
         self.cancel_timer(index as u32, TimerKind::Rnr);
         self.sched.retain(|&i| i != index as u32);
@@ -560,7 +588,7 @@ impl Hca {
         attr: &QpAttr,
         mask: AttrMask,
     ) -> Result<Reply, CmdError> {
-        let index = qp_index(qpn).ok_or(CmdError::NotFound("no such QP"))?;
+        let index = self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?;
         let path = if mask.contains(AttrMask::AV) {
             Some(self.resolve_path(&attr.ah_attr)?)
         } else {
@@ -621,7 +649,7 @@ impl Hca {
         self.saw(now);
         match doorbell {
             Doorbell::SendQueue(qpn) | Doorbell::RecvQueue(qpn) => {
-                let Some(index) = qp_index(qpn).filter(|&i| self.qps.get(i).is_some()) else {
+                let Some(index) = self.qp_slot(qpn) else {
                     return;
                 };
                 let state = self.qps.get(index).map(|qp| qp.state);
@@ -689,7 +717,7 @@ impl Hca {
             PostOutcome::Overrun => {
                 self.counters.cq_overrun += 1;
                 self.push_event(Event::Async { event: EventType::CqErr, element: cq });
-                if let Some(index) = qp_index(cqe.qp_num) {
+                if let Some(index) = self.qp_slot(cqe.qp_num) {
                     let is_live = self.qps.get(index).is_some_and(|q| q.state != QpState::Err);
                     if is_live {
                         self.fatal(now, index as u32);
@@ -767,10 +795,6 @@ impl Hca {
 }
 
 /// The table index of a QPN.
-pub(crate) fn qp_index(qpn: Qpn) -> Option<usize> {
-    qpn.value().checked_sub(FIRST_QPN).map(|i| i as usize)
-}
-
 fn reg_error(e: RegisterError) -> CmdError {
     match e {
         RegisterError::TableFull => CmdError::NoResources("MPT or MTT table full"),

@@ -291,6 +291,14 @@ impl QpContext {
         }
     }
 
+    /// Whether a response at `psn` can answer something outstanding: the
+    /// requester sent that PSN and it is not acknowledged yet, i.e. it is
+    /// in `[comp.psn, req.next_psn)`. Nothing else may move the completer.
+    pub fn awaits_response(&self, psn: Psn) -> bool {
+        let outstanding = self.comp.psn.distance_to(self.req.next_psn);
+        outstanding > 0 && psn.in_window(self.comp.psn, outstanding as u32)
+    }
+
     /// Whether the QP can send requests.
     pub fn can_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)

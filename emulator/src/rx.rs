@@ -7,7 +7,7 @@
 //! and QP. Everything dropped is counted.
 
 use crate::endpoint::{Endpoint, Transmit};
-use crate::hca::{qp_index, Hca};
+use crate::hca::Hca;
 use crate::time::Instant;
 use crate::types::{QpState, QpType};
 use uroce_wire::frame::{classify, Classified, Link};
@@ -38,7 +38,7 @@ impl Hca {
             self.counters.rcvd_bad_key_or_addr += 1;
             return;
         }
-        let Some(index) = qp_index(bth.dest_qpn()).filter(|&i| self.qps.get(i).is_some()) else {
+        let Some(index) = self.qp_slot(bth.dest_qpn()) else {
             self.counters.rcvd_unknown_qp += 1;
             return;
         };

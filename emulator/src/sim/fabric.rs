@@ -317,6 +317,15 @@ impl<E: Endpoint> Fabric<E> {
         }
     }
 
+    /// Puts `bytes` on the fabric as if node `from` had sent them to
+    /// `destination` now: a forged, replayed or hand-made packet (the
+    /// source address inside is whatever the bytes say). It meets the
+    /// faults, rules and latency every packet meets.
+    pub fn inject(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
+        self.check_node(from);
+        self.send(from, destination, bytes);
+    }
+
     // ----- reading -----
 
     /// The virtual time.
