@@ -212,11 +212,11 @@ impl Hca {
     }
 
     /// The QPN of the next QP in table slot `slot`. QPNs are spread over
-    /// the 24-bit space by slot generation (`FIRST_QPN + slot + generation
-    /// * max_qp`), so a new QP does not take the number of one just
-    /// destroyed: a delayed or replayed packet of the old connection finds
-    /// no QP instead of the new one (rxe allocates QPNs cyclically for the
-    /// same reason).
+    /// the 24-bit space by slot generation (16 + slot + generation times
+    /// max_qp), so a new QP does not take the number of one just destroyed:
+    /// a delayed or replayed packet of the old connection finds no QP
+    /// instead of the new one (rxe allocates QPNs cyclically for the same
+    /// reason).
     fn qpn_of_slot(&self, slot: usize) -> Qpn {
         let max_qp = self.config.max_qp;
         let generations = (0x0100_0000 - FIRST_QPN) / max_qp;
