@@ -158,17 +158,29 @@ impl Hca {
         progressed
     }
 
+    /// A NAK at `psn` acknowledges every PSN before it. Its own syndrome
+    /// applies only if `psn` is then the oldest unacknowledged PSN: if a
+    /// READ or atomic before it still lacks its response, the NAK passed a
+    /// lost response, acknowledging up to it started the go-back for that
+    /// one (an implied NAK; rxe's COMPST_ERROR_RETRY), and the resent
+    /// requests will meet whatever the NAK was about again.
+    fn nak_applies(&mut self, now: Instant, index: u32, psn: Psn) -> bool {
+        self.ack_up_to(now, index, psn.wrapping_sub(1));
+        self.qps
+            .get(index as usize)
+            .is_some_and(|qp| qp.comp.psn == psn && qp.state != QpState::Err)
+    }
+
+    /// PSN sequence error: go back to `psn`. A go-back already under way
+    /// from this point (a duplicated NAK, or the timer fired first) is not
+    /// started or paid for again: the responder NAKs a gap once, so a
+    /// second NAK without progress adds nothing.
     fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) {
         self.counters.rcvd_seq_err += 1;
-        self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let Some(qp) = self.qps.get(index as usize) else { return };
-        // If the acknowledged point stopped before `psn` (a READ or atomic
-        // lost its response), that go-back already covers this NAK. A go-back
-        // already under way from this point (a duplicated NAK, or the timer
-        // fired first) is not started or paid for again: the responder NAKs
-        // a gap once, so a second NAK without progress adds nothing.
-        let behind = qp.comp.psn.is_before(psn);
-        if behind || qp.comp.started_retry {
+        if !self.nak_applies(now, index, psn) {
+            return;
+        }
+        if self.qps.get(index as usize).is_some_and(|qp| qp.comp.started_retry) {
             return;
         }
         if self.consume_retry(now, index) {
@@ -180,13 +192,13 @@ impl Hca {
         }
     }
 
+    /// Receiver not ready: wait the RNR timer, then go back to `psn`.
     fn on_rnr_nak(&mut self, now: Instant, index: u32, psn: Psn, timer_code: u8) {
         self.counters.rcvd_rnr_err += 1;
-        self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
-        if qp.state == QpState::Err {
+        if !self.nak_applies(now, index, psn) {
             return;
         }
+        let Some(qp) = self.qps.get_mut(index as usize) else { return };
         if qp.attr.rnr_retry != 7 {
             if qp.comp.rnr_retry_left == 0 {
                 self.counters.retry_rnr_exceeded_err += 1;
@@ -202,18 +214,12 @@ impl Hca {
     }
 
     /// A NAK the requester cannot recover from (invalid request, remote
-    /// access or operational error) ends the WQE that holds `psn`, once
-    /// everything before it is acknowledged. If a READ or atomic before it
-    /// still lacks its response, the NAK passed a lost response: ACKing up
-    /// to it started the go-back for that one (rxe's COMPST_ERROR_RETRY), and
-    /// the NAK itself ends nothing.
+    /// access or operational error) ends the WQE that holds `psn`, the
+    /// oldest one not done.
     fn on_fatal_nak(&mut self, now: Instant, index: u32, psn: Psn, status: WcStatus) {
-        self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let Some(qp) = self.qps.get(index as usize) else { return };
-        if qp.comp.psn != psn {
-            return;
+        if self.nak_applies(now, index, psn) {
+            self.fail_oldest(now, index, status);
         }
-        self.fail_oldest(now, index, status);
     }
 
     /// The send-queue entry a READ response or atomic ACK at `psn` belongs

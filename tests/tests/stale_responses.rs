@@ -314,3 +314,37 @@ fn a_new_qp_does_not_take_a_destroyed_qps_number() {
     assert_eq!(w.nodes[0].hca.borrow().counters().rcvd_unknown_qp, before + 1);
     assert_eq!(w.nodes[0].hca.borrow().qp(new.qpn()).unwrap().state, QpState::Rts);
 }
+
+#[test]
+fn a_nak_that_passes_a_lost_read_response_ends_nothing() {
+    // READ then WRITE; the READ's response is lost, so the WRITE's ACK is an
+    // implied NAK for the READ and the READ goes out again. A fatal NAK for
+    // the (acknowledged) WRITE, arriving meanwhile, is in the window but
+    // passes the unanswered READ: it must not end the READ, nor the WRITE.
+    use uroce_emulator::sim::{Action, Matcher, Rule};
+    let mut p = rc_pair(7, 7);
+    p.warm_up();
+    p.w.fabric.add_rule(
+        Rule::new(Matcher::any().opcode(Opcode::RC_RDMA_READ_RESPONSE_ONLY), Action::Drop).nth(1),
+    );
+    let source: Vec<u8> = (0..512u32).map(|i| (i * 3) as u8).collect();
+    p.mr_b.write(4096, &source).unwrap();
+    let read_psn = p.comp_psn();
+    let mut read = SendWr::new(1, WrOpcode::RdmaRead);
+    read.sg_list = vec![p.mr_a.sge(4096, 512)];
+    read.remote = RemoteTarget { addr: p.mr_b.addr() + 4096, rkey: p.mr_b.rkey() };
+    let mut write = SendWr::new(2, WrOpcode::RdmaWrite);
+    write.sg_list = vec![p.mr_a.sge(0, 100)];
+    write.remote = RemoteTarget { addr: p.mr_b.addr(), rkey: p.mr_b.rkey() };
+    p.a.post_send(&[read, write]).unwrap();
+    while p.counters().completer_retry_err == 0 {
+        p.w.fabric.step().expect("the implied NAK comes");
+    }
+    assert_eq!(p.comp_psn(), read_psn, "held at the READ");
+    p.forge_ack(read_psn + 1, Syndrome::Nak(NakCode::RemoteAccessError));
+    let done = p.w.wait(0, 2, 100 * MS);
+    let got: Vec<_> = done.iter().map(|c| (c.wr_id, c.status)).collect();
+    assert_eq!(got, vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(p.mr_a.read_vec(4096, 512).unwrap(), source);
+    assert_eq!(p.state(), QpState::Rts);
+}
