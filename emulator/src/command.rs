@@ -206,6 +206,9 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// SGEs per SRQ WR.
     pub max_srq_sge: u32,
+    /// Inline data bytes per send WR (not in `ibv_device_attr`: libibverbs
+    /// reports it per QP; drivers size send rings by it).
+    pub max_inline_data: u32,
     /// P_Keys.
     pub max_pkeys: u16,
     /// Local CA ACK delay.

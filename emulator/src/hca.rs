@@ -448,6 +448,7 @@ impl Hca {
             max_srq: c.max_srq,
             max_srq_wr: c.max_srq_wr,
             max_srq_sge: c.max_srq_sge,
+            max_inline_data: c.max_inline_data,
             max_pkeys: 64,
             local_ca_ack_delay: 15,
             phys_port_cnt: 1,

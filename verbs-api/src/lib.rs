@@ -95,6 +95,9 @@ pub type Result<T> = core::result::Result<T, Error>;
 pub struct Context {
     hca: SharedHca,
     events: Arc<EventState>,
+    /// The device's limits, read once at open (they never change): queue
+    /// sizes are checked against them before any ring memory is taken.
+    limits: Arc<DeviceAttr>,
 }
 
 /// Where the context sorts the HCA's events: completion events of CQs that
@@ -129,7 +132,12 @@ impl Context {
             // The context is gone: stop being called.
             None => false,
         }));
-        Context { hca: hca.clone(), events }
+        let now = hca.now();
+        let limits = match hca.lock().command(now, Command::QueryDevice) {
+            Ok(Reply::Device(attr)) => Arc::new(attr),
+            other => unreachable!("QueryDevice answers Device, not {other:?}"),
+        };
+        Context { hca: hca.clone(), events, limits }
     }
 
     /// `ibv_create_comp_channel`: a file descriptor that becomes readable
@@ -248,6 +256,10 @@ impl Context {
     }
 
     fn create_cq_unbound(&self, cqe: u32) -> Result<Cq> {
+        // rxe's rxe_cq_chk_attr: 1 ..= max_cqe, else EINVAL.
+        if cqe == 0 || cqe > self.limits.max_cqe {
+            return Err(Error::Invalid("CQ depth: cqe must be 1 to the device's max_cqe"));
+        }
         let ring = self.alloc_ring(cq_ring_shape(cqe))?;
         match self.command(Command::CreateCq { ring }) {
             Ok(Reply::Index(index)) => {
@@ -423,6 +435,10 @@ impl Pd {
 
     /// `ibv_create_srq`.
     pub fn create_srq(&self, max_wr: u32, max_sge: u32, limit: u32) -> Result<Srq> {
+        let limits = &self.ctx.limits;
+        if max_wr > limits.max_srq_wr || max_sge > limits.max_srq_sge {
+            return Err(Error::Invalid("SRQ size: max_wr or max_sge above the device's limit"));
+        }
         let ring = self.ctx.alloc_ring(recv_ring_shape(max_wr, max_sge))?;
         let cmd = Command::CreateSrq { pd: self.index, ring, max_sge, limit };
         match self.ctx.command(cmd) {
@@ -440,6 +456,7 @@ impl Pd {
     /// `ibv_create_qp`.
     pub fn create_qp(&self, init: &QpInitAttr<'_>) -> Result<Qp> {
         let cap = init.cap;
+        check_qp_cap(&cap, init.srq.is_some(), &self.ctx.limits)?;
         let sq = self.ctx.alloc_ring(send_ring_shape(
             cap.max_send_wr,
             cap.max_send_sge,
@@ -492,6 +509,25 @@ impl Pd {
     }
 }
 
+/// rxe's `rxe_qp_chk_cap`: every size within the device's limits (EINVAL),
+/// checked before the rings are allocated.
+fn check_qp_cap(cap: &QpCap, has_srq: bool, limits: &DeviceAttr) -> Result<()> {
+    if cap.max_send_wr > limits.max_qp_wr || cap.max_send_sge > limits.max_sge {
+        return Err(Error::Invalid(
+            "QP size: max_send_wr or max_send_sge above the device's limit",
+        ));
+    }
+    if cap.max_inline_data > limits.max_inline_data {
+        return Err(Error::Invalid("QP size: max_inline_data above the device's limit"));
+    }
+    if !has_srq && (cap.max_recv_wr > limits.max_qp_wr || cap.max_recv_sge > limits.max_sge) {
+        return Err(Error::Invalid(
+            "QP size: max_recv_wr or max_recv_sge above the device's limit",
+        ));
+    }
+    Ok(())
+}
+
 /// A registered memory region (`ibv_mr`).
 pub struct Mr {
     ctx: Context,
@@ -521,9 +557,11 @@ impl Mr {
     pub fn rkey(&self) -> Rkey {
         self.rkey
     }
-    /// An SGE covering `len` bytes from `offset`.
+    /// An SGE covering `len` bytes from `offset`. The SGE is not checked
+    /// against the region (the HCA checks it when the WR runs, as hardware
+    /// does); an address past 2^64 wraps, and the HCA refuses it.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
-        Sge { addr: self.addr + offset, length: len, lkey: self.lkey }
+        Sge { addr: self.addr.wrapping_add(offset), length: len, lkey: self.lkey }
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<u64> {
