@@ -465,8 +465,8 @@ impl Phase {
     /// its own: the runtime locks its I/O state before the HCA, so holding
     /// an HCA lock while asking for `stats()` could deadlock.
     fn snap(&self) -> Snap {
-        let a = self.a.dev.hca().lock().counters().clone();
-        let b = self.b.dev.hca().lock().counters().clone();
+        let a = self.a.dev.hca().lock().counters();
+        let b = self.b.dev.hca().lock().counters();
         let sa = self.a.dev.stats();
         Snap { a, b, sa }
     }

@@ -610,7 +610,7 @@ impl UdpDevice {
 
     /// The HCA's counters (takes only the HCA lock).
     pub fn counters(&self) -> crate::counters::Counters {
-        self.hca.lock().counters().clone()
+        self.hca.lock().counters()
     }
 
     /// Moves packets and time now, in the caller's thread.
