@@ -239,6 +239,14 @@ impl UdpConfig {
             }
             None => {}
         }
+        let subnet_prefix_len = config.link.as_ref().map(|link| link.prefix_len).or(prefix_len);
+        if let Some(why) = device_addr_problem(addr, subnet_prefix_len) {
+            let text = var("UROCE_ADDR").unwrap_or_default();
+            return Err(UdpError::Config(format!(
+                "UROCE_ADDR=`{}` cannot be a device address: {why}",
+                text.trim()
+            )));
+        }
         if let Some(text) = var("UROCE_PROGRESS") {
             config.progress = ProgressMode::parse(&text).ok_or_else(|| {
                 UdpError::Config(format!(
@@ -294,6 +302,42 @@ pub fn parse_addr_prefix(text: &str) -> Result<(IpAddr, Option<u8>), UdpError> {
         None => None,
     };
     Ok((ip, prefix))
+}
+
+/// Why `addr` cannot be a device's (unicast) address (`it is ...`), or
+/// `None` if it can. Refused: the unspecified address (`0.0.0.0`, `::`), multicast, and
+/// the IPv4 limited broadcast `255.255.255.255`; with an IPv4 `prefix_len`
+/// below 31 (the subnet on the link), also the subnet's network and
+/// broadcast addresses (host bits all zero or all one, RFC 1122 3.2.1.3;
+/// a /31 has neither, RFC 3021). Everything else is accepted: loopback
+/// (127.0.0.0/8, `::1`), link-local, private and public unicast, and the
+/// rest of 240.0.0.0/4, which Linux assigns and routes as unicast.
+pub fn device_addr_problem(addr: IpAddr, prefix_len: Option<u8>) -> Option<String> {
+    if addr.is_unspecified() {
+        return Some("it is the unspecified address".into());
+    }
+    if addr.is_multicast() {
+        return Some("it is a multicast address".into());
+    }
+    let IpAddr::V4(v4) = addr else { return None };
+    if v4.is_broadcast() {
+        return Some("it is the IPv4 limited broadcast address".into());
+    }
+    match prefix_len {
+        Some(len) if len < 31 => {
+            let host_mask = u32::MAX >> len;
+            let host_bits = u32::from(v4) & host_mask;
+            let subnet = Ipv4Addr::from(u32::from(v4) & !host_mask);
+            if host_bits == 0 {
+                Some(format!("it is the network address of {subnet}/{len}"))
+            } else if host_bits == host_mask {
+                Some(format!("it is the broadcast address of {subnet}/{len}"))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Why a device could not be opened.
@@ -395,8 +439,9 @@ impl UdpDevice {
     /// background thread.
     pub fn open(config: UdpConfig) -> Result<UdpDevice, UdpError> {
         let addr = config.addr;
-        if addr.is_unspecified() || addr.is_multicast() {
-            return Err(UdpError::Config(format!("{addr} cannot be a device address")));
+        let prefix_len = config.link.as_ref().map(|link| link.prefix_len);
+        if let Some(why) = device_addr_problem(addr, prefix_len) {
+            return Err(UdpError::Config(format!("{addr} cannot be a device address: {why}")));
         }
         let (port, receive_buffer_bytes) = match &config.link {
             Some(link) => Self::open_link_port(link)?,
@@ -1717,5 +1762,76 @@ mod tests {
         assert!(UdpConfig::from_vars(vars(&[("UROCE_PROGRESS", "fast")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_FAULTS", "loss=3")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_OFFLOAD", "maybe")])).is_err());
+    }
+
+    #[test]
+    fn addresses_that_cannot_be_a_devices_are_refused_by_name() {
+        let refused = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            match UdpConfig::from_vars(var) {
+                Ok(c) => panic!("{pairs:?} accepted as {}", c.addr),
+                Err(e) => e.to_string(),
+            }
+        };
+        let accepted = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            UdpConfig::from_vars(var).unwrap_or_else(|e| panic!("{pairs:?} refused: {e}")).addr
+        };
+        for (value, why) in [
+            ("255.255.255.255", "limited broadcast"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
+        ] {
+            let e = refused(&[("UROCE_ADDR", value)]);
+            assert!(e.contains(&format!("UROCE_ADDR=`{value}`")) && e.contains(why), "{e}");
+        }
+        // A subnet's network and broadcast addresses, given by the prefix
+        // or by the L2 transport's default /24.
+        let link = ("UROCE_LINK", "127.0.0.1:47100,127.0.0.1:47101");
+        let e = refused(&[("UROCE_ADDR", "169.254.255.255/16"), link]);
+        assert!(
+            e.contains(
+                "UROCE_ADDR=`169.254.255.255/16` cannot be a device address: it is the broadcast \
+                 address of 169.254.0.0/16"
+            ),
+            "{e}"
+        );
+        let e = refused(&[("UROCE_ADDR", "10.1.2.0/24"), link]);
+        assert!(e.contains("the network address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.255"), link]);
+        assert!(e.contains("the broadcast address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.127/25")]);
+        assert!(e.contains("10.1.2.0/25"), "the prefix alone says the subnet: {e}");
+        for (value, ip) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.255.255.254", "127.255.255.254"),
+            ("::1", "::1"),
+            ("fe80::1", "fe80::1"),
+            ("169.254.7.1/16", "169.254.7.1"),
+            ("10.0.0.255/16", "10.0.0.255"),
+            ("192.168.1.0/23", "192.168.1.0"),
+            ("10.0.0.0/31", "10.0.0.0"),
+            ("10.0.0.1/31", "10.0.0.1"),
+            ("10.0.0.7/32", "10.0.0.7"),
+            ("8.8.8.8", "8.8.8.8"),
+            ("240.0.0.1", "240.0.0.1"),
+            ("2001:db8::/64", "2001:db8::"),
+        ] {
+            assert_eq!(accepted(&[("UROCE_ADDR", value)]).to_string(), ip, "{value}");
+        }
+        assert_eq!(
+            accepted(&[("UROCE_ADDR", "10.1.2.255")]).to_string(),
+            "10.1.2.255",
+            "no link, no subnet"
+        );
+        // Opening checks the address too (a flag may set it).
+        let mut config = UdpConfig::new(IpAddr::V4(Ipv4Addr::BROADCAST));
+        config.background = false;
+        let e = UdpDevice::open(config).expect_err("a broadcast device");
+        assert!(e.to_string().contains("255.255.255.255 cannot be a device address"), "{e}");
     }
 }
