@@ -2,7 +2,9 @@
 //! UDP runtime.
 //!
 //! Shaped like perftest: the server runs without a host and waits for a
-//! client on TCP port 18515; the client names the server's host. The client
+//! client on TCP port 18515 of its device's address (not every address, so
+//! servers of several devices share the port); the client names the
+//! server's device address. The client
 //! sends the test description, both sides exchange QPNs, PSNs, addresses
 //! and R_Keys over that connection ([`oob`]), then the client measures and
 //! prints perftest's table, plus one `metric=` line per value. `--loopback`
@@ -23,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use uroce_emulator::command::Gid;
 use uroce_emulator::udp::UdpConfig;
-use uroce_emulator::udp::UdpDevice;
 
 /// perftest's `DEF_PORT`.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -420,19 +421,9 @@ fn loopback(
 enum Listen<'a> {
     /// On a listener already bound (`--loopback`).
     Bound(&'a OobListener),
-    /// On this TCP port: every address of the host (the UDP runtime), or
-    /// the device's own address on its link.
+    /// On this TCP port at the device's address (as the other tools: a
+    /// server on another address may use the same port).
     Port(u16),
-}
-
-/// Listens on `port` for the device `dev`.
-fn listen_on(dev: &UdpDevice, port: u16) -> Result<OobListener, String> {
-    if dev.is_link() {
-        return OobListener::bind(dev, port);
-    }
-    TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
-        .map(OobListener::Tcp)
-        .map_err(|e| format!("listening on TCP port {port}: {e}"))
 }
 
 /// The client's own settings.
@@ -547,7 +538,7 @@ impl Server {
         let listener = match listen {
             Listen::Bound(listener) => listener,
             Listen::Port(port) => {
-                bound = listen_on(&node.dev, port)?;
+                bound = OobListener::bind(&node.dev, port)?;
                 &bound
             }
         };
