@@ -14,7 +14,7 @@ mod engine;
 mod oob;
 mod report;
 
-use crate::app::NetArgs;
+use crate::app::{NetArgs, Opened};
 use crate::oob::OobListener;
 use engine::{QpMemory, Role, Side};
 use oob::{Channel, Endpoint};
@@ -346,24 +346,32 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         max_inflight: args.max_inflight,
         port_mtu: args.mtu.is_none(),
     };
+    let opened = Opened::default();
     let result = if args.loopback {
-        loopback(args, &params, &opts, config, timeout, out)
+        loopback(args, &params, &opts, config, timeout, &opened, out)
     } else if let Some(host) = &args.host {
         let port = args.port.unwrap_or(DEFAULT_PORT);
-        client(&params, &opts, config, host, port, timeout, out)
+        client(&params, &opts, config, host, port, timeout, &opened, out)
     } else {
         let port = args.port.unwrap_or(DEFAULT_PORT);
         let never = AtomicBool::new(false);
         let server = Server { op: args.op, test: args.test, timeout, quiet: false };
-        server.serve(config, Listen::Port(port), None, &never, out)
+        server.serve(config, Listen::Port(port), None, &never, &opened, out)
     };
     let _ = out.flush();
-    match result {
+    let code = match result {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(err, "uroce bench: {e}");
             1
         }
+    };
+    // The devices are closed by now (the client and the server own theirs).
+    let captured = opened.finish("bench", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        1
     }
 }
 
@@ -374,6 +382,7 @@ fn loopback(
     opts: &ClientOpts,
     config: UdpConfig,
     timeout: Duration,
+    opened: &Opened,
     out: &mut dyn Write,
 ) -> Result<(), String> {
     let pair = args.addrs.unwrap_or(AddrPair {
@@ -402,9 +411,11 @@ fn loopback(
     let (client_result, server_result) = std::thread::scope(|s| {
         let handle = s.spawn(|| {
             let listen = Listen::Bound(&listener);
-            server.serve(server_config, listen, Some(deadline), &abort, &mut std::io::sink())
+            let sink = &mut std::io::sink();
+            server.serve(server_config, listen, Some(deadline), &abort, opened, sink)
         });
-        let r = client(params, opts, client_config, &server_host, listener.port(), timeout, out);
+        let port = listener.port();
+        let r = client(params, opts, client_config, &server_host, port, timeout, opened, out);
         abort.store(true, Ordering::Release);
         let s = handle.join().unwrap_or_else(|_| Err("the server thread panicked".into()));
         (r, s)
@@ -438,6 +449,7 @@ struct ClientOpts {
 }
 
 /// The client: describes the test, connects the QPs, measures, reports.
+#[allow(clippy::too_many_arguments)]
 fn client(
     p: &Params,
     opts: &ClientOpts,
@@ -445,9 +457,10 @@ fn client(
     host: &str,
     port: u16,
     timeout: Duration,
+    opened: &Opened,
     out: &mut dyn Write,
 ) -> Result<(), String> {
-    let node = crate::app::Node::open(config, 1)?;
+    let node = opened.node(config, 1)?;
     let mut p = p.clone();
     if opts.port_mtu {
         let attr = node.ctx.query_port().map_err(|e| format!("query_port: {e}"))?;
@@ -531,9 +544,10 @@ impl Server {
         listen: Listen<'_>,
         deadline: Option<Instant>,
         abort: &AtomicBool,
+        opened: &Opened,
         out: &mut dyn Write,
     ) -> Result<(), String> {
-        let node = crate::app::Node::open(config, 1)?;
+        let node = opened.node(config, 1)?;
         let bound;
         let listener = match listen {
             Listen::Bound(listener) => listener,

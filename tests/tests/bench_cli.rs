@@ -4,6 +4,7 @@
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 use uroce_tests::child;
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
 
 /// The child's arguments (after `uroce`); absent in the parent.
 const CHILD_ENV: &str = "UROCE_BENCH_CHILD";
@@ -58,6 +59,7 @@ fn loopback(op: &str, test: &str, net: u8, extra: &[&str]) -> String {
     let (code, out, err) = bench(&args);
     assert_eq!(code, 0, "uroce bench {args:?}\nstdout:\n{out}\nstderr:\n{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_no_counters(&err);
     out
 }
 
@@ -308,4 +310,52 @@ fn servers_on_two_addresses_share_a_port() {
         assert_eq!(server.code, Some(0), "{}", server.output());
         assert!(server.stdout.contains("RDMA_Write BW Test"), "{}", server.output());
     }
+}
+
+#[test]
+fn loopback_counters_name_each_device() {
+    let addrs = "127.84.42.1,127.84.42.2";
+    let args =
+        ["send", "bw", "--loopback", "--addrs", addrs, "-n", "50", "-s", "4096", "--counters"];
+    let (code, out, err) = bench(&args);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    // 50 SENDs of one 4096-byte packet (path MTU 4096) from the client,
+    // ACKs back from the server.
+    let server = assert_traffic_counted(&err, "127.84.42.1", 1);
+    let client = assert_traffic_counted(&err, "127.84.42.2", 1);
+    assert!(client["sent_pkts"] >= 50 && server["rcvd_pkts"] >= 50, "{err}");
+    assert_no_counters(&out);
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_before_anything_runs() {
+    let path = "/no/such/dir/bench.pcap";
+    let started = Instant::now();
+    let (code, out, err) = bench(&[
+        "write",
+        "bw",
+        "--loopback",
+        "--addrs",
+        "127.84.43.1,127.84.43.2",
+        "--capture",
+        path,
+    ]);
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out, "", "nothing ran");
+    assert!(err.contains(&format!("cannot create the capture file {path}")), "{err}");
+    assert!(err.contains("No such file or directory"), "{err}");
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_written_fails_the_run() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full here: nothing to test");
+        return;
+    }
+    let args = ["write", "bw", "--loopback", "--addrs", "127.84.44.1,127.84.44.2", "-n", "20"];
+    let (code, out, err) = bench(&[&args[..], &["--capture", "/dev/full"]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    let why = "uroce bench: could not write the capture file /dev/full: No space left on device";
+    assert!(err.contains(why), "{err}");
 }
