@@ -1,12 +1,16 @@
-//! What the `uroce` tools (demo, pingpong, bench) and the tests share: a
-//! device on the real network with a verbs context, a protection domain
-//! and a CQ, and the usual steps to connect QPs and wait for completions.
+//! What the `uroce` tools (demo, pingpong, bench, perftest, opcodes) and
+//! the tests share: a device on the real network with a verbs context, a
+//! protection domain and a CQ, the usual steps to connect QPs and wait for
+//! completions, and what a tool reports at exit about the devices it
+//! opened ([`Opened`]: `--counters`, a capture file that misses frames).
 
+use std::io::Write;
 use std::net::IpAddr;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use uroce_emulator::command::{Gid, QpCap};
 use uroce_emulator::types::{QpType, Qpn};
-use uroce_emulator::udp::{UdpConfig, UdpDevice, UdpError};
+use uroce_emulator::udp::{DeviceObserver, DeviceSummary, UdpConfig, UdpDevice, UdpError};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
 
@@ -134,9 +138,17 @@ pub fn bring_up(
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct NetArgs {
     /// Write every packet sent and received to this pcap file (full
-    /// Ethernet frames; tshark and Wireshark decode them as RoCEv2).
+    /// Ethernet frames; tshark and Wireshark decode them as RoCEv2). The
+    /// file is created before anything runs; a file that cannot be
+    /// created or written in full makes the exit status non-zero.
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<std::path::PathBuf>,
+    /// At exit, print every device's non-zero counters to standard error,
+    /// one per line: `counter <device address> <name> <value>` for the
+    /// HCA's (rxe's names), `runtime_counter <device address> <name>
+    /// <value>` for the UDP runtime's and the L2 link's (`link_...`).
+    #[arg(long)]
+    pub counters: bool,
     /// Faults on outgoing packets, e.g.
     /// `loss=0.01,dup=0.001,delay_us=200,reorder=0.01,corrupt=0.001,seed=7`
     /// (or env UROCE_FAULTS).
@@ -192,4 +204,123 @@ pub fn qp_on(pd: &Pd, cq: &Cq, qp_type: QpType, cap: QpCap) -> Result<Qp, String
         sq_sig_all: false,
     })
     .map_err(|e| format!("create_qp: {e}"))
+}
+
+/// The devices a command opened, observed until it exits, when
+/// [`Opened::finish`] reports on them: their counters (`--counters`), and
+/// any capture file that misses frames. The devices may be closed by then
+/// (each leaves its summary as it closes).
+#[derive(Debug, Default)]
+pub struct Opened {
+    observers: Mutex<Vec<DeviceObserver>>,
+}
+
+/// The first word of a line of HCA counters (see [`NetArgs::counters`]).
+pub const HCA_COUNTER: &str = "counter";
+/// The first word of a line of the runtime's counters.
+pub const RUNTIME_COUNTER: &str = "runtime_counter";
+
+/// What a tool reports about the device(s) at one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceReport {
+    /// The devices' address.
+    pub addr: IpAddr,
+    /// The HCA's counters, named as [`uroce_emulator::counters::Counters::named`] names them.
+    pub hca: Vec<(&'static str, u64)>,
+    /// The runtime's, named as [`uroce_emulator::udp::UdpStats::named`] names them.
+    pub runtime: Vec<(&'static str, u64)>,
+    /// The first error writing the capture file.
+    pub capture_failure: Option<String>,
+}
+
+impl DeviceReport {
+    fn of(summary: DeviceSummary) -> DeviceReport {
+        DeviceReport {
+            addr: summary.addr,
+            hca: summary.counters.named().to_vec(),
+            runtime: summary.stats.named(),
+            capture_failure: summary.capture_failure,
+        }
+    }
+
+    /// Adds a later device's counters at the same address.
+    fn add(&mut self, later: DeviceReport) {
+        for (sum, more) in [(&mut self.hca, later.hca), (&mut self.runtime, later.runtime)] {
+            for ((name, value), (more_name, more_value)) in sum.iter_mut().zip(more) {
+                debug_assert_eq!(*name, more_name, "one list of counters");
+                *value = value.saturating_add(more_value);
+            }
+        }
+        if self.capture_failure.is_none() {
+            self.capture_failure = later.capture_failure;
+        }
+    }
+}
+
+impl Opened {
+    /// Opens a device (as [`UdpDevice::open`]) and observes it.
+    pub fn device(&self, config: UdpConfig) -> Result<UdpDevice, UdpError> {
+        let dev = UdpDevice::open(config)?;
+        self.observe(&dev);
+        Ok(dev)
+    }
+
+    /// Opens a node (as [`Node::open`]) and observes its device.
+    pub fn node(&self, config: UdpConfig, cqe: u32) -> Result<Node, String> {
+        let node = Node::open(config, cqe)?;
+        self.observe(&node.dev);
+        Ok(node)
+    }
+
+    /// Observes a device opened otherwise.
+    pub fn observe(&self, dev: &UdpDevice) {
+        self.observers.lock().unwrap_or_else(|e| e.into_inner()).push(dev.observer());
+    }
+
+    /// One report per address, in address order (flushing the capture of
+    /// a device still open): a device reopened at an address (the demo's
+    /// second phase) adds its counters to the earlier one's.
+    pub fn reports(&self) -> Vec<DeviceReport> {
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut merged: Vec<DeviceReport> = Vec::new();
+        for report in observers.iter().map(|o| DeviceReport::of(o.summary())) {
+            match merged.iter_mut().find(|m| m.addr == report.addr) {
+                Some(earlier) => earlier.add(report),
+                None => merged.push(report),
+            }
+        }
+        merged.sort_by_key(|report| report.addr);
+        merged
+    }
+
+    /// What a tool does at exit: with `print_counters`, writes the counters
+    /// lines (see [`write_counters`]) to `err`; then every capture failure
+    /// as `uroce <tool>: <failure>`. Returns whether every capture file
+    /// was written in full.
+    pub fn finish(&self, tool: &str, print_counters: bool, err: &mut dyn Write) -> bool {
+        let reports = self.reports();
+        if print_counters {
+            write_counters(&reports, err);
+        }
+        let mut complete = true;
+        for failure in reports.iter().filter_map(|r| r.capture_failure.as_deref()) {
+            let _ = writeln!(err, "uroce {tool}: {failure}");
+            complete = false;
+        }
+        let _ = err.flush();
+        complete
+    }
+}
+
+/// Writes each device's non-zero counters, one per line:
+/// `counter <address> <name> <value>` for the HCA's, then
+/// `runtime_counter <address> <name> <value>` for the runtime's.
+pub fn write_counters(reports: &[DeviceReport], out: &mut dyn Write) {
+    for report in reports {
+        let hca = report.hca.iter().map(|&(name, value)| (HCA_COUNTER, name, value));
+        let runtime = report.runtime.iter().map(|&(name, value)| (RUNTIME_COUNTER, name, value));
+        for (kind, name, value) in hca.chain(runtime).filter(|&(_, _, value)| value != 0) {
+            let _ = writeln!(out, "{kind} {} {name} {value}", report.addr);
+        }
+    }
 }

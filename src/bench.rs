@@ -2,7 +2,9 @@
 //! UDP runtime.
 //!
 //! Shaped like perftest: the server runs without a host and waits for a
-//! client on TCP port 18515; the client names the server's host. The client
+//! client on TCP port 18515 of its device's address (not every address, so
+//! servers of several devices share the port); the client names the
+//! server's device address. The client
 //! sends the test description, both sides exchange QPNs, PSNs, addresses
 //! and R_Keys over that connection ([`oob`]), then the client measures and
 //! prints perftest's table, plus one `metric=` line per value. `--loopback`
@@ -12,7 +14,7 @@ mod engine;
 mod oob;
 mod report;
 
-use crate::app::NetArgs;
+use crate::app::{NetArgs, Opened};
 use crate::oob::OobListener;
 use engine::{QpMemory, Role, Side};
 use oob::{Channel, Endpoint};
@@ -23,7 +25,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use uroce_emulator::command::Gid;
 use uroce_emulator::udp::UdpConfig;
-use uroce_emulator::udp::UdpDevice;
 
 /// perftest's `DEF_PORT`.
 pub const DEFAULT_PORT: u16 = 18515;
@@ -345,24 +346,32 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
         max_inflight: args.max_inflight,
         port_mtu: args.mtu.is_none(),
     };
+    let opened = Opened::default();
     let result = if args.loopback {
-        loopback(args, &params, &opts, config, timeout, out)
+        loopback(args, &params, &opts, config, timeout, &opened, out)
     } else if let Some(host) = &args.host {
         let port = args.port.unwrap_or(DEFAULT_PORT);
-        client(&params, &opts, config, host, port, timeout, out)
+        client(&params, &opts, config, host, port, timeout, &opened, out)
     } else {
         let port = args.port.unwrap_or(DEFAULT_PORT);
         let never = AtomicBool::new(false);
         let server = Server { op: args.op, test: args.test, timeout, quiet: false };
-        server.serve(config, Listen::Port(port), None, &never, out)
+        server.serve(config, Listen::Port(port), None, &never, &opened, out)
     };
     let _ = out.flush();
-    match result {
+    let code = match result {
         Ok(()) => 0,
         Err(e) => {
             let _ = writeln!(err, "uroce bench: {e}");
             1
         }
+    };
+    // The devices are closed by now (the client and the server own theirs).
+    let captured = opened.finish("bench", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        1
     }
 }
 
@@ -373,6 +382,7 @@ fn loopback(
     opts: &ClientOpts,
     config: UdpConfig,
     timeout: Duration,
+    opened: &Opened,
     out: &mut dyn Write,
 ) -> Result<(), String> {
     let pair = args.addrs.unwrap_or(AddrPair {
@@ -401,9 +411,11 @@ fn loopback(
     let (client_result, server_result) = std::thread::scope(|s| {
         let handle = s.spawn(|| {
             let listen = Listen::Bound(&listener);
-            server.serve(server_config, listen, Some(deadline), &abort, &mut std::io::sink())
+            let sink = &mut std::io::sink();
+            server.serve(server_config, listen, Some(deadline), &abort, opened, sink)
         });
-        let r = client(params, opts, client_config, &server_host, listener.port(), timeout, out);
+        let port = listener.port();
+        let r = client(params, opts, client_config, &server_host, port, timeout, opened, out);
         abort.store(true, Ordering::Release);
         let s = handle.join().unwrap_or_else(|_| Err("the server thread panicked".into()));
         (r, s)
@@ -420,19 +432,9 @@ fn loopback(
 enum Listen<'a> {
     /// On a listener already bound (`--loopback`).
     Bound(&'a OobListener),
-    /// On this TCP port: every address of the host (the UDP runtime), or
-    /// the device's own address on its link.
+    /// On this TCP port at the device's address (as the other tools: a
+    /// server on another address may use the same port).
     Port(u16),
-}
-
-/// Listens on `port` for the device `dev`.
-fn listen_on(dev: &UdpDevice, port: u16) -> Result<OobListener, String> {
-    if dev.is_link() {
-        return OobListener::bind(dev, port);
-    }
-    TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port))
-        .map(OobListener::Tcp)
-        .map_err(|e| format!("listening on TCP port {port}: {e}"))
 }
 
 /// The client's own settings.
@@ -447,6 +449,7 @@ struct ClientOpts {
 }
 
 /// The client: describes the test, connects the QPs, measures, reports.
+#[allow(clippy::too_many_arguments)]
 fn client(
     p: &Params,
     opts: &ClientOpts,
@@ -454,9 +457,10 @@ fn client(
     host: &str,
     port: u16,
     timeout: Duration,
+    opened: &Opened,
     out: &mut dyn Write,
 ) -> Result<(), String> {
-    let node = crate::app::Node::open(config, 1)?;
+    let node = opened.node(config, 1)?;
     let mut p = p.clone();
     if opts.port_mtu {
         let attr = node.ctx.query_port().map_err(|e| format!("query_port: {e}"))?;
@@ -540,14 +544,15 @@ impl Server {
         listen: Listen<'_>,
         deadline: Option<Instant>,
         abort: &AtomicBool,
+        opened: &Opened,
         out: &mut dyn Write,
     ) -> Result<(), String> {
-        let node = crate::app::Node::open(config, 1)?;
+        let node = opened.node(config, 1)?;
         let bound;
         let listener = match listen {
             Listen::Bound(listener) => listener,
             Listen::Port(port) => {
-                bound = listen_on(&node.dev, port)?;
+                bound = OobListener::bind(&node.dev, port)?;
                 &bound
             }
         };

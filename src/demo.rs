@@ -11,14 +11,21 @@
 //! reopens them with a lossy fault injector on A, so that the transport has
 //! to retransmit (`--faults` replaces that fault specification, and then
 //! applies to both devices in both phases). With `--capture FILE`, both
-//! phases' packets are written to FILE. Exit status: 0 when every step passed, 1 otherwise (a data
-//! mismatch included), 2 on bad flags.
+//! phases' packets are written to FILE, which is created before the first
+//! step (a file that cannot be created ends the run there). With
+//! `--counters`, both devices' counters (each phase's added up) are
+//! printed to standard error at the end. Exit status: 0 when every step
+//! passed and the capture (if any) was written in full, 1 otherwise (a data
+//! mismatch included), 2 on bad flags or a capture file that cannot be
+//! created.
 
-use crate::app::{bring_up, default_tuning, wait_cq, NetArgs, Node, ALL_ACCESS};
+use crate::app::{
+    bring_up, default_tuning, wait_cq, write_counters, NetArgs, Node, Opened, ALL_ACCESS,
+};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use uroce_emulator::command::{AhAttr, QpCap};
 use uroce_emulator::counters::Counters;
@@ -96,36 +103,59 @@ pub fn run(args: &DemoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return 2;
         }
     };
+    // The capture file first: a path it cannot be created at ends the run
+    // before any step.
+    let capture = match base.capture.clone() {
+        Some(path) => match std::fs::File::create(&path) {
+            Ok(file) => Some(CaptureOut { path, file }),
+            Err(e) => {
+                let _ = writeln!(
+                    err,
+                    "uroce demo: cannot create the capture file {}: {e}",
+                    path.display()
+                );
+                return 2;
+            }
+        },
+        None => None,
+    };
     let started = Instant::now();
     let mut demo = Demo::new(args.addrs, base);
-    let steps = match demo.run_all(out) {
-        Ok(steps) => steps,
+    let steps = demo.run_all(out);
+    let reports = demo.opened.reports();
+    let status = match steps {
+        Ok(steps) => {
+            // Written before the verdict: a run whose capture failed did
+            // not pass.
+            let captured = capture.map(|c| demo.write_capture(c, &reports));
+            if let Some(Err(why)) = &captured {
+                let _ = writeln!(err, "uroce demo: {why}");
+            }
+            summary(&steps, started.elapsed(), captured.as_ref(), out)
+        }
         Err(e) => {
             let _ = writeln!(err, "uroce demo: {e}");
-            return 1;
+            1
         }
     };
-    let mut status = summary(&steps, started.elapsed(), out);
-    if let Some(path) = demo.capture_out.clone() {
-        match demo.write_capture(&path) {
-            Ok(frames) => {
-                say!(out, "capture: {} ({frames} frames; `uroce decode` reads it)", path.display());
-            }
-            Err(e) => {
-                let _ = writeln!(err, "uroce demo: {}: {e}", path.display());
-                status = 1;
-            }
-        }
-    }
     let _ = out.flush();
+    if args.net.counters {
+        write_counters(&reports, err);
+    }
     status
 }
 
 /// A step's title, and what it showed (passed) or why it failed.
 type StepResult = (String, Result<String, String>);
 
-/// Prints the summary table; returns the exit status.
-fn summary(steps: &[StepResult], elapsed: Duration, out: &mut dyn Write) -> i32 {
+/// Prints the summary table and the verdict (which a capture that could
+/// not be written fails); returns the exit status.
+fn summary(
+    steps: &[StepResult],
+    elapsed: Duration,
+    captured: Option<&Result<(PathBuf, usize), String>>,
+    out: &mut dyn Write,
+) -> i32 {
     say!(out, "summary");
     let width = steps.iter().map(|(t, _)| t.len()).max().unwrap_or(0);
     let mut failed = 0;
@@ -139,23 +169,51 @@ fn summary(steps: &[StepResult], elapsed: Duration, out: &mut dyn Write) -> i32 
         }
     }
     let secs = elapsed.as_secs_f64();
-    if failed == 0 {
-        say!(out, "all {} steps passed in {secs:.2} s", steps.len());
-        0
-    } else {
-        say!(out, "{failed} of {} steps FAILED ({secs:.2} s)", steps.len());
-        1
+    let capture_failure = match captured {
+        Some(Ok((path, frames))) => {
+            say!(out, "capture: {} ({frames} frames; `uroce decode` reads it)", path.display());
+            None
+        }
+        Some(Err(why)) => Some(why),
+        None => None,
+    };
+    match (failed, capture_failure) {
+        (0, None) => {
+            say!(out, "all {} steps passed in {secs:.2} s", steps.len());
+            0
+        }
+        (0, Some(why)) => {
+            say!(
+                out,
+                "FAILED: {why} (the {} steps themselves succeeded, {secs:.2} s)",
+                steps.len()
+            );
+            1
+        }
+        (_, why) => {
+            say!(out, "{failed} of {} steps FAILED ({secs:.2} s)", steps.len());
+            if let Some(why) = why {
+                say!(out, "FAILED: {why}");
+            }
+            1
+        }
     }
+}
+
+/// The capture file the user asked for, created before the run.
+struct CaptureOut {
+    path: PathBuf,
+    file: std::fs::File,
 }
 
 /// The whole run: the configuration, and the captures of its phases.
 struct Demo {
     addrs: AddrPair,
     base: UdpConfig,
-    /// Where the user wants the whole run's packets.
-    capture_out: Option<PathBuf>,
     /// The phases' temporary captures, in order.
     captures: Vec<TempFile>,
+    /// Every device opened, for the counters and the captures' state.
+    opened: Opened,
 }
 
 /// A file removed when dropped.
@@ -169,8 +227,9 @@ impl Drop for TempFile {
 
 impl Demo {
     fn new(addrs: AddrPair, mut base: UdpConfig) -> Demo {
-        let capture_out = base.capture.take();
-        Demo { addrs, base, capture_out, captures: Vec::new() }
+        // The user's capture is written from the phases' own (A's).
+        base.capture = None;
+        Demo { addrs, base, captures: Vec::new(), opened: Opened::default() }
     }
 
     /// A fresh temporary capture path for a phase.
@@ -198,14 +257,14 @@ impl Demo {
         ca.capture = Some(capture.clone());
         // A temporary directory that refuses files costs the packet lines,
         // not the demo.
-        let (a, trace) = match Node::open(ca.clone(), 1024) {
+        let (a, trace) = match self.opened.node(ca.clone(), 1024) {
             Ok(node) => (node, Some(capture)),
             Err(_) => {
                 ca.capture = None;
-                (Node::open(ca, 1024).map_err(|e| format!("device A: {e}"))?, None)
+                (self.opened.node(ca, 1024).map_err(|e| format!("device A: {e}"))?, None)
             }
         };
-        let b = Node::open(cb, 1024).map_err(|e| format!("device B: {e}"))?;
+        let b = self.opened.node(cb, 1024).map_err(|e| format!("device B: {e}"))?;
         let ma = a.pd.alloc_mr(MR_LEN, ALL_ACCESS).map_err(|e| format!("A: reg_mr: {e}"))?;
         let mb = b.pd.alloc_mr(MR_LEN, ALL_ACCESS).map_err(|e| format!("B: reg_mr: {e}"))?;
         Ok(Phase { a, b, ma, mb, trace: Trace { path: trace, seen: 0 } })
@@ -265,21 +324,38 @@ impl Demo {
         Ok(steps)
     }
 
-    /// Writes every phase's packets to `path`; returns the frame count.
-    fn write_capture(&self, path: &Path) -> Result<usize, String> {
-        let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
-        let mut sink = PcapSink::new(std::io::BufWriter::new(file)).map_err(|e| e.to_string())?;
+    /// Writes every phase's packets (A's captures, which `reports` says
+    /// were written in full) to the user's file; returns its path and the
+    /// frame count, or why the file misses frames.
+    fn write_capture(
+        &self,
+        capture: CaptureOut,
+        reports: &[crate::app::DeviceReport],
+    ) -> Result<(PathBuf, usize), String> {
+        let CaptureOut { path, file } = capture;
+        let shown = path.display();
+        if let Some(failure) = reports.iter().find_map(|r| r.capture_failure.as_deref()) {
+            return Err(format!("{shown} misses frames: {failure}"));
+        }
+        let not_written =
+            |e: std::io::Error| format!("could not write the capture file {shown}: {e}");
+        let mut sink = PcapSink::new(std::io::BufWriter::new(file)).map_err(not_written)?;
         let mut frames = 0;
         for temp in &self.captures {
-            let Ok(bytes) = std::fs::read(&temp.0) else { continue };
-            let Ok(reader) = CaptureReader::new(&bytes) else { continue };
+            let phase = temp.0.display();
+            let bytes = std::fs::read(&temp.0).map_err(|e| {
+                format!("{shown} misses frames: cannot read the phase's capture {phase}: {e}")
+            })?;
+            let reader = CaptureReader::new(&bytes).map_err(|e| {
+                format!("{shown} misses frames: cannot read the phase's capture {phase}: {e}")
+            })?;
             for frame in reader.map_while(Result::ok) {
-                sink.write_frame(frame.timestamp, frame.data).map_err(|e| e.to_string())?;
+                sink.write_frame(frame.timestamp, frame.data).map_err(not_written)?;
                 frames += 1;
             }
         }
-        sink.into_inner().flush().map_err(|e| e.to_string())?;
-        Ok(frames)
+        sink.into_inner().flush().map_err(not_written)?;
+        Ok((path, frames))
     }
 }
 
@@ -465,8 +541,8 @@ impl Phase {
     /// its own: the runtime locks its I/O state before the HCA, so holding
     /// an HCA lock while asking for `stats()` could deadlock.
     fn snap(&self) -> Snap {
-        let a = self.a.dev.hca().lock().counters().clone();
-        let b = self.b.dev.hca().lock().counters().clone();
+        let a = self.a.dev.hca().lock().counters();
+        let b = self.b.dev.hca().lock().counters();
         let sa = self.a.dev.stats();
         Snap { a, b, sa }
     }

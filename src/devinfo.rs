@@ -8,7 +8,7 @@
 //! Values the HCA does not model (LIDs, virtual lanes, multicast, ODP,
 //! offloads) are printed as rxe prints them on a loopback interface.
 
-use crate::app::NetArgs;
+use crate::app::{NetArgs, Opened};
 use std::io::Write;
 use uroce_emulator::command::{DeviceAttr, Gid, PortAttr};
 use uroce_emulator::types::Mtu;
@@ -103,13 +103,31 @@ pub fn run(args: &DevinfoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
             }
         }
     }
-    let device = match uroce_emulator::udp::UdpDevice::open(config) {
+    let opened = Opened::default();
+    let device = match opened.device(config) {
         Ok(device) => device,
         Err(e) => {
             let _ = writeln!(err, "Failed to open device: {e}");
             return 1;
         }
     };
+    let code = describe(&device, args, out, err);
+    drop(device);
+    let captured = opened.finish("devinfo", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        code.max(1)
+    }
+}
+
+/// Queries the open device and prints it; returns the exit status.
+fn describe(
+    device: &uroce_emulator::udp::UdpDevice,
+    args: &DevinfoArgs,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let ctx = Context::open(device.hca());
     let queried = ctx.query_device().and_then(|dev| {
         let port = ctx.query_port()?;
@@ -131,7 +149,6 @@ pub fn run(args: &DevinfoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
     }
     let text = render(&dev, &port, &gids, args.verbose);
     drop(ctx);
-    drop(device);
     if out.write_all(text.as_bytes()).and_then(|()| out.flush()).is_err() {
         return 1;
     }

@@ -24,7 +24,7 @@ mod session;
 mod traffic;
 mod wire;
 
-use crate::app::{c_number, NetArgs};
+use crate::app::{c_number, NetArgs, Opened};
 use crate::oob::{self, OobListener};
 use report::Unit;
 use std::io::Write;
@@ -406,19 +406,28 @@ pub fn run(args: &PerftestArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
             return 2;
         }
     };
-    let result = crate::app::Node::open(config, 1)
+    let opened = Opened::default();
+    let result = opened
+        .node(config, 1)
         .map_err(|e| format!("Couldn't open the device: {e}"))
         .and_then(|node| {
             plan.device = format!("uroce@{}", node.addr());
             perftest(&plan, node, out)
         });
     let _ = out.flush();
-    match result {
+    let code = match result {
         Ok(()) => 0,
         Err(why) => {
             let _ = writeln!(err, "uroce perftest: {why}");
             1
         }
+    };
+    // The device is closed by now (`perftest` owns it).
+    let captured = opened.finish("perftest", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        1
     }
 }
 

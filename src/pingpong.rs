@@ -24,7 +24,7 @@
 
 mod srq;
 
-use crate::app::{c_number, NetArgs};
+use crate::app::{c_number, NetArgs, Opened};
 use crate::oob::{self, OobListener};
 use std::io::{Read, Write};
 use std::net::IpAddr;
@@ -330,20 +330,29 @@ pub fn run(args: &PingpongArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32
             return 2;
         }
     };
-    let result = UdpDevice::open(config)
+    let opened = Opened::default();
+    let result = opened
+        .device(config)
         .map_err(|e| format!("Couldn't open the device: {e}"))
         .and_then(|dev| match plan.srq_qps {
             Some(num_qp) => srq::run(&plan, num_qp, dev, out),
             None => pingpong(&plan, dev, out),
         });
     let _ = out.flush();
-    match result {
+    let code = match result {
         Ok(Outcome::Clean) => 0,
         Ok(Outcome::BadData) => 1,
         Err(why) => {
             let _ = writeln!(err, "uroce pingpong: {why}");
             1
         }
+    };
+    // The device is closed by now (`pingpong` and `srq::run` own it).
+    let captured = opened.finish("pingpong", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        code.max(1)
     }
 }
 

@@ -43,8 +43,12 @@ pub struct Counters {
     pub cq_overrun: u64,
     /// WQEs refused as malformed (local error completions).
     pub bad_wqe: u64,
-    /// Host memory faults met on the DMA path (registered memory the
-    /// application freed).
+    /// Host memory faults met on the DMA path: accesses through a memory
+    /// key (a gather, a placement, a READ response, an atomic) that found
+    /// registered memory the application freed. Counted once per access,
+    /// by the memory tables ([`crate::mr::MemoryTables::dma_faults`]). A
+    /// queue ring that faults is not counted here: its queue fails
+    /// instead.
     pub dma_faults: u64,
 }
 

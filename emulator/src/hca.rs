@@ -187,9 +187,10 @@ impl Hca {
         &self.config
     }
 
-    /// The counters.
-    pub fn counters(&self) -> &Counters {
-        &self.counters
+    /// The counters (`dma_faults` is kept by the memory tables, where
+    /// every DMA meets host memory).
+    pub fn counters(&self) -> Counters {
+        Counters { dma_faults: self.mem.dma_faults(), ..self.counters.clone() }
     }
 
     /// The memory tables (MPT, MTT), for dumps.

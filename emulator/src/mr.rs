@@ -10,12 +10,17 @@
 //! "which page, which offset", a visible step as on hardware.
 //!
 //! Every DMA goes through [`MemoryTables::check`] and then the page walk in
-//! [`MemoryTables::read`] / [`MemoryTables::write`] / the atomics: there is
-//! no other path from a key to host memory.
+//! [`MemoryTables::read`] / [`MemoryTables::write`] /
+//! [`MemoryTables::word_address`] (the atomics): there is no other path
+//! from a key to host memory. So the walk is also where a host-memory
+//! fault (registered memory the application freed) is met and counted
+//! ([`MemoryTables::dma_faults`], the `dma_faults` counter), once per
+//! access that meets one.
 
 use crate::mem::{HostMemory, MemFault};
 use crate::tables::{Table, TableFull};
 use crate::types::{key_parts, make_key, Access, Qpn};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A protection domain's index.
@@ -156,6 +161,10 @@ pub struct MemoryTables {
     max_region_len: u64,
     /// Source of fresh 8-bit keys (deterministic).
     key_counter: u8,
+    /// Accesses through a key that met a host-memory fault. Reads and
+    /// writes take `&self`, so the count is an atomic (relaxed: it orders
+    /// nothing).
+    dma_faults: AtomicU64,
 }
 
 impl MemoryTables {
@@ -173,7 +182,15 @@ impl MemoryTables {
             page_shift,
             max_region_len,
             key_counter: 0,
+            dma_faults: AtomicU64::new(0),
         }
+    }
+
+    /// Accesses through a key (a gather, a placement, a READ response, an
+    /// atomic) that met a host-memory fault: the device's `dma_faults`
+    /// counter.
+    pub fn dma_faults(&self) -> u64 {
+        self.dma_faults.load(Ordering::Relaxed)
     }
 
     /// The host memory.
@@ -496,7 +513,11 @@ impl MemoryTables {
             let in_page = offset_in_region & (page - 1);
             let piece = (page - in_page).min(range.len - done);
             let host_addr = mtt.pages.get(page_index).ok_or(AccessError::OutOfBounds)? + in_page;
-            step(host_addr, done as usize, piece as usize).map_err(AccessError::Fault)?;
+            // The walk stops at the first fault: one access, one count.
+            step(host_addr, done as usize, piece as usize).map_err(|fault| {
+                self.dma_faults.fetch_add(1, Ordering::Relaxed);
+                AccessError::Fault(fault)
+            })?;
             done += piece;
             offset_in_region += piece;
         }
@@ -515,12 +536,18 @@ impl MemoryTables {
         self.walk(range, |host, at, len| self.host.write(host, &src[at..at + len]))
     }
 
-    /// The host address of a checked 8-byte, 8-aligned range (atomics).
+    /// The host address of a checked 8-byte, 8-aligned range (atomics),
+    /// once host memory is seen to hold the word: the walk touches it with
+    /// an atomic add of 0 (which changes nothing, and races with nothing),
+    /// so that a word the application freed faults here, where the fault
+    /// is counted, and the atomic that follows finds the word in place
+    /// (unless the application frees it in between).
     pub fn word_address(&self, range: &Checked) -> Result<u64, AccessError> {
         assert_eq!(range.len, 8, "atomic range length");
         let mut address = None;
         self.walk(range, |host, _, len| {
             if len == 8 {
+                self.host.fetch_add_u64(host, 0)?;
                 address = Some(host);
             }
             Ok(())
@@ -651,5 +678,24 @@ mod tests {
         host.free(buf);
         let range = t.check(key, 1, buf, 16, Access::LOCAL_WRITE, Origin::Local).unwrap();
         assert!(matches!(t.write(&range, &[0; 16]), Err(AccessError::Fault(_))));
+        assert_eq!(t.dma_faults(), 1, "one access, one fault counted");
+        assert!(matches!(t.read(&range, &mut [0; 16]), Err(AccessError::Fault(_))));
+        let word = t.check(key, 1, buf + 8, 8, Access::LOCAL_WRITE, Origin::Local).unwrap();
+        assert!(matches!(t.word_address(&word), Err(AccessError::Fault(_))), "atomics too");
+        assert_eq!(t.dma_faults(), 3);
+    }
+
+    #[test]
+    fn a_multi_page_access_that_faults_counts_once() {
+        let host = Arc::new(SimMemory::new(1 << 20));
+        let buf = host.allocate(3 * 4096, 4096).unwrap();
+        let mut t = MemoryTables::new(host.clone(), 4, 12, u64::MAX);
+        let key = t.register(1, buf, 3 * 4096, buf, RW).unwrap();
+        let word = t.check(key, 1, buf + 16, 8, Access::LOCAL_WRITE, Origin::Local).unwrap();
+        assert!(t.word_address(&word).is_ok());
+        host.free(buf);
+        let range = t.check(key, 1, buf, 3 * 4096, Access::LOCAL_WRITE, Origin::Local).unwrap();
+        assert!(t.read(&range, &mut vec![0; 3 * 4096]).is_err());
+        assert_eq!(t.dma_faults(), 1);
     }
 }

@@ -17,7 +17,7 @@
 pub mod exchange;
 pub mod steps;
 
-use crate::app::NetArgs;
+use crate::app::{NetArgs, Opened};
 use crate::oob::{self, OobListener, OobStream};
 use crate::pingpong::wc_status_str;
 use exchange::Info;
@@ -113,7 +113,8 @@ pub fn run(args: &OpcodesArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
             return 2;
         }
     };
-    let dev = match UdpDevice::open(config) {
+    let opened = Opened::default();
+    let dev = match opened.device(config) {
         Ok(dev) => dev,
         Err(e) => {
             let _ = writeln!(err, "uroce opcodes: Couldn't open the device: {e}");
@@ -143,7 +144,13 @@ pub fn run(args: &OpcodesArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         dev.progress();
         std::thread::sleep(Duration::from_millis(1));
     }
-    code
+    drop(dev);
+    let captured = opened.finish("opcodes", args.net.counters, err);
+    if captured {
+        code
+    } else {
+        code.max(1)
+    }
 }
 
 /// One side's verbs objects and state.

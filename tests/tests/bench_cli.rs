@@ -3,6 +3,18 @@
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
+use uroce_tests::child;
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
+
+/// The child's arguments (after `uroce`); absent in the parent.
+const CHILD_ENV: &str = "UROCE_BENCH_CHILD";
+
+/// The child: runs `uroce` with the arguments in [`CHILD_ENV`] (a server
+/// that waits for a client forever must be a process a test can kill).
+#[test]
+fn bench_child() {
+    child::run_if_child(CHILD_ENV);
+}
 
 const BW_HEADER: &str =
     " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]";
@@ -47,6 +59,7 @@ fn loopback(op: &str, test: &str, net: u8, extra: &[&str]) -> String {
     let (code, out, err) = bench(&args);
     assert_eq!(code, 0, "uroce bench {args:?}\nstdout:\n{out}\nstderr:\n{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert_no_counters(&err);
     out
 }
 
@@ -172,7 +185,7 @@ fn server_and_client_in_two_threads() {
     let (code, out, err) = bench(&[
         "write",
         "bw",
-        "127.0.0.1",
+        "127.84.20.1",
         "--addr",
         "127.84.20.2",
         "-p",
@@ -204,7 +217,7 @@ fn mismatched_server_and_client_fail_cleanly() {
     let (code, _, err) = bench(&[
         "write",
         "bw",
-        "127.0.0.1",
+        "127.84.22.1",
         "--addr",
         "127.84.22.2",
         "-p",
@@ -266,4 +279,83 @@ fn bad_flags_exit_2_with_a_message() {
         assert_eq!(code, 2, "{args:?}: {out}{err}");
         assert!(err.contains(needle), "{args:?}: expected `{needle}` in {err}");
     }
+}
+
+#[test]
+fn servers_on_two_addresses_share_a_port() {
+    // Each server listens on its device's address, not on every address:
+    // a second server (bench or another tool) on another address and the
+    // same port starts too, and each serves its own clients.
+    let port = free_port().to_string();
+    let server_at = |addr: &str| {
+        let args = ["bench", "write", "bw", "-p", &port, "--timeout", "5"];
+        let server = child::spawn("bench_child", CHILD_ENV, &args, &[("UROCE_ADDR", addr.into())]);
+        let waiting =
+            server.wait_for_line("Waiting for client to connect", Duration::from_secs(15));
+        (server, waiting)
+    };
+    let (first, first_waiting) = server_at("127.84.40.1");
+    let (second, second_waiting) = server_at("127.84.40.2");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    if !(first_waiting && second_waiting) {
+        let (first, second) = (first.finish(Instant::now()), second.finish(Instant::now()));
+        panic!("both servers must start:\n{}\n{}", first.output(), second.output());
+    }
+    for (server, client) in [("127.84.40.1", "127.84.40.3"), ("127.84.40.2", "127.84.40.4")] {
+        let args = ["write", "bw", server, "--addr", client, "-p", &port, "-n", "20", "-s", "1024"];
+        let (code, out, err) = bench(&args);
+        assert_eq!(code, 0, "client of {server}:\n{out}\n{err}");
+    }
+    for server in [first.finish(deadline), second.finish(deadline)] {
+        assert_eq!(server.code, Some(0), "{}", server.output());
+        assert!(server.stdout.contains("RDMA_Write BW Test"), "{}", server.output());
+    }
+}
+
+#[test]
+fn loopback_counters_name_each_device() {
+    let addrs = "127.84.42.1,127.84.42.2";
+    let args =
+        ["send", "bw", "--loopback", "--addrs", addrs, "-n", "50", "-s", "4096", "--counters"];
+    let (code, out, err) = bench(&args);
+    assert_eq!(code, 0, "stdout:\n{out}\nstderr:\n{err}");
+    // 50 SENDs of one 4096-byte packet (path MTU 4096) from the client,
+    // ACKs back from the server.
+    let server = assert_traffic_counted(&err, "127.84.42.1", 1);
+    let client = assert_traffic_counted(&err, "127.84.42.2", 1);
+    assert!(client["sent_pkts"] >= 50 && server["rcvd_pkts"] >= 50, "{err}");
+    assert_no_counters(&out);
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_before_anything_runs() {
+    let path = "/no/such/dir/bench.pcap";
+    let started = Instant::now();
+    let (code, out, err) = bench(&[
+        "write",
+        "bw",
+        "--loopback",
+        "--addrs",
+        "127.84.43.1,127.84.43.2",
+        "--capture",
+        path,
+    ]);
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out, "", "nothing ran");
+    assert!(err.contains(&format!("cannot create the capture file {path}")), "{err}");
+    assert!(err.contains("No such file or directory"), "{err}");
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_written_fails_the_run() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full here: nothing to test");
+        return;
+    }
+    let args = ["write", "bw", "--loopback", "--addrs", "127.84.44.1,127.84.44.2", "-n", "20"];
+    let (code, out, err) = bench(&[&args[..], &["--capture", "/dev/full"]].concat());
+    assert_eq!(code, 1, "{out}{err}");
+    let why = "uroce bench: could not write the capture file /dev/full: No space left on device";
+    assert!(err.contains(why), "{err}");
 }

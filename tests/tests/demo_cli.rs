@@ -2,6 +2,8 @@
 //! of their own (127.85.0.x), so that they do not collide with other tests.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
 
 /// Runs the `uroce` command line `args`; returns (status, stdout, stderr).
 fn uroce(args: &[&str]) -> (i32, String, String) {
@@ -47,9 +49,16 @@ fn assert_all_passed(out: &str) {
 #[test]
 fn demo_runs_every_step_and_passes() {
     let started = std::time::Instant::now();
-    let (status, out, err) = uroce(&["demo", "--addrs", "127.85.0.1,127.85.0.2"]);
+    let (status, out, err) = uroce(&["demo", "--addrs", "127.85.0.1,127.85.0.2", "--counters"]);
     assert_eq!(status, 0, "stdout:\n{out}\nstderr:\n{err}");
     assert_all_passed(&out);
+    // Both devices' counters, both phases added up, on stderr only.
+    let a = assert_traffic_counted(&err, "127.85.0.1", 20);
+    let b = assert_traffic_counted(&err, "127.85.0.2", 20);
+    assert!(a.get("rcvd_rnr_err").is_some_and(|&n| n >= 1), "A met B's RNR NAK: {a:?}");
+    assert!(a.get("completer_retry_err").is_some_and(|&n| n >= 1), "A went back: {a:?}");
+    assert!(b.get("send_rnr_err").is_some_and(|&n| n >= 1), "B sent an RNR NAK: {b:?}");
+    assert_no_counters(&out);
     // The trace shows the wire and the completions a learner looks for.
     for needle in [
         "127.85.0.1 → 127.85.0.2  RC_SEND_FIRST",
@@ -81,6 +90,7 @@ fn demo_capture_decodes_cleanly_with_every_opcode() {
     assert_eq!(status, 0, "stdout:\n{out}\nstderr:\n{err}");
     assert_all_passed(&out);
     assert!(out.contains("capture: "), "{out}");
+    assert_no_counters(&err);
 
     let (status, tsv, err) = uroce(&["decode", "--format", "tsv", path_text]);
     assert_eq!(status, 0, "every frame well formed with a good ICRC:\n{tsv}\n{err}");
@@ -122,6 +132,36 @@ fn demo_capture_decodes_cleanly_with_every_opcode() {
     }
     let last = tsv.lines().last().unwrap_or_default();
     assert!(last.starts_with("# frames="), "{last}");
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_ends_the_demo_before_any_step() {
+    let path = "/no/such/dir/demo.pcap";
+    let started = Instant::now();
+    let (status, out, err) =
+        uroce(&["demo", "--addrs", "127.85.0.8,127.85.0.9", "--capture", path]);
+    assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    assert_eq!(status, 2, "stdout:\n{out}\nstderr:\n{err}");
+    assert_eq!(out, "", "no step ran");
+    assert!(err.contains(&format!("cannot create the capture file {path}")), "{err}");
+    assert!(err.contains("No such file or directory"), "the OS's reason: {err}");
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_written_fails_the_demo() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full here: nothing to test");
+        return;
+    }
+    let (status, out, err) =
+        uroce(&["demo", "--addrs", "127.85.0.10,127.85.0.11", "--capture", "/dev/full"]);
+    assert_eq!(status, 1, "stdout:\n{out}\nstderr:\n{err}");
+    let why = "could not write the capture file /dev/full: No space left on device";
+    assert!(err.contains(&format!("uroce demo: {why}")), "{err}");
+    assert!(!err.contains("reading") && !out.contains("reading"), "{out}{err}");
+    let verdict = out.lines().last().unwrap_or_default();
+    assert!(verdict.starts_with(&format!("FAILED: {why}")), "{verdict}");
+    assert!(!out.contains("steps passed"), "{out}");
 }
 
 #[test]
@@ -171,4 +211,20 @@ fn devinfo_flags() {
     assert_eq!(status, 4, "{err}");
     assert_eq!(uroce(&["devinfo", "--bogus"]).0, 2);
     assert_eq!(uroce(&["devinfo", "-i", "0"]).0, 2);
+}
+
+#[test]
+fn devinfo_checks_its_capture_file_too() {
+    let (status, out, err) =
+        uroce(&["devinfo", "--addr", "127.85.0.12", "--capture", "/no/such/dir/devinfo.pcap"]);
+    assert_eq!(status, 1, "{out}{err}");
+    assert!(err.contains("cannot create the capture file /no/such/dir/devinfo.pcap"), "{err}");
+    assert_eq!(out, "");
+    if std::path::Path::new("/dev/full").exists() {
+        let (status, out, err) =
+            uroce(&["devinfo", "--addr", "127.85.0.12", "--capture", "/dev/full"]);
+        assert_eq!(status, 1, "{out}{err}");
+        let why = "could not write the capture file /dev/full: No space left on device";
+        assert!(err.contains(&format!("uroce devinfo: {why}")), "{err}");
+    }
 }

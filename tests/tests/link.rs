@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 use uroce_tests::child::{self, Running};
+use uroce_tests::report::counter_lines;
 
 const CHILD_ENV: &str = "UROCE_LINK_TEST_CHILD";
 const CHILD_LIMIT: Duration = Duration::from_secs(40);
@@ -140,8 +141,20 @@ fn loss_on_the_link_both_ways_is_recovered() {
 #[test]
 fn bench_over_the_link() {
     // `uroce bench`'s own out-of-band lines run over the link's TCP too.
-    let args =
-        ["bench", "write", "bw", "-n", "200", "-s", "8192", "-p", "18600", "--timeout", "10"];
+    let args = [
+        "bench",
+        "write",
+        "bw",
+        "-n",
+        "200",
+        "-s",
+        "8192",
+        "-p",
+        "18600",
+        "--timeout",
+        "10",
+        "--counters",
+    ];
     let server = host(10, 1, &args, &[]);
     std::thread::sleep(Duration::from_millis(200));
     let mut client_args = args.to_vec();
@@ -157,6 +170,22 @@ fn bench_over_the_link() {
     let average: f64 = row.split_whitespace().nth(3).and_then(|v| v.parse().ok()).unwrap_or(0.0);
     assert!(average > 0.0, "{row}");
     assert!(client_out.contains("metric="), "{client_out}");
+    // `--counters`: the HCA's, and the link host's apart from them.
+    for (out, addr) in [(&client_out, "169.254.0.2"), (&server_out, "169.254.0.1")] {
+        let counters = counter_lines(out);
+        let value = |kind: &str, name: &str| {
+            counters.get(&(kind.into(), addr.into(), name.into())).copied().unwrap_or(0)
+        };
+        assert!(value("counter", "sent_pkts") > 0 && value("counter", "rcvd_pkts") > 0, "{out}");
+        for name in ["link_rx_frames", "link_rx_roce", "link_tx_roce", "link_tx_host"] {
+            assert!(value("runtime_counter", name) > 0, "{name}:\n{out}");
+        }
+        assert_eq!(
+            value("runtime_counter", "link_tx_roce"),
+            value("counter", "sent_pkts"),
+            "{out}"
+        );
+    }
 }
 
 #[test]

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 use uroce_tests::child::{self, Finished, Running};
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
 
 /// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
 /// the parent.
@@ -117,14 +118,37 @@ fn assert_clean(server: &Finished, client: &Finished, mtu: u32) {
 
 #[test]
 fn every_step_passes_both_ways_at_mtu_1024() {
-    let (server, client) = run_pair("127.89.1", 18611, &[], &[]);
+    let (server, client) = run_pair("127.89.1", 18611, &["--counters"], &["--counters"]);
     assert_clean(&server, &client, 1024);
+    // Each side's counters on its standard error: the RNR step and the bad
+    // rkey step show on both.
+    let server_hca = assert_traffic_counted(&server.stderr, "127.89.1.1", 26);
+    let client_hca = assert_traffic_counted(&client.stderr, "127.89.1.2", 26);
+    assert!(server_hca.get("send_rnr_err").is_some_and(|&n| n >= 1), "{server_hca:?}");
+    assert!(client_hca.get("rcvd_rnr_err").is_some_and(|&n| n >= 1), "{client_hca:?}");
+    assert!(server_hca.get("send_nak").is_some_and(|&n| n >= 1), "{server_hca:?}");
+    assert_no_counters(&server.stdout);
+    assert_no_counters(&client.stdout);
 }
 
 #[test]
 fn every_step_passes_both_ways_at_mtu_4096() {
     let (server, client) = run_pair("127.89.2", 18612, &["-m", "4096"], &["-m", "4096"]);
     assert_clean(&server, &client, 4096);
+    assert_no_counters(&server.output());
+    assert_no_counters(&client.output());
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_before_anything_runs() {
+    let path = "/no/such/dir/opcodes.pcap";
+    let started = Instant::now();
+    let args = ["opcodes", "-g", "1", "--capture", path, "127.89.6.1"].map(String::from);
+    let end = spawn("127.89.6.2", &args).finish(started + PAIR_LIMIT);
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert_eq!(end.code, Some(2), "{end:#?}");
+    assert!(end.stderr.contains(&format!("cannot create the capture file {path}")), "{end:#?}");
+    assert!(!end.stdout.contains("STEP"), "{end:#?}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 use uroce_tests::child::{self, Finished, Running};
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
 
 /// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
 /// the parent.
@@ -147,6 +148,33 @@ fn send_rc_checks_every_message() {
     assert_addresses_agree(&server, &client, 1);
     assert!(client.stdout.contains("Send BW Test") && client.stdout.contains(" TX depth "));
     assert!(server.stdout.contains(" RX depth        : 200"));
+}
+
+#[test]
+fn counters_at_exit_on_both_sides() {
+    let (server, client) =
+        run_pair("127.88.9", 18671, &["write_bw", "-n", "50", "-s", "4096", "--counters"]);
+    for (who, end) in [("server", &server), ("client", &client)] {
+        assert_eq!(end.code, Some(0), "{who}: {end:#?}");
+        assert_no_counters(&end.stdout);
+    }
+    // 50 WRITEs of one packet each (the port's MTU, 4096) from the client,
+    // and the ACKs back.
+    let server_hca = assert_traffic_counted(&server.stderr, "127.88.9.1", 1);
+    let client_hca = assert_traffic_counted(&client.stderr, "127.88.9.2", 1);
+    assert!(client_hca["sent_pkts"] >= 50 && server_hca["rcvd_pkts"] >= 50, "{client_hca:?}");
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_before_anything_runs() {
+    let path = "/no/such/dir/perftest.pcap";
+    let started = Instant::now();
+    let end = spawn("127.88.9.3", &["perftest", "write_bw", "--capture", path, "127.88.9.1"])
+        .finish(started + CHILD_LIMIT);
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    assert_eq!(end.code, Some(1), "{end:#?}");
+    assert!(end.stderr.contains(&format!("cannot create the capture file {path}")), "{end:#?}");
+    assert!(!end.stdout.contains("address:"), "{end:#?}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 use uroce_tests::child::{self, Finished, Running};
+use uroce_tests::report::{assert_no_counters, assert_traffic_counted};
 
 /// The child's arguments (after `uroce`), separated by [`SEP`]; absent in
 /// the parent.
@@ -118,13 +119,60 @@ fn assert_clean_run(server: &Finished, client: &Finished, size: u64, iters: u64,
 fn rc_default_exchange() {
     let (server, client) = run_pair("127.83.1", 18561, &["-g", "1", "-n", "100", "-s", "4096"]);
     assert_clean_run(&server, &client, 4096, 100, false);
+    assert_no_counters(&server.output());
+    assert_no_counters(&client.output());
 }
 
 #[test]
-fn uc_exchange() {
-    let (server, client) =
-        run_pair("127.83.2", 18562, &["--uc", "-g", "1", "-n", "100", "-s", "4096"]);
+fn uc_exchange_with_counters() {
+    let flags = ["--uc", "-g", "1", "-n", "100", "-s", "4096", "--counters"];
+    let (server, client) = run_pair("127.83.2", 18562, &flags);
     assert_clean_run(&server, &client, 4096, 100, false);
+    // Each side's own device, on standard error (standard output is the
+    // C tool's); 100 messages of 4 packets each way, no ACKs on UC.
+    for (end, addr) in [(&server, "127.83.2.1"), (&client, "127.83.2.2")] {
+        let hca = assert_traffic_counted(&end.stderr, addr, 400);
+        assert_eq!(hca.len(), 2, "only sent_pkts and rcvd_pkts moved: {hca:?}");
+        assert_no_counters(&end.stdout);
+    }
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_created_fails_before_anything_runs() {
+    let started = Instant::now();
+    // From the flag and from the environment alike.
+    let path = "/no/such/dir/pingpong.pcap";
+    let by_flag = spawn("127.83.22.2", &["pingpong", "-g", "1", "--capture", path, "127.83.22.1"]);
+    let by_env = child::spawn(
+        "pingpong_child",
+        CHILD_ENV,
+        &["pingpong", "-g", "1", "127.83.22.1"],
+        &[("UROCE_ADDR", "127.83.22.3".into()), ("UROCE_CAPTURE", path.into())],
+    );
+    for end in [by_flag, by_env] {
+        let end = end.finish(started + CHILD_LIMIT);
+        assert_eq!(end.code, Some(1), "{end:#?}");
+        assert!(end.stderr.contains(&format!("cannot create the capture file {path}")), "{end:#?}");
+        assert!(end.stderr.contains("No such file or directory"), "{end:#?}");
+        assert!(!end.stdout.contains("address:"), "nothing ran: {end:#?}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_capture_file_that_cannot_be_written_fails_the_run() {
+    if !std::path::Path::new("/dev/full").exists() {
+        eprintln!("no /dev/full here: nothing to test");
+        return;
+    }
+    let flags = ["-g", "1", "-n", "20"];
+    let client_flags = ["-g", "1", "-n", "20", "--capture", "/dev/full"];
+    let (server, client) = run_pair_with("127.83.23", 18583, &flags, &client_flags);
+    assert_eq!(server.code, Some(0), "{server:#?}");
+    assert_eq!(client.code, Some(1), "{client:#?}");
+    let why = "uroce pingpong: could not write the capture file /dev/full: No space left on device";
+    assert!(client.stderr.contains(why), "{client:#?}");
+    assert!(!client.stderr.contains("reading"), "{client:#?}");
 }
 
 #[test]

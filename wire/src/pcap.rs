@@ -11,7 +11,7 @@ use core::time::Duration;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapParser, PcapWriter};
 use pcap_file::pcapng::{Block, PcapNgParser};
 use pcap_file::{DataLink, PcapError, TsResolution};
-use std::io::Write;
+use std::io::{self, Write};
 
 /// One captured frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -218,22 +218,25 @@ pub struct PcapSink<W: Write> {
 pub const SNAPLEN: u32 = 262_144;
 
 impl<W: Write> PcapSink<W> {
-    /// Writes the file header.
-    pub fn new(writer: W) -> Result<PcapSink<W>, PcapError> {
+    /// Writes the file header. An error is the writer's own (`pcap-file`
+    /// would call any of them "Error reading bytes").
+    pub fn new(writer: W) -> io::Result<PcapSink<W>> {
         let header = PcapHeader {
             snaplen: SNAPLEN,
             datalink: DataLink::ETHERNET,
             ts_resolution: TsResolution::NanoSecond,
             ..PcapHeader::default()
         };
-        Ok(PcapSink { writer: PcapWriter::with_header(writer, header)? })
+        let writer = PcapWriter::with_header(writer, header).map_err(write_error)?;
+        Ok(PcapSink { writer })
     }
 
     /// Writes one frame captured at `timestamp`.
-    pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> Result<(), PcapError> {
-        let len = u32::try_from(frame.len())
-            .map_err(|_| PcapError::InvalidField("frame longer than u32::MAX"))?;
-        self.writer.write_packet(&PcapPacket::new(timestamp, len, frame))?;
+    pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> io::Result<()> {
+        let len = u32::try_from(frame.len()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "frame longer than u32::MAX bytes")
+        })?;
+        self.writer.write_packet(&PcapPacket::new(timestamp, len, frame)).map_err(write_error)?;
         Ok(())
     }
 
@@ -243,9 +246,36 @@ impl<W: Write> PcapSink<W> {
     }
 }
 
+/// The I/O error under a `pcap-file` error writing a capture.
+fn write_error(error: PcapError) -> io::Error {
+    match error {
+        PcapError::IoError(e) => e,
+        other => io::Error::new(io::ErrorKind::InvalidData, other.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A writer that is always full, as `/dev/full`.
+    struct Full;
+
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            Err(io::Error::from_raw_os_error(28))
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_write_error_is_the_writers_own() {
+        let Err(e) = PcapSink::new(Full) else { panic!("a header written to a full writer") };
+        assert_eq!(e.raw_os_error(), Some(28), "{e}");
+        assert!(!e.to_string().contains("reading"), "{e}");
+    }
 
     #[test]
     fn write_then_read_back() {

@@ -165,6 +165,23 @@ pub struct LinkStats {
     pub tcp_sockets: usize,
 }
 
+impl LinkStats {
+    /// Every counter with its name, `link_` in front (the neighbour table's
+    /// and the TCP sockets' sizes are not counters, and are left out).
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("link_rx_frames", self.rx_frames),
+            ("link_rx_roce", self.rx_roce),
+            ("link_rx_host", self.rx_host),
+            ("link_rx_dropped", self.rx_dropped),
+            ("link_tx_roce", self.tx_roce),
+            ("link_tx_host", self.tx_host),
+            ("link_resolve_requests", self.resolve_requests),
+            ("link_tx_unresolved", self.tx_unresolved),
+        ]
+    }
+}
+
 /// What became of a received frame.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Ingress<'a> {

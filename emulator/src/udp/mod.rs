@@ -57,7 +57,7 @@ use std::net::UdpSocket;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use uroce_wire::pcap::PcapSink;
@@ -239,6 +239,14 @@ impl UdpConfig {
             }
             None => {}
         }
+        let subnet_prefix_len = config.link.as_ref().map(|link| link.prefix_len).or(prefix_len);
+        if let Some(why) = device_addr_problem(addr, subnet_prefix_len) {
+            let text = var("UROCE_ADDR").unwrap_or_default();
+            return Err(UdpError::Config(format!(
+                "UROCE_ADDR=`{}` cannot be a device address: {why}",
+                text.trim()
+            )));
+        }
         if let Some(text) = var("UROCE_PROGRESS") {
             config.progress = ProgressMode::parse(&text).ok_or_else(|| {
                 UdpError::Config(format!(
@@ -294,6 +302,42 @@ pub fn parse_addr_prefix(text: &str) -> Result<(IpAddr, Option<u8>), UdpError> {
         None => None,
     };
     Ok((ip, prefix))
+}
+
+/// Why `addr` cannot be a device's (unicast) address (`it is ...`), or
+/// `None` if it can. Refused: the unspecified address (`0.0.0.0`, `::`), multicast, and
+/// the IPv4 limited broadcast `255.255.255.255`; with an IPv4 `prefix_len`
+/// below 31 (the subnet on the link), also the subnet's network and
+/// broadcast addresses (host bits all zero or all one, RFC 1122 3.2.1.3;
+/// a /31 has neither, RFC 3021). Everything else is accepted: loopback
+/// (127.0.0.0/8, `::1`), link-local, private and public unicast, and the
+/// rest of 240.0.0.0/4, which Linux assigns and routes as unicast.
+pub fn device_addr_problem(addr: IpAddr, prefix_len: Option<u8>) -> Option<String> {
+    if addr.is_unspecified() {
+        return Some("it is the unspecified address".into());
+    }
+    if addr.is_multicast() {
+        return Some("it is a multicast address".into());
+    }
+    let IpAddr::V4(v4) = addr else { return None };
+    if v4.is_broadcast() {
+        return Some("it is the IPv4 limited broadcast address".into());
+    }
+    match prefix_len {
+        Some(len) if len < 31 => {
+            let host_mask = u32::MAX >> len;
+            let host_bits = u32::from(v4) & host_mask;
+            let subnet = Ipv4Addr::from(u32::from(v4) & !host_mask);
+            if host_bits == 0 {
+                Some(format!("it is the network address of {subnet}/{len}"))
+            } else if host_bits == host_mask {
+                Some(format!("it is the broadcast address of {subnet}/{len}"))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
 }
 
 /// Why a device could not be opened.
@@ -361,12 +405,43 @@ pub struct UdpStats {
     pub link: LinkStats,
 }
 
+impl UdpStats {
+    /// Every counter with its name (`link_` in front of the L2
+    /// transport's), for reports: the receive buffer's size and the
+    /// link's table sizes are not counters, and are left out;
+    /// `background_failed` counts 1 when the background thread failed.
+    pub fn named(&self) -> Vec<(&'static str, u64)> {
+        let mut named = vec![
+            ("rx_datagrams", self.rx_datagrams),
+            ("rx_batches", self.rx_batches),
+            ("rx_dropped", self.rx_dropped),
+            ("tx_packets", self.tx_packets),
+            ("tx_calls", self.tx_calls),
+            ("tx_errors", self.tx_errors),
+            ("tx_gso_refused", self.tx_gso_refused),
+            ("tx_port_fallbacks", self.tx_port_fallbacks),
+            ("faults_lost", self.faults_lost),
+            ("faults_duplicated", self.faults_duplicated),
+            ("faults_delayed", self.faults_delayed),
+            ("faults_corrupted", self.faults_corrupted),
+            ("background_steps", self.background_steps),
+            ("capture_errors", self.capture_errors),
+            ("background_failed", u64::from(self.background_failed)),
+        ];
+        named.extend(self.link.named());
+        named
+    }
+}
+
 /// A uroce device on the real network. Keep it alive while the
 /// application uses the device: dropping it stops the runtime.
 pub struct UdpDevice {
     hca: SharedHca,
     runtime: Arc<Runtime>,
     thread: Option<JoinHandle<()>>,
+    /// Where the device leaves its last summary as it closes, for its
+    /// observers ([`UdpDevice::observer`]).
+    closed: Arc<Mutex<Option<DeviceSummary>>>,
 }
 
 impl core::fmt::Debug for UdpDevice {
@@ -395,8 +470,9 @@ impl UdpDevice {
     /// background thread.
     pub fn open(config: UdpConfig) -> Result<UdpDevice, UdpError> {
         let addr = config.addr;
-        if addr.is_unspecified() || addr.is_multicast() {
-            return Err(UdpError::Config(format!("{addr} cannot be a device address")));
+        let prefix_len = config.link.as_ref().map(|link| link.prefix_len);
+        if let Some(why) = device_addr_problem(addr, prefix_len) {
+            return Err(UdpError::Config(format!("{addr} cannot be a device address: {why}")));
         }
         let (port, receive_buffer_bytes) = match &config.link {
             Some(link) => Self::open_link_port(link)?,
@@ -437,11 +513,12 @@ impl UdpDevice {
 
         let (capture, capture_file) = match &config.capture {
             Some(path) => {
-                let file = File::create(path)
-                    .map_err(|e| UdpError::Io(format!("creating {}", path.display()), e))?;
-                let file = CaptureFile(Arc::new(Mutex::new(BufWriter::new(file))));
+                let file = File::create(path).map_err(|e| {
+                    UdpError::Io(format!("cannot create the capture file {}", path.display()), e)
+                })?;
+                let file = CaptureFile::new(file, path.clone());
                 let sink = PcapSink::new(file.clone()).map_err(|e| {
-                    UdpError::Io(format!("writing {}", path.display()), io::Error::other(e))
+                    UdpError::Io(format!("cannot write the capture file {}", path.display()), e)
                 })?;
                 (Some(sink), Some(file))
             }
@@ -504,7 +581,7 @@ impl UdpDevice {
         } else {
             None
         };
-        Ok(UdpDevice { hca, runtime, thread })
+        Ok(UdpDevice { hca, runtime, thread, closed: Arc::new(Mutex::new(None)) })
     }
 
     /// The socket RoCE packets arrive on (`addr:4791`), and the receive
@@ -600,17 +677,12 @@ impl UdpDevice {
     /// What the runtime counted (takes the runtime's I/O lock: see
     /// [`UdpDevice::hca`] for the lock order).
     pub fn stats(&self) -> UdpStats {
-        let io = lock(&self.runtime.io);
-        let mut stats = io.stats.clone();
-        if let Some(link) = &io.link {
-            stats.link = link.stats();
-        }
-        stats
+        self.runtime.stats()
     }
 
     /// The HCA's counters (takes only the HCA lock).
     pub fn counters(&self) -> crate::counters::Counters {
-        self.hca.lock().counters().clone()
+        self.hca.lock().counters()
     }
 
     /// Moves packets and time now, in the caller's thread.
@@ -618,25 +690,126 @@ impl UdpDevice {
         self.runtime.progress_by(false);
     }
 
-    /// Writes buffered capture frames to the file.
+    /// Writes buffered capture frames to the file. An error is this
+    /// flush's or an earlier write's (the first one): the capture file
+    /// misses frames.
     pub fn flush_capture(&self) -> io::Result<()> {
-        match lock(&self.runtime.io).capture_file.as_mut() {
-            Some(file) => file.flush(),
-            None => Ok(()),
+        self.runtime.flush_capture()
+    }
+
+    /// The device's counters, the runtime's, and its capture file's state
+    /// (flushing it): what a tool reports at exit.
+    pub fn summary(&self) -> DeviceSummary {
+        self.runtime.summary()
+    }
+
+    /// A handle that reports on the device even after it is closed, and
+    /// keeps nothing of it alive (its socket, its memory and its runtime go
+    /// when the device is dropped).
+    pub fn observer(&self) -> DeviceObserver {
+        DeviceObserver {
+            addr: self.addr(),
+            runtime: Arc::downgrade(&self.runtime),
+            closed: self.closed.clone(),
         }
     }
 }
 
-/// The capture file, shared between the pcap writer and whoever flushes.
+/// What a device did, for a report at the application's exit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSummary {
+    /// The device's address.
+    pub addr: IpAddr,
+    /// The HCA's counters.
+    pub counters: crate::counters::Counters,
+    /// The runtime's own counters (and the link's).
+    pub stats: UdpStats,
+    /// Why the capture file misses frames: the first error writing it
+    /// (`None`: no capture, or every frame written).
+    pub capture_failure: Option<String>,
+}
+
+/// Reports on a device while it is open and after it closed
+/// ([`UdpDevice::observer`]).
+#[derive(Debug, Clone)]
+pub struct DeviceObserver {
+    addr: IpAddr,
+    runtime: Weak<Runtime>,
+    closed: Arc<Mutex<Option<DeviceSummary>>>,
+}
+
+impl DeviceObserver {
+    /// The device's address.
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The device's summary now (flushing its capture), or as it was when
+    /// the device closed.
+    pub fn summary(&self) -> DeviceSummary {
+        if let Some(summary) = lock(&self.closed).clone() {
+            return summary;
+        }
+        match self.runtime.upgrade() {
+            Some(runtime) => runtime.summary(),
+            // A device leaves its summary before its runtime goes; this is
+            // only reached by a device whose drop never ran (leaked).
+            None => DeviceSummary {
+                addr: self.addr,
+                counters: crate::counters::Counters::default(),
+                stats: UdpStats::default(),
+                capture_failure: Some("the device vanished without a summary".into()),
+            },
+        }
+    }
+}
+
+/// The capture file, shared between the pcap writer and whoever flushes;
+/// it keeps the first error writing it.
 #[derive(Clone)]
-struct CaptureFile(Arc<Mutex<BufWriter<File>>>);
+struct CaptureFile(Arc<Mutex<CaptureState>>);
+
+struct CaptureState {
+    writer: BufWriter<File>,
+    path: PathBuf,
+    /// The first write or flush that failed, as a sentence.
+    failure: Option<String>,
+}
+
+impl CaptureFile {
+    fn new(file: File, path: PathBuf) -> CaptureFile {
+        let state = CaptureState { writer: BufWriter::new(file), path, failure: None };
+        CaptureFile(Arc::new(Mutex::new(state)))
+    }
+
+    /// The first error writing the file, if any.
+    fn failure(&self) -> Option<String> {
+        lock(&self.0).failure.clone()
+    }
+}
+
+impl CaptureState {
+    fn note<T>(&mut self, result: io::Result<T>) -> io::Result<T> {
+        if let Err(e) = &result {
+            if self.failure.is_none() {
+                let path = self.path.display();
+                self.failure = Some(format!("could not write the capture file {path}: {e}"));
+            }
+        }
+        result
+    }
+}
 
 impl Write for CaptureFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        lock(&self.0).write(buf)
+        let mut state = lock(&self.0);
+        let result = state.writer.write(buf);
+        state.note(result)
     }
     fn flush(&mut self) -> io::Result<()> {
-        lock(&self.0).flush()
+        let mut state = lock(&self.0);
+        let result = state.writer.flush();
+        state.note(result)
     }
 }
 
@@ -649,7 +822,9 @@ impl Drop for UdpDevice {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-        let _ = self.flush_capture();
+        // Flushes the capture too.
+        let summary = self.summary();
+        *lock(&self.closed) = Some(summary);
     }
 }
 
@@ -802,6 +977,35 @@ impl Driver for Runtime {
 }
 
 impl Runtime {
+    fn stats(&self) -> UdpStats {
+        let io = lock(&self.io);
+        let mut stats = io.stats.clone();
+        if let Some(link) = &io.link {
+            stats.link = link.stats();
+        }
+        stats
+    }
+
+    fn flush_capture(&self) -> io::Result<()> {
+        let mut io = lock(&self.io);
+        let Some(file) = io.capture_file.as_mut() else { return Ok(()) };
+        // A failed flush is noted as the file's failure, if it is the first.
+        let _ = file.flush();
+        match file.failure() {
+            Some(failure) => Err(io::Error::other(failure)),
+            None => Ok(()),
+        }
+    }
+
+    /// Each lock in a statement of its own: the I/O lock is taken before
+    /// the HCA's, never while holding it.
+    fn summary(&self) -> DeviceSummary {
+        let stats = self.stats();
+        let capture_failure = self.flush_capture().err().map(|e| e.to_string());
+        let counters = self.hca.lock().counters();
+        DeviceSummary { addr: self.addr, counters, stats, capture_failure }
+    }
+
     fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -1717,5 +1921,76 @@ mod tests {
         assert!(UdpConfig::from_vars(vars(&[("UROCE_PROGRESS", "fast")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_FAULTS", "loss=3")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_OFFLOAD", "maybe")])).is_err());
+    }
+
+    #[test]
+    fn addresses_that_cannot_be_a_devices_are_refused_by_name() {
+        let refused = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            match UdpConfig::from_vars(var) {
+                Ok(c) => panic!("{pairs:?} accepted as {}", c.addr),
+                Err(e) => e.to_string(),
+            }
+        };
+        let accepted = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            UdpConfig::from_vars(var).unwrap_or_else(|e| panic!("{pairs:?} refused: {e}")).addr
+        };
+        for (value, why) in [
+            ("255.255.255.255", "limited broadcast"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
+        ] {
+            let e = refused(&[("UROCE_ADDR", value)]);
+            assert!(e.contains(&format!("UROCE_ADDR=`{value}`")) && e.contains(why), "{e}");
+        }
+        // A subnet's network and broadcast addresses, given by the prefix
+        // or by the L2 transport's default /24.
+        let link = ("UROCE_LINK", "127.0.0.1:47100,127.0.0.1:47101");
+        let e = refused(&[("UROCE_ADDR", "169.254.255.255/16"), link]);
+        assert!(
+            e.contains(
+                "UROCE_ADDR=`169.254.255.255/16` cannot be a device address: it is the broadcast \
+                 address of 169.254.0.0/16"
+            ),
+            "{e}"
+        );
+        let e = refused(&[("UROCE_ADDR", "10.1.2.0/24"), link]);
+        assert!(e.contains("the network address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.255"), link]);
+        assert!(e.contains("the broadcast address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.127/25")]);
+        assert!(e.contains("10.1.2.0/25"), "the prefix alone says the subnet: {e}");
+        for (value, ip) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.255.255.254", "127.255.255.254"),
+            ("::1", "::1"),
+            ("fe80::1", "fe80::1"),
+            ("169.254.7.1/16", "169.254.7.1"),
+            ("10.0.0.255/16", "10.0.0.255"),
+            ("192.168.1.0/23", "192.168.1.0"),
+            ("10.0.0.0/31", "10.0.0.0"),
+            ("10.0.0.1/31", "10.0.0.1"),
+            ("10.0.0.7/32", "10.0.0.7"),
+            ("8.8.8.8", "8.8.8.8"),
+            ("240.0.0.1", "240.0.0.1"),
+            ("2001:db8::/64", "2001:db8::"),
+        ] {
+            assert_eq!(accepted(&[("UROCE_ADDR", value)]).to_string(), ip, "{value}");
+        }
+        assert_eq!(
+            accepted(&[("UROCE_ADDR", "10.1.2.255")]).to_string(),
+            "10.1.2.255",
+            "no link, no subnet"
+        );
+        // Opening checks the address too (a flag may set it).
+        let mut config = UdpConfig::new(IpAddr::V4(Ipv4Addr::BROADCAST));
+        config.background = false;
+        let e = UdpDevice::open(config).expect_err("a broadcast device");
+        assert!(e.to_string().contains("255.255.255.255 cannot be a device address"), "{e}");
     }
 }
