@@ -11,7 +11,7 @@
 //!
 //! Every DMA goes through [`MemoryTables::check`] and then the page walk in
 //! [`MemoryTables::read`] / [`MemoryTables::write`] /
-//! [`MemoryTables::word_address`] (the atomics): there is no other path
+//! [`MemoryTables::atomic`]: there is no other path
 //! from a key to host memory. So the walk is also where a host-memory
 //! fault (registered memory the application freed) is met and counted
 //! ([`MemoryTables::dma_faults`], the `dma_faults` counter), once per
@@ -536,24 +536,47 @@ impl MemoryTables {
         self.walk(range, |host, at, len| self.host.write(host, &src[at..at + len]))
     }
 
-    /// The host address of a checked 8-byte, 8-aligned range (atomics),
-    /// once host memory is seen to hold the word: the walk touches it with
-    /// an atomic add of 0 (which changes nothing, and races with nothing),
-    /// so that a word the application freed faults here, where the fault
-    /// is counted, and the atomic that follows finds the word in place
-    /// (unless the application frees it in between).
-    pub fn word_address(&self, range: &Checked) -> Result<u64, AccessError> {
+    /// Runs an atomic operation on a checked 8-byte, 8-aligned range and
+    /// returns the word's value before it (the stored value for
+    /// [`WordOp::Store`]). The word is reached through the page walk like
+    /// every other access, so a fault is counted there.
+    pub fn atomic(&self, range: &Checked, op: WordOp) -> Result<u64, AccessError> {
         assert_eq!(range.len, 8, "atomic range length");
-        let mut address = None;
+        let mut original = None;
         self.walk(range, |host, _, len| {
             if len == 8 {
-                self.host.fetch_add_u64(host, 0)?;
-                address = Some(host);
+                original = Some(match op {
+                    WordOp::CompareSwap { compare, swap } => {
+                        self.host.compare_swap_u64(host, compare, swap)?
+                    }
+                    WordOp::FetchAdd(add) => self.host.fetch_add_u64(host, add)?,
+                    WordOp::Store(value) => {
+                        self.host.store_u64(host, value)?;
+                        value
+                    }
+                });
             }
             Ok(())
         })?;
-        address.ok_or(AccessError::OutOfBounds)
+        // An 8-aligned word never straddles a page.
+        original.ok_or(AccessError::OutOfBounds)
     }
+}
+
+/// An atomic operation on one 64-bit word of registered memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WordOp {
+    /// COMPARE_SWAP: store `swap` if the word equals `compare`.
+    CompareSwap {
+        /// The value expected.
+        compare: u64,
+        /// The value stored on a match.
+        swap: u64,
+    },
+    /// FETCH_ADD.
+    FetchAdd(u64),
+    /// ATOMIC WRITE: store the value.
+    Store(u64),
 }
 
 fn check_region_access(access: Access) -> Result<(), RegisterError> {
@@ -681,7 +704,7 @@ mod tests {
         assert_eq!(t.dma_faults(), 1, "one access, one fault counted");
         assert!(matches!(t.read(&range, &mut [0; 16]), Err(AccessError::Fault(_))));
         let word = t.check(key, 1, buf + 8, 8, Access::LOCAL_WRITE, Origin::Local).unwrap();
-        assert!(matches!(t.word_address(&word), Err(AccessError::Fault(_))), "atomics too");
+        assert!(matches!(t.atomic(&word, WordOp::FetchAdd(1)), Err(AccessError::Fault(_))));
         assert_eq!(t.dma_faults(), 3);
     }
 
@@ -692,7 +715,10 @@ mod tests {
         let mut t = MemoryTables::new(host.clone(), 4, 12, u64::MAX);
         let key = t.register(1, buf, 3 * 4096, buf, RW).unwrap();
         let word = t.check(key, 1, buf + 16, 8, Access::LOCAL_WRITE, Origin::Local).unwrap();
-        assert!(t.word_address(&word).is_ok());
+        assert_eq!(t.atomic(&word, WordOp::FetchAdd(5)), Ok(0));
+        assert_eq!(t.atomic(&word, WordOp::CompareSwap { compare: 5, swap: 9 }), Ok(5));
+        assert_eq!(t.atomic(&word, WordOp::Store(3)), Ok(3));
+        assert_eq!(t.atomic(&word, WordOp::FetchAdd(0)), Ok(3));
         host.free(buf);
         let range = t.check(key, 1, buf, 3 * 4096, Access::LOCAL_WRITE, Origin::Local).unwrap();
         assert!(t.read(&range, &mut vec![0; 3 * 4096]).is_err());

@@ -15,7 +15,7 @@
 use crate::cqe::Cqe;
 use crate::endpoint::Transmit;
 use crate::hca::Hca;
-use crate::mr::{AccessError, Origin};
+use crate::mr::{AccessError, Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Response};
 use crate::time::Instant;
 use crate::types::{Access, Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
@@ -579,14 +579,12 @@ impl Hca {
                 Origin::Remote { qpn },
             )
             .map_err(access_refusal)?;
-        let addr = self.mem.word_address(&range).map_err(access_refusal)?;
-        let host = self.mem.host().clone();
-        let orig = if packet.bth().opcode() == Opcode::RC_COMPARE_SWAP {
-            host.compare_swap_u64(addr, atomic.compare(), atomic.swap_add())
+        let op = if packet.bth().opcode() == Opcode::RC_COMPARE_SWAP {
+            WordOp::CompareSwap { compare: atomic.compare(), swap: atomic.swap_add() }
         } else {
-            host.fetch_add_u64(addr, atomic.swap_add())
-        }
-        .map_err(|_| Refusal::OperationalError)?;
+            WordOp::FetchAdd(atomic.swap_add())
+        };
+        let orig = self.mem.atomic(&range, op).map_err(access_refusal)?;
         let slot =
             self.store_resource(index, Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
         let msn = self.accept_request(index, psn.next(), true, true).ok_or(Refusal::Drop)?;
@@ -621,10 +619,9 @@ impl Hca {
                     Origin::Remote { qpn },
                 )
                 .map_err(access_refusal)?;
-            let addr = self.mem.word_address(&range).map_err(access_refusal)?;
             let value =
                 u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
-            self.mem.host().store_u64(addr, value).map_err(|_| Refusal::OperationalError)?;
+            self.mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
         } else {
             // FLUSH: memory here is always coherent and "persistent" as far
             // as the emulator can make it; check the rights and range.
