@@ -141,15 +141,20 @@ impl Running {
     /// output (a server prints its address once it listens); false if
     /// none came within `limit` or the child ended first.
     pub fn wait_for_line(&self, marker: &str, limit: Duration) -> bool {
+        self.line_with(marker, limit).is_some()
+    }
+
+    /// Like [`Running::wait_for_line`], returning the line.
+    pub fn line_with(&self, marker: &str, limit: Duration) -> Option<String> {
         let deadline = Instant::now() + limit;
         while let Some(left) = deadline.checked_duration_since(Instant::now()) {
             match self.lines.recv_timeout(left) {
-                Ok(line) if line.contains(marker) => return true,
+                Ok(line) if line.contains(marker) => return Some(line),
                 Ok(_) => {}
-                Err(_) => return false,
+                Err(_) => return None,
             }
         }
-        false
+        None
     }
 
     /// Waits for the child to exit, killing it at `deadline`.
