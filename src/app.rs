@@ -8,9 +8,9 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use uroce_emulator::command::{Gid, QpCap};
-use uroce_emulator::types::{QpType, Qpn};
-use uroce_emulator::udp::{DeviceObserver, DeviceSummary, UdpConfig, UdpDevice, UdpError};
+use uroce_device::command::{Gid, QpCap};
+use uroce_device::types::{QpType, Qpn};
+use uroce_net::udp::{DeviceObserver, DeviceSummary, UdpConfig, UdpDevice, UdpError};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
 
@@ -170,7 +170,7 @@ impl NetArgs {
 
     /// Applies the flags to `config`.
     pub fn apply(&self, config: &mut UdpConfig) -> Result<(), String> {
-        use uroce_emulator::udp::{FaultSpec, ProgressMode};
+        use uroce_net::udp::{FaultSpec, ProgressMode};
         if let Some(path) = &self.capture {
             config.capture = Some(path.clone());
         }
@@ -225,9 +225,9 @@ pub const RUNTIME_COUNTER: &str = "runtime_counter";
 pub struct DeviceReport {
     /// The devices' address.
     pub addr: IpAddr,
-    /// The HCA's counters, named as [`uroce_emulator::counters::Counters::named`] names them.
+    /// The HCA's counters, named as [`uroce_hca::counters::Counters::named`] names them.
     pub hca: Vec<(&'static str, u64)>,
-    /// The runtime's, named as [`uroce_emulator::udp::UdpStats::named`] names them.
+    /// The runtime's, named as [`uroce_net::udp::UdpStats::named`] names them.
     pub runtime: Vec<(&'static str, u64)>,
     /// The first error writing the capture file.
     pub capture_failure: Option<String>,

@@ -23,8 +23,8 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use uroce_emulator::command::Gid;
-use uroce_emulator::udp::UdpConfig;
+use uroce_device::command::Gid;
+use uroce_net::udp::UdpConfig;
 
 /// perftest's `DEF_PORT`.
 pub const DEFAULT_PORT: u16 = 18515;

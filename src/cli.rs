@@ -6,8 +6,8 @@ use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use uroce_emulator::sim::Probability;
-use uroce_emulator::types::Mtu;
+use uroce_device::types::Mtu;
+use uroce_sim::Probability;
 
 /// uroce: a software RoCEv2 RDMA NIC in user space.
 #[derive(Debug, Parser)]

@@ -27,10 +27,10 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use uroce_emulator::command::{AhAttr, QpCap};
-use uroce_emulator::counters::Counters;
-use uroce_emulator::types::{Access, Qkey, QpType, Rkey, SendFlags, WcFlags, WcStatus, WrOpcode};
-use uroce_emulator::udp::{FaultSpec, UdpConfig, UdpStats};
+use uroce_device::command::{AhAttr, QpCap};
+use uroce_device::types::{Access, Qkey, QpType, Rkey, SendFlags, WcFlags, WcStatus, WrOpcode};
+use uroce_hca::counters::Counters;
+use uroce_net::udp::{FaultSpec, UdpConfig, UdpStats};
 use uroce_verbs::connect::Tuning;
 use uroce_verbs::{Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
 use uroce_wire::bth;
@@ -60,8 +60,7 @@ pub struct AddrPair {
 fn parse_addrs(text: &str) -> Result<AddrPair, String> {
     let (a, b) = text.split_once(',').ok_or("expected two addresses, A,B")?;
     let parse = |s: &str| {
-        uroce_emulator::udp::parse_addr(s)
-            .map_err(|_| format!("`{}` is not an IP address", s.trim()))
+        uroce_net::udp::parse_addr(s).map_err(|_| format!("`{}` is not an IP address", s.trim()))
     };
     let pair = AddrPair { a: parse(a)?, b: parse(b)? };
     if pair.a == pair.b {
@@ -418,7 +417,7 @@ struct Frame {
 
 impl Trace {
     /// Decodes the frames captured since the last call.
-    fn take(&mut self, dev: &uroce_emulator::udp::UdpDevice) -> Option<Vec<Frame>> {
+    fn take(&mut self, dev: &uroce_net::udp::UdpDevice) -> Option<Vec<Frame>> {
         let path = self.path.as_ref()?;
         dev.flush_capture().ok()?;
         let bytes = std::fs::read(path).ok()?;
@@ -731,7 +730,7 @@ fn wait_both(p: &Phase, at_b: usize, at_a: usize) -> (Vec<WorkCompletion>, Vec<W
 fn expect(
     who: &str,
     got: &[WorkCompletion],
-    want: &[(WcStatus, uroce_emulator::types::WcOpcode)],
+    want: &[(WcStatus, uroce_device::types::WcOpcode)],
 ) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!(
@@ -819,7 +818,7 @@ fn rdma_wr(wr_id: u64, opcode: WrOpcode, local: (&Mr, u64, u32), remote: (u64, R
     wr
 }
 
-use uroce_emulator::types::WcOpcode as Wc;
+use uroce_device::types::WcOpcode as Wc;
 
 // ---------------------------------------------------------------- steps
 

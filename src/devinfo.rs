@@ -10,8 +10,8 @@
 
 use crate::app::{NetArgs, Opened};
 use std::io::Write;
-use uroce_emulator::command::{DeviceAttr, Gid, PortAttr};
-use uroce_emulator::types::Mtu;
+use uroce_device::command::{DeviceAttr, Gid, PortAttr};
+use uroce_device::types::Mtu;
 use uroce_verbs::Context;
 
 /// The name the device goes by (`hca_id`, `-d`).
@@ -95,7 +95,7 @@ pub fn run(args: &DevinfoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         }
     };
     if let Some(text) = &args.addr {
-        match uroce_emulator::udp::parse_addr(text) {
+        match uroce_net::udp::parse_addr(text) {
             Ok(ip) => config.addr = ip,
             Err(_) => {
                 let _ = writeln!(err, "uroce devinfo: --addr `{text}` is not an IP address");
@@ -123,7 +123,7 @@ pub fn run(args: &DevinfoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
 
 /// Queries the open device and prints it; returns the exit status.
 fn describe(
-    device: &uroce_emulator::udp::UdpDevice,
+    device: &uroce_net::udp::UdpDevice,
     args: &DevinfoArgs,
     out: &mut dyn Write,
     err: &mut dyn Write,

@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use uroce_emulator::udp::{LinkTcpListener, LinkTcpStream, UdpDevice};
+use uroce_net::udp::{LinkTcpListener, LinkTcpStream, UdpDevice};
 
 /// A connected out-of-band stream.
 pub enum OobStream {

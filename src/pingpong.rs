@@ -30,9 +30,9 @@ use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_emulator::command::{AhAttr, Gid, QpCap};
-use uroce_emulator::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
-use uroce_emulator::udp::UdpDevice;
+use uroce_device::command::{AhAttr, Gid, QpCap};
+use uroce_device::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
+use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
     Access, CompChannel, Context, Cq, Mr, Mtu, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcStatus,

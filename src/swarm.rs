@@ -80,8 +80,8 @@ pub use plan::{
 };
 
 use std::io::Write;
-use uroce_emulator::sim::FabricCounters;
-use uroce_emulator::Instant;
+use uroce_hca::Instant;
+use uroce_sim::FabricCounters;
 
 /// Mismatches kept in the report's log (all are counted).
 const MAX_LOG: usize = 40;

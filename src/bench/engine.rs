@@ -6,9 +6,9 @@ use super::report::BwSamples;
 use super::{Op, Params, Test};
 use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
 use std::time::{Duration, Instant};
-use uroce_emulator::command::{Gid, QpCap};
-use uroce_emulator::hca::{recv_ring_shape, send_ring_shape};
-use uroce_emulator::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use uroce_device::command::{Gid, QpCap};
+use uroce_device::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
+use uroce_hca::hca::{recv_ring_shape, send_ring_shape};
 use uroce_verbs::{Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
 
 /// Send queue depth of the latency tests (one WR is outstanding at a time;
@@ -145,7 +145,7 @@ impl Side {
             sq_bytes: send_ring_shape(cap.max_send_wr, cap.max_send_sge, cap.max_inline_data)
                 .bytes(),
             rq_bytes: recv_ring_shape(cap.max_recv_wr, cap.max_recv_sge).bytes(),
-            context_bytes: std::mem::size_of::<uroce_emulator::qp::QpContext>() as u64,
+            context_bytes: std::mem::size_of::<uroce_hca::qp::QpContext>() as u64,
             rss_per_qp: None,
         };
         Ok(Side { qps: list, psns, mr, tx_offset, cq, rx_depth, memory, rss_before, timeout, node })
@@ -228,7 +228,7 @@ impl Side {
         };
         let mut wr = SendWr::new(0, opcode);
         wr.sg_list = vec![self.mr.sge(self.tx_offset, size)];
-        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: uroce_emulator::types::Rkey(peer.rkey) };
+        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: uroce_device::types::Rkey(peer.rkey) };
         if op == Op::Atomic {
             wr.compare_add = 1;
         }

@@ -25,9 +25,9 @@ use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use steps::{QpKind, Step, Target, STEPS};
-use uroce_emulator::command::{AhAttr, Gid, QpCap};
-use uroce_emulator::types::{Qkey, QpType, Qpn, Rkey, SendFlags, WrOpcode};
-use uroce_emulator::udp::UdpDevice;
+use uroce_device::command::{AhAttr, Gid, QpCap};
+use uroce_device::types::{Qkey, QpType, Qpn, Rkey, SendFlags, WrOpcode};
+use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
     Access, Context, Cq, Mr, Mtu, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WcFlags,

@@ -15,8 +15,8 @@ use super::wire::{BwReport, Dest, Role};
 use super::{AtomicType, Connection, Plan, Verb, PEAK_LIMIT, UD_QKEY};
 use crate::app::{Node, ALL_ACCESS};
 use std::time::Instant;
-use uroce_emulator::command::{AhAttr, Gid, QpAttr, QpCap};
-use uroce_emulator::types::{
+use uroce_device::command::{AhAttr, Gid, QpAttr, QpCap};
+use uroce_device::types::{
     Access, Mtu, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WcOpcode, WcStatus, WrOpcode,
 };
 use uroce_verbs::{

@@ -16,9 +16,9 @@ use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
-use uroce_emulator::command::{Gid, QpCap};
-use uroce_emulator::types::{QpType, Qpn, SendFlags, WrOpcode};
-use uroce_emulator::udp::UdpDevice;
+use uroce_device::command::{Gid, QpCap};
+use uroce_device::types::{QpType, Qpn, SendFlags, WrOpcode};
+use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote};
 use uroce_verbs::{
     Access, CompChannel, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq, WcStatus,

@@ -3,8 +3,8 @@
 //! wherever the HCA has no business writing.
 
 use std::collections::VecDeque;
-use uroce_emulator::sim::{Probability, SimRng};
-use uroce_emulator::wqe::Sge;
+use uroce_device::wqe::Sge;
+use uroce_sim::{Probability, SimRng};
 use uroce_verbs::Mr;
 
 /// A FIFO allocator over one memory region. A work queue retires its WRs

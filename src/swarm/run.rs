@@ -10,13 +10,14 @@ use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::rc::Rc;
 use std::sync::Arc;
-use uroce_emulator::command::{AhAttr, Gid, QpCap};
-use uroce_emulator::config::HcaConfig;
-use uroce_emulator::cqe::Cqe;
-use uroce_emulator::mem::{HostMemory, SimMemory};
-use uroce_emulator::sim::{Fabric, FabricConfig, FaultConfig, Fnv64, Probability, SimRng};
-use uroce_emulator::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
-use uroce_emulator::{Event, Hca, Instant, SharedHca};
+use uroce_device::command::{AhAttr, Gid, QpCap};
+use uroce_device::cqe::Cqe;
+use uroce_device::mem::{HostMemory, SimMemory};
+use uroce_device::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
+use uroce_device::Event;
+use uroce_hca::config::HcaConfig;
+use uroce_hca::{Hca, Instant, SharedHca};
+use uroce_sim::{Fabric, FabricConfig, FaultConfig, Fnv64, Probability, SimRng};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
     Access, Ah, Context, Cq, EventType, Mr, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr,

@@ -6,8 +6,8 @@
 //! `metric=<name> value=<number> unit=<unit>`.
 
 use std::time::Instant as WallClock;
-use uroce_emulator::sim::FabricConfig;
-use uroce_emulator::types::{QpType, SendFlags, WrOpcode};
+use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
 use uroce_verbs::{Mtu, RecvWr, RemoteTarget, SendWr, WcStatus};
 

@@ -305,7 +305,7 @@ pub const LINK_IP_MTU: usize = 1500;
 pub const LINK_TCP_PORT: u16 = 18515;
 
 /// Arbitrary bytes as what happens on a uroce link
-/// (`uroce_emulator::link::LinkHost`, the L2 transport's host): a script of
+/// (`uroce_net::link::LinkHost`, the L2 transport's host): a script of
 /// frames arriving from the network (raw, or a valid ARP/NS/TCP/RoCE frame
 /// with one byte changed), IP packets the HCA sends, and time passing.
 ///
@@ -315,8 +315,8 @@ pub const LINK_TCP_PORT: u16 = 18515;
 /// whatever came before, it still answers an ARP request for its address.
 pub fn link_frames(data: &[u8]) {
     use std::net::{IpAddr, Ipv4Addr};
-    use uroce_emulator::link::{Ingress, LinkHost};
-    use uroce_emulator::time::Instant;
+    use uroce_hca::time::Instant;
+    use uroce_net::link::{Ingress, LinkHost};
 
     let own = Ipv4Addr::from(LINK_IP);
     let mut now_ns = 1_000_000u64;
@@ -448,10 +448,10 @@ pub fn link_template(which: u8) -> Vec<u8> {
             .write(&mut frame, &[0x64, 0, 0xff, 0xff, 0, 0, 0, 0x11, 0x80, 0, 0, 1, 0, 0, 0, 0]),
         3 => {
             // Neighbour solicitation for the host's link-local address.
-            let target = uroce_emulator::link::link_local_for(LINK_MAC).octets();
+            let target = uroce_net::link::link_local_for(LINK_MAC).octets();
             let solicited =
                 [0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, target[13], target[14], target[15]];
-            let source = uroce_emulator::link::link_local_for(peer_mac).octets();
+            let source = uroce_net::link::link_local_for(peer_mac).octets();
             let mut body = vec![0u8; 4];
             body.extend_from_slice(&target);
             body.extend_from_slice(&[1, 1]);

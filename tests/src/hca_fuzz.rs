@@ -18,20 +18,21 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
-use uroce_emulator::command::{AhAttr, CmdError, Command, Gid, QpAttr, QpCap, Reply};
-use uroce_emulator::config::HcaConfig;
-use uroce_emulator::cqe::Cqe;
-use uroce_emulator::endpoint::MAX_PACKET_LEN;
-use uroce_emulator::hca::{cq_ring_shape, recv_ring_shape};
-use uroce_emulator::mem::{AllocError, HostMemory, MemFault, SimMemory};
-use uroce_emulator::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
-use uroce_emulator::sim::{Fabric, FabricConfig, Probability};
-use uroce_emulator::types::{
+use uroce_device::command::{AhAttr, CmdError, Command, Gid, QpAttr, QpCap, Reply};
+use uroce_device::cqe::Cqe;
+use uroce_device::mem::{AllocError, HostMemory, MemFault, SimMemory};
+use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
+use uroce_device::types::{
     make_key, Access, AttrMask, EventType, Lkey, Mtu, QpState, QpType, Qpn, SendFlags, WcFlags,
     WcOpcode, WcStatus, WrOpcode,
 };
-use uroce_emulator::wqe::{RecvWqe, Sge, RECV_HEADER_LEN};
-use uroce_emulator::{Doorbell, Endpoint, Event, Hca, Instant, SharedHca, Transmit};
+use uroce_device::wqe::{RecvWqe, Sge, RECV_HEADER_LEN};
+use uroce_device::{Doorbell, Event};
+use uroce_hca::config::HcaConfig;
+use uroce_hca::endpoint::MAX_PACKET_LEN;
+use uroce_hca::hca::{cq_ring_shape, recv_ring_shape};
+use uroce_hca::{Endpoint, Hca, Instant, SharedHca, Transmit};
+use uroce_sim::{Fabric, FabricConfig, Probability};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Context, Cq, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, Srq};
 use uroce_wire::frame::{classify, Classified, FrameRepr, Link};
@@ -1298,7 +1299,7 @@ pub fn hca_packets(data: &[u8]) {
 #[derive(Debug, Clone, Default)]
 pub struct RunReport {
     /// The device's counters at the end (node 0 for [`hca_wqes`]).
-    pub counters: uroce_emulator::counters::Counters,
+    pub counters: uroce_hca::counters::Counters,
     /// Packets handed to the device by the harness.
     pub fed: u64,
     /// Packets the device sent.
@@ -2504,7 +2505,7 @@ impl Wqes {
                 let _ = node.cmd(Command::ModifyQp { qpn: q.qpn, attr, mask: AttrMask::STATE });
             }
         }
-        self.fabric.set_faults(uroce_emulator::sim::FaultConfig::NONE);
+        self.fabric.set_faults(uroce_sim::FaultConfig::NONE);
         let until = self.now().plus_nanos(50_000_000);
         self.fabric.run_until_idle(until);
         for n in 0..2 {

@@ -4,12 +4,12 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uroce_emulator::command::{Gid, QpCap};
-use uroce_emulator::config::HcaConfig;
-use uroce_emulator::mem::SimMemory;
-use uroce_emulator::sim::{Fabric, FabricConfig, NodeId};
-use uroce_emulator::types::{QpType, Qpn};
-use uroce_emulator::{Hca, Instant, SharedHca};
+use uroce_device::command::{Gid, QpCap};
+use uroce_device::mem::SimMemory;
+use uroce_device::types::{QpType, Qpn};
+use uroce_hca::config::HcaConfig;
+use uroce_hca::{Hca, Instant, SharedHca};
+use uroce_sim::{Fabric, FabricConfig, NodeId};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
 
@@ -66,7 +66,7 @@ impl World {
     pub fn with_memory(
         n: usize,
         config: FabricConfig,
-        memory: impl Fn() -> Arc<dyn uroce_emulator::mem::HostMemory>,
+        memory: impl Fn() -> Arc<dyn uroce_device::mem::HostMemory>,
     ) -> World {
         let mut hcas = Vec::new();
         let mut ips = Vec::new();

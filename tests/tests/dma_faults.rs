@@ -7,9 +7,9 @@
 //! value. The work request completes with an error as before.
 
 use std::sync::Arc;
-use uroce_emulator::mem::SimMemory;
-use uroce_emulator::sim::FabricConfig;
-use uroce_emulator::types::{QpType, WrOpcode};
+use uroce_device::mem::SimMemory;
+use uroce_device::types::{QpType, WrOpcode};
+use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
 use uroce_verbs::{Mr, Qp, RecvWr, RemoteTarget, SendWr, WcStatus};
 

@@ -1,7 +1,7 @@
 //! First end-to-end checks of the HCA on a lossless simulated fabric.
 
-use uroce_emulator::sim::FabricConfig;
-use uroce_emulator::types::{QpType, SendFlags, WrOpcode};
+use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
 use uroce_verbs::{RecvWr, RemoteTarget, SendWr, WcOpcode, WcStatus};
 

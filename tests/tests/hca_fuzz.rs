@@ -13,11 +13,11 @@ use proptest::test_runner::RngSeed;
 use std::net::Ipv4Addr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use uroce_emulator::command::Gid;
-use uroce_emulator::config::HcaConfig;
-use uroce_emulator::mem::{HostMemory, SimMemory};
-use uroce_emulator::types::{QpType, Rkey, WrOpcode};
-use uroce_emulator::{Endpoint, Hca, Instant, SharedHca};
+use uroce_device::command::Gid;
+use uroce_device::mem::{HostMemory, SimMemory};
+use uroce_device::types::{QpType, Rkey, WrOpcode};
+use uroce_hca::config::HcaConfig;
+use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
 use uroce_tests::hca_fuzz::{
     hca_packets, hca_packets_report, hca_wqes, hca_wqes_report, AllocKind, GuardedMemory, RunReport,
 };
@@ -280,7 +280,7 @@ fn seq_nak_for_a_send_behind_an_unanswered_read_returns_promptly() {
         let mut send = SendWr::new(2, WrOpcode::Send);
         send.sg_list = vec![mr.sge(0, 64)];
         qp.post_send(&[read, send]).unwrap();
-        let mut buf = vec![0u8; uroce_emulator::endpoint::MAX_PACKET_LEN];
+        let mut buf = vec![0u8; uroce_hca::endpoint::MAX_PACKET_LEN];
         let now = Instant::from_nanos(1_000);
         let mut sent = 0;
         while hca.poll_transmit(now, &mut buf).is_some() {

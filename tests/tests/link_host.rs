@@ -1,4 +1,4 @@
-//! The L2 transport's host (`uroce_emulator::link::LinkHost`) against
+//! The L2 transport's host (`uroce_net::link::LinkHost`) against
 //! hostile frames: the templates the fuzz body changes are what they
 //! claim to be, and no script of frames, sends and time makes the host
 //! panic, hand the HCA bytes from outside the frame, send a malformed
@@ -8,8 +8,8 @@
 use proptest::collection::vec;
 use proptest::prelude::*;
 use std::net::{IpAddr, Ipv4Addr};
-use uroce_emulator::link::{Ingress, LinkHost};
-use uroce_emulator::time::Instant;
+use uroce_hca::time::Instant;
+use uroce_net::link::{Ingress, LinkHost};
 use uroce_tests::fuzz::{
     link_frames, link_template, LINK_IP, LINK_IP_MTU, LINK_MAC, LINK_TCP_PORT,
 };

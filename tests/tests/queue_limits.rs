@@ -4,9 +4,9 @@
 //! rxe), never after allocating and zeroing gigabytes.
 
 use std::time::{Duration, Instant};
-use uroce_emulator::command::QpCap;
-use uroce_emulator::sim::FabricConfig;
-use uroce_emulator::types::QpType;
+use uroce_device::command::QpCap;
+use uroce_device::types::QpType;
+use uroce_sim::FabricConfig;
 use uroce_tests::child;
 use uroce_tests::world::{cap, World};
 use uroce_verbs::QpInitAttr;

@@ -9,8 +9,8 @@
 //! the drops must show in `rcvd_ghost_response`.
 
 use std::net::IpAddr;
-use uroce_emulator::sim::{FabricConfig, NodeId};
-use uroce_emulator::types::{QpState, QpType, WrOpcode};
+use uroce_device::types::{QpState, QpType, WrOpcode};
+use uroce_sim::{FabricConfig, NodeId};
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
 use uroce_verbs::{Mr, Qp, RemoteTarget, SendWr, WcStatus, WorkCompletion};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
@@ -51,7 +51,7 @@ impl Pair {
         self.w.nodes[0].hca.borrow().counters().rcvd_ghost_response
     }
 
-    fn counters(&self) -> uroce_emulator::counters::Counters {
+    fn counters(&self) -> uroce_hca::counters::Counters {
         self.w.nodes[0].hca.borrow().counters().clone()
     }
 
@@ -255,7 +255,7 @@ fn a_repeated_sequence_nak_starts_one_go_back() {
     // A real sequence NAK (the first packet of a WRITE lost), then the same
     // NAK again while the go-back it caused is still unanswered (a delayed
     // duplicate): the second adds no go-back and spends no retry.
-    use uroce_emulator::sim::{Action, Matcher, Rule};
+    use uroce_sim::{Action, Matcher, Rule};
     let mut p = rc_pair(7, 7);
     p.warm_up();
     p.w.fabric.add_rule(
@@ -321,7 +321,7 @@ fn a_nak_that_passes_a_lost_read_response_ends_nothing() {
     // implied NAK for the READ and the READ goes out again. A fatal NAK for
     // the (acknowledged) WRITE, arriving meanwhile, is in the window but
     // passes the unanswered READ: it must not end the READ, nor the WRITE.
-    use uroce_emulator::sim::{Action, Matcher, Rule};
+    use uroce_sim::{Action, Matcher, Rule};
     let mut p = rc_pair(7, 7);
     p.warm_up();
     p.w.fabric.add_rule(

@@ -6,8 +6,8 @@
 //! HCA bugs the swarm found (all fixed).
 
 use uroce::swarm::{self, Plan, SwarmConfig, SwarmReport};
-use uroce_emulator::sim::Probability;
-use uroce_emulator::types::Mtu;
+use uroce_device::types::Mtu;
+use uroce_sim::Probability;
 
 /// Whether the sweeps relax the model (no FENCE, any RETRY_EXC_ERR): off;
 /// kept as a switch for bisecting a future regression.
@@ -249,8 +249,8 @@ fn one_lost_read_response_spends_one_retry() {
 /// counter never runs out.
 #[test]
 fn a_lost_read_response_rewinds_the_window_once() {
-    use uroce_emulator::sim::{Action, FabricConfig, Matcher, Rule};
-    use uroce_emulator::types::{QpType, WrOpcode};
+    use uroce_device::types::{QpType, WrOpcode};
+    use uroce_sim::{Action, FabricConfig, Matcher, Rule};
     use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
     use uroce_verbs::{RemoteTarget, SendWr, WcStatus};
     use uroce_wire::Opcode;

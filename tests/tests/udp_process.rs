@@ -21,12 +21,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uroce::app::{bring_up, default_tuning, wait_cq, Node, ALL_ACCESS};
-use uroce_emulator::command::{AhAttr, Gid, QpCap};
-use uroce_emulator::cqe::Cqe;
-use uroce_emulator::types::{
+use uroce_device::command::{AhAttr, Gid, QpCap};
+use uroce_device::cqe::Cqe;
+use uroce_device::types::{
     Qkey, QpState, QpType, Qpn, Rkey, WcFlags, WcOpcode, WcStatus, WrOpcode,
 };
-use uroce_emulator::udp::{FaultSpec, UdpConfig};
+use uroce_net::udp::{FaultSpec, UdpConfig};
 use uroce_verbs::connect::Tuning;
 use uroce_verbs::{Mr, Qp, RecvWr, RemoteTarget, SendWr};
 

@@ -7,10 +7,10 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 use uroce::app::{bring_up, connect_pair, default_tuning, qp_on, wait_cq, Node, ALL_ACCESS};
-use uroce_emulator::command::{AhAttr, Gid, QpCap};
-use uroce_emulator::types::{Qkey, QpState, QpType, Qpn, SendFlags, WcStatus, WrOpcode};
-use uroce_emulator::udp::{FaultSpec, ProgressMode, UdpConfig};
-use uroce_emulator::Event;
+use uroce_device::command::{AhAttr, Gid, QpCap};
+use uroce_device::types::{Qkey, QpState, QpType, Qpn, SendFlags, WcStatus, WrOpcode};
+use uroce_device::Event;
+use uroce_net::udp::{FaultSpec, ProgressMode, UdpConfig};
 use uroce_verbs::{AttrMask, CompChannel, QueuePairAttr, RecvWr, SendWr};
 
 fn cap() -> QpCap {
@@ -190,8 +190,7 @@ fn a_cq_reusing_a_destroyed_cqs_index_does_not_inherit_its_channel() {
 
 #[test]
 fn verbs_on_a_closed_device_fail_instead_of_hanging() {
-    let dev =
-        uroce_emulator::udp::UdpDevice::open(config(6, 1, ProgressMode::HYBRID, None)).unwrap();
+    let dev = uroce_net::udp::UdpDevice::open(config(6, 1, ProgressMode::HYBRID, None)).unwrap();
     let ctx = uroce_verbs::Context::open(dev.hca());
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16).unwrap();

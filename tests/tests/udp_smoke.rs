@@ -3,9 +3,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use uroce::app::{connect_pair, default_tuning, Node, ALL_ACCESS};
-use uroce_emulator::command::QpCap;
-use uroce_emulator::types::{QpType, SendFlags, WcStatus, WrOpcode};
-use uroce_emulator::udp::UdpConfig;
+use uroce_device::command::QpCap;
+use uroce_device::types::{QpType, SendFlags, WcStatus, WrOpcode};
+use uroce_net::udp::UdpConfig;
 use uroce_verbs::{RecvWr, RemoteTarget, SendWr};
 
 fn cap() -> QpCap {

@@ -21,20 +21,21 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use uroce_emulator::command::{
+use uroce_device::command::{
     AhAttr, CmdError, Command, DeviceAttr, Gid, PortAttr, QpAttr, QpCap, QpInit, Reply,
 };
-use uroce_emulator::cqe::{Cqe, CQE_LEN};
-use uroce_emulator::hca::{cq_ring_shape, recv_ring_shape, send_ring_shape, SharedHca};
-use uroce_emulator::mem::{HostMemory, MemFault};
-use uroce_emulator::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
-use uroce_emulator::types::{Lkey, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WrOpcode};
-use uroce_emulator::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest};
-use uroce_emulator::{Doorbell, Event, Instant};
+use uroce_device::cqe::{Cqe, CQE_LEN};
+use uroce_device::mem::{HostMemory, MemFault};
+use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
+use uroce_device::types::{Lkey, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WrOpcode};
+use uroce_device::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest};
+use uroce_device::{Doorbell, Event};
+use uroce_hca::hca::{cq_ring_shape, recv_ring_shape, send_ring_shape, SharedHca};
+use uroce_hca::Instant;
 
-pub use uroce_emulator::command::{AhAttr as AddressHandleAttr, QpAttr as QueuePairAttr};
-pub use uroce_emulator::types::{Access, AttrMask, EventType, Mtu, WcFlags, WcOpcode, WcStatus};
-pub use uroce_emulator::wqe::Sge as ScatterGatherEntry;
+pub use uroce_device::command::{AhAttr as AddressHandleAttr, QpAttr as QueuePairAttr};
+pub use uroce_device::types::{Access, AttrMask, EventType, Mtu, WcFlags, WcOpcode, WcStatus};
+pub use uroce_device::wqe::Sge as ScatterGatherEntry;
 
 /// What a verb can fail with (the errno libibverbs would return is
 /// [`Error::errno`]).
@@ -395,7 +396,7 @@ impl Pd {
 
     /// `ibv_reg_mr` on the application's own memory: registers `length`
     /// bytes at `ptr` with `access`. Only devices on real process memory
-    /// ([`uroce_emulator::process_mem::ProcessMemory`]) accept it.
+    /// ([`uroce_net::process_mem::ProcessMemory`]) accept it.
     ///
     /// # Safety
     ///

@@ -1,0 +1,88 @@
+//! Work and completion rings in host memory (the device interface).
+//!
+//! ```text
+//! ring base + 0     producer index (u32)   own 64-byte cache line
+//! ring base + 64    consumer index (u32)   own 64-byte cache line
+//! ring base + 128   reserved               (up to 256)
+//! ring base + 256   entry 0, entry 1, ... entry N-1   (N a power of two,
+//!                   each `stride` bytes, stride a power of two >= 16)
+//! ```
+//!
+//! Indices are free-running 32-bit counters; the slot of index `i` is
+//! `i & (N - 1)`. A producer writes entries, then publishes its index
+//! with release ordering; a consumer reads the index with acquire
+//! ordering, then the entries. `producer - consumer` (wrapping) is the
+//! number of entries in the ring and never exceeds N.
+//!
+//! The HCA treats an index written by the application as hostile: it reads
+//! it once per look, and an advance past the ring's size is refused
+//! ([`RingError::IndexJump`]) rather than trusted.
+
+use crate::mem::MemFault;
+
+/// Offset of the producer index from the ring base.
+pub const PRODUCER_OFFSET: u64 = 0;
+/// Offset of the consumer index.
+pub const CONSUMER_OFFSET: u64 = 64;
+/// Offset of entry 0.
+pub const ENTRIES_OFFSET: u64 = 256;
+
+/// Where a ring lives and its shape, as given to the HCA at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RingDesc {
+    /// Host address of the ring base (64-byte aligned).
+    pub base: u64,
+    /// Number of entries, a power of two.
+    pub entries: u32,
+    /// Bytes per entry, a power of two.
+    pub stride: u32,
+}
+
+impl RingDesc {
+    /// Bytes of host memory the ring needs.
+    pub const fn bytes(&self) -> u64 {
+        ENTRIES_OFFSET + self.entries as u64 * self.stride as u64
+    }
+
+    /// Checks the shape.
+    pub fn validate(&self, max_entries: u32, min_stride: u32) -> Result<(), RingError> {
+        let ok = self.entries.is_power_of_two()
+            && self.entries <= max_entries.next_power_of_two()
+            && self.stride.is_power_of_two()
+            && self.stride >= min_stride.max(16)
+            && self.base % 64 == 0
+            && self.base.checked_add(self.bytes()).is_some();
+        if ok {
+            Ok(())
+        } else {
+            Err(RingError::BadShape)
+        }
+    }
+
+    /// Host address of the entry for index `index`.
+    pub const fn entry_addr(&self, index: u32) -> u64 {
+        self.base + ENTRIES_OFFSET + (index & (self.entries - 1)) as u64 * self.stride as u64
+    }
+}
+
+/// What went wrong with a ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingError {
+    /// Entries not a power of two, stride too small, base misaligned.
+    BadShape,
+    /// The other side's index moved further than the ring holds.
+    IndexJump {
+        /// The index read.
+        index: u32,
+        /// The index it was compared with.
+        own: u32,
+    },
+    /// The ring's memory could not be reached.
+    Fault(MemFault),
+}
+
+impl From<MemFault> for RingError {
+    fn from(fault: MemFault) -> RingError {
+        RingError::Fault(fault)
+    }
+}

@@ -1,0 +1,138 @@
+//! Device configuration: how big every table is, and the attributes the
+//! device reports (shaped like Linux rxe's `rxe_param.h`).
+
+use uroce_device::types::Mtu;
+
+/// Table sizes and limits, fixed when the HCA is created. Everything the
+/// HCA allocates is bounded by these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HcaConfig {
+    /// Queue pairs (QPNs start at [`FIRST_QPN`]).
+    pub max_qp: u32,
+    /// Work requests per send or receive queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per WQE.
+    pub max_sge: u32,
+    /// Inline data bytes per send WQE.
+    pub max_inline_data: u32,
+    /// Completion queues.
+    pub max_cq: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Memory regions and windows (MPT entries).
+    pub max_mr: u32,
+    /// Largest memory region, in bytes.
+    pub max_mr_size: u64,
+    /// Protection domains.
+    pub max_pd: u32,
+    /// Address handles.
+    pub max_ah: u32,
+    /// Shared receive queues.
+    pub max_srq: u32,
+    /// Work requests per SRQ.
+    pub max_srq_wr: u32,
+    /// SGEs per SRQ WQE.
+    pub max_srq_sge: u32,
+    /// Outstanding READ/atomic requests a QP may issue (`max_rd_atomic`).
+    pub max_qp_init_rd_atom: u8,
+    /// READ/atomic requests a QP may have outstanding as responder
+    /// (`max_dest_rd_atomic`): the size of its responder resources.
+    pub max_qp_rd_atom: u8,
+    /// Largest message, in bytes.
+    pub max_msg_size: u32,
+    /// The port's active MTU (the largest path MTU).
+    pub active_mtu: Mtu,
+    /// Page size of the MTT, as a power of two.
+    pub page_shift: u32,
+    /// Local operations and refused WQEs the requester finishes per QP in
+    /// one scheduling turn (each turn sends at most one packet per QP, so
+    /// one busy QP cannot starve the others).
+    pub max_packets_per_turn: u32,
+    /// Packets a requester may have unacknowledged (rxe: 128).
+    pub max_unacked_psns: u32,
+    /// Coalesce: the responder ACKs at least every this many packets even
+    /// without AckReq (rxe: `RXE_MAX_PKT_PER_ACK`).
+    pub max_pkt_per_ack: u32,
+    /// Which IPv4 identification the HCA writes into the headers its ICRC
+    /// covers: whatever carries its packets must send exactly that.
+    pub ipv4_id: Ipv4IdPolicy,
+}
+
+/// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
+/// as in rxe.
+pub const FIRST_QPN: u32 = 16;
+
+/// The IPv4 identification policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipv4IdPolicy {
+    /// One counter per device, incremented per packet (as rxe's kernel
+    /// path does per destination): for transports that write the IP header
+    /// themselves (simulated fabric, L2).
+    Counter,
+    /// Always 0: what Linux writes for a DF datagram from an unconnected
+    /// UDP socket, so the UDP runtime's ICRC covers what the kernel sends.
+    Zero,
+}
+
+impl Default for HcaConfig {
+    /// Linux rxe's limits, with table sizes trimmed to what one process
+    /// needs (a user-space device serves one application).
+    fn default() -> HcaConfig {
+        HcaConfig {
+            max_qp: 16_384,
+            max_qp_wr: 0x4000,
+            max_sge: 32,
+            max_inline_data: 400,
+            max_cq: 16_384,
+            max_cqe: (1 << 15) - 1,
+            max_mr: 65_536,
+            max_mr_size: u64::MAX,
+            max_pd: 0x7ffc,
+            max_ah: 16_384,
+            max_srq: 960,
+            max_srq_wr: 0x4000,
+            max_srq_sge: 27,
+            max_qp_init_rd_atom: 128,
+            max_qp_rd_atom: 128,
+            max_msg_size: 0x80_0000,
+            active_mtu: Mtu::Mtu4096,
+            page_shift: 12,
+            max_packets_per_turn: 64,
+            max_unacked_psns: 128,
+            max_pkt_per_ack: 64,
+            ipv4_id: Ipv4IdPolicy::Counter,
+        }
+    }
+}
+
+impl HcaConfig {
+    /// Checks the configuration for values the HCA cannot work with.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let checks: [(bool, &'static str); 8] = [
+            (self.max_qp >= 1 && self.max_qp <= 0x00ff_ffff - FIRST_QPN, "max_qp"),
+            (self.max_qp_wr >= 1, "max_qp_wr"),
+            (self.max_sge >= 1 && self.max_sge <= 64, "max_sge"),
+            (self.max_cqe >= 1, "max_cqe"),
+            (self.max_mr >= 1 && self.max_mr < (1 << 24), "max_mr (MPT index is 24 bits)"),
+            ((9..=30).contains(&self.page_shift), "page_shift"),
+            (self.max_packets_per_turn >= 1, "max_packets_per_turn"),
+            (self.max_unacked_psns >= 1 && self.max_unacked_psns < (1 << 22), "max_unacked_psns"),
+        ];
+        match checks.iter().find(|(ok, _)| !ok) {
+            Some((_, field)) => Err(ConfigError(field)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A configuration value out of range; the text names the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "bad HCA configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}

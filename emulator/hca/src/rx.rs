@@ -1,0 +1,85 @@
+//! The receive path: from an IP packet to the engine that takes it.
+//!
+//! Nothing in a received packet is trusted: the frame must be RoCEv2 with
+//! a good ICRC (and IPv4/UDP checksums), its transport headers must fit the
+//! opcode table, the QP must exist, be able to receive, have the packet's
+//! transport type, and (RC/UC) be connected to the packet's source address
+//! and QP. Everything dropped is counted.
+
+use crate::endpoint::{Endpoint, Transmit};
+use crate::hca::Hca;
+use crate::time::Instant;
+use uroce_device::types::{QpState, QpType};
+use uroce_wire::frame::{classify, Classified, Link};
+use uroce_wire::opcode::Transport;
+use uroce_wire::{bth, Mask};
+
+impl Hca {
+    /// Takes one received IP packet.
+    pub(crate) fn receive_packet(&mut self, now: Instant, data: &[u8]) {
+        let Classified::Roce(frame) = classify(data, Link::RawIp) else {
+            self.counters.rcvd_malformed += 1;
+            return;
+        };
+        if !frame.integrity_ok() {
+            self.counters.rcvd_icrc_err += 1;
+            return;
+        }
+        let Ok(packet) = frame.packet() else {
+            self.counters.rcvd_malformed += 1;
+            return;
+        };
+        if !self.addresses().contains(&frame.ip.destination()) {
+            self.counters.rcvd_bad_key_or_addr += 1;
+            return;
+        }
+        let bth = packet.bth();
+        if !matches!(bth.pkey(), bth::DEFAULT_PKEY | 0x7fff) {
+            self.counters.rcvd_bad_key_or_addr += 1;
+            return;
+        }
+        let Some(index) = self.qp_slot(bth.dest_qpn()) else {
+            self.counters.rcvd_unknown_qp += 1;
+            return;
+        };
+        let qp = self.qps.get(index).expect("checked");
+        let transport_ok = matches!(
+            (qp.qp_type, bth.opcode().transport()),
+            (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
+        );
+        if !transport_ok || !qp.can_receive() {
+            self.counters.rcvd_unknown_qp += 1;
+            return;
+        }
+        if qp.qp_type != QpType::Ud {
+            let from_peer = qp.path.is_some_and(|p| {
+                p.remote == frame.ip.source() && p.local == frame.ip.destination()
+            });
+            if !from_peer {
+                self.counters.rcvd_bad_key_or_addr += 1;
+                return;
+            }
+        }
+        self.counters.rcvd_pkts += 1;
+        let info = packet.info();
+        if info.is(Mask::RESP) {
+            self.completer_receive(now, index as u32, &packet);
+        } else if qp.state != QpState::Err {
+            self.responder_receive(now, index as u32, &frame, &packet);
+        }
+    }
+
+    /// One packet from QP `index`: what the responder owes first, then the
+    /// requester's next request.
+    pub(crate) fn transmit_from(
+        &mut self,
+        now: Instant,
+        index: u32,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        if let Some(t) = self.next_response_packet(index, buf) {
+            return Some(t);
+        }
+        self.next_request_packet(now, index, buf)
+    }
+}

@@ -1,0 +1,702 @@
+//! The L2 transport's host: uroce as a host on an Ethernet segment of raw
+//! frames, with no kernel stack behind it.
+//!
+//! Over plain UDP the kernel writes the IP header a RoCE packet's ICRC
+//! covers, and a Linux rxe peer writes IPv4 IDs a UDP socket never shows:
+//! the two cannot check each other's ICRCs. On a link of raw frames uroce
+//! sees and writes every byte. [`LinkHost`] is what a host on that link
+//! needs besides the HCA, without any I/O of its own (the runtime in
+//! [`crate::udp`] moves its frames):
+//!
+//! - **Demux** ([`LinkHost::ingress`]): IPv4/IPv6 UDP to port 4791 for the
+//!   device's address goes to the HCA as the IP packet exactly as received
+//!   (cut to the IP length: Ethernet may pad), so the ICRC is checked over
+//!   the peer's own IPv4 ID. Everything else goes to a `smoltcp` interface:
+//!   ARP and neighbour discovery replies, ICMP echo, MLD, and the TCP
+//!   connections of the tools' out-of-band exchange.
+//! - **Neighbours.** smoltcp's neighbour cache is private, so RoCE frames
+//!   get their destination MAC from a table of the host's own, filled by
+//!   snooping every received frame (ARP senders, NDP link-layer options,
+//!   the source MAC of on-link IP traffic). On a miss the host asks (ARP
+//!   request or neighbour solicitation, at most once a second, three
+//!   tries) and holds a few packets per destination meanwhile, as Linux
+//!   does (`unres_qlen`); RC retransmission covers what is dropped.
+//! - **Frames out** ([`LinkHost::encapsulate`]): the HCA's IP packet behind
+//!   a 14-byte Ethernet header, unpadded, as rxe and smoltcp send on this
+//!   link.
+
+mod neighbor;
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use neighbor::{Learned, NeighborTable};
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
+use std::collections::{HashMap, VecDeque};
+use uroce_hca::time::Instant;
+
+/// The RoCEv2 UDP port.
+const ROCE_PORT: u16 = 4791;
+/// Ethernet II header length.
+pub const ETHERNET_HEADER_LEN: usize = 14;
+const ETHERTYPE_IPV4: u16 = 0x0800;
+const ETHERTYPE_IPV6: u16 = 0x86dd;
+const ETHERTYPE_ARP: u16 = 0x0806;
+/// Packets held per unresolved destination (Linux's `unres_qlen` is 3).
+const HELD_PER_DESTINATION: usize = 3;
+/// Between two resolution requests for one destination.
+const RESOLVE_INTERVAL_NS: u64 = 1_000_000_000;
+/// Requests before the held packets are dropped.
+const RESOLVE_TRIES: u32 = 3;
+/// Frames waiting for smoltcp at most (it runs after every receive batch).
+const HOST_QUEUE_LIMIT: usize = 512;
+/// Out-of-band TCP socket buffers (the tools' exchanges are small).
+const TCP_BUFFER_BYTES: usize = 64 * 1024;
+/// How long a released TCP socket may take to close (Linux's
+/// `tcp_fin_timeout`): a peer that vanished leaves it in FIN-WAIT forever.
+const ORPHAN_LIMIT_NS: u64 = 60_000_000_000;
+
+/// Rxe's rule for the path MTU of a link: the largest IB MTU that fits in
+/// the link MTU less 96 bytes of headers (1500 gives 1024, 4200 gives
+/// 4096); `None` below 256 + 96.
+pub fn path_mtu_for_link(link_mtu: u32) -> Option<uroce_device::types::Mtu> {
+    use uroce_device::types::Mtu;
+    let room = link_mtu.checked_sub(96)?;
+    [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512, Mtu::Mtu256]
+        .into_iter()
+        .find(|mtu| mtu.bytes() <= room)
+}
+
+/// How the device joins its link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkAttach {
+    /// One Ethernet frame per UDP datagram between two local sockets
+    /// (QEMU's `-netdev socket,udp=...` convention: no length prefix, no
+    /// FCS; `UROCE_LINK`).
+    Udp {
+        /// Where this host receives its frames.
+        local: SocketAddr,
+        /// Where the other end of the link (a VM, another uroce) receives.
+        remote: SocketAddr,
+    },
+    /// A Linux TAP interface (`UROCE_TAP`): one frame per read or write on
+    /// `/dev/net/tun`.
+    Tap {
+        /// The interface's name.
+        name: String,
+    },
+}
+
+/// The L2 transport's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Where the link's frames travel.
+    pub attach: LinkAttach,
+    /// The device address's prefix length: which addresses are on-link.
+    pub prefix_len: u8,
+    /// The link's IP MTU in bytes (the Ethernet payload).
+    pub mtu: u32,
+}
+
+impl LinkConfig {
+    /// The default link MTU (Ethernet's).
+    pub const DEFAULT_MTU: u32 = 1500;
+
+    /// Parses `UROCE_LINK`'s `<local ip:port>,<remote ip:port>`.
+    pub fn parse_endpoints(text: &str) -> Result<(SocketAddr, SocketAddr), String> {
+        let (local, remote) = text.split_once(',').ok_or_else(|| {
+            format!("UROCE_LINK=`{text}`: expected <local ip:port>,<remote ip:port>")
+        })?;
+        let parse = |part: &str, which: &str| -> Result<SocketAddr, String> {
+            part.trim().parse().map_err(|_| {
+                format!("UROCE_LINK=`{text}`: the {which} endpoint `{part}` is not an ip:port")
+            })
+        };
+        let (local, remote) = (parse(local, "local")?, parse(remote, "remote")?);
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(format!(
+                "UROCE_LINK=`{text}`: the remote endpoint needs an address and a port"
+            ));
+        }
+        Ok((local, remote))
+    }
+
+    /// Parses `UROCE_MTU` (the link MTU in bytes).
+    pub fn parse_mtu(text: &str) -> Result<u32, String> {
+        let mtu: u32 = text
+            .trim()
+            .parse()
+            .map_err(|_| format!("UROCE_MTU=`{text}` is not a number of bytes"))?;
+        if !(352..=9000).contains(&mtu) {
+            return Err(format!(
+                "UROCE_MTU={mtu}: a link MTU is 352..=9000 bytes (path MTU 256 needs 352)"
+            ));
+        }
+        Ok(mtu)
+    }
+}
+
+/// What the link host counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Frames received from the link.
+    pub rx_frames: u64,
+    /// RoCE frames handed to the HCA.
+    pub rx_roce: u64,
+    /// Frames handed to the host stack (ARP, NDP, ICMP, TCP...).
+    pub rx_host: u64,
+    /// Frames dropped before the HCA or the host stack: runts, RoCE
+    /// frames for another address or MAC, bad IP framing, a full queue.
+    pub rx_dropped: u64,
+    /// RoCE frames sent.
+    pub tx_roce: u64,
+    /// Frames the host stack sent.
+    pub tx_host: u64,
+    /// Neighbour resolution requests sent (ARP requests, solicitations).
+    pub resolve_requests: u64,
+    /// Packets dropped for want of a neighbour: held too long, the hold
+    /// queue full, or the destination not on the link.
+    pub tx_unresolved: u64,
+    /// Neighbours in the table.
+    pub neighbors: usize,
+    /// TCP sockets open (listening, connected, or closing after their
+    /// owner let go).
+    pub tcp_sockets: usize,
+}
+
+impl LinkStats {
+    /// Every counter with its name, `link_` in front (the neighbour table's
+    /// and the TCP sockets' sizes are not counters, and are left out).
+    pub fn named(&self) -> [(&'static str, u64); 8] {
+        [
+            ("link_rx_frames", self.rx_frames),
+            ("link_rx_roce", self.rx_roce),
+            ("link_rx_host", self.rx_host),
+            ("link_rx_dropped", self.rx_dropped),
+            ("link_tx_roce", self.tx_roce),
+            ("link_tx_host", self.tx_host),
+            ("link_resolve_requests", self.resolve_requests),
+            ("link_tx_unresolved", self.tx_unresolved),
+        ]
+    }
+}
+
+/// What became of a received frame.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ingress<'a> {
+    /// A RoCE packet for the HCA: the IP packet, cut to its IP length.
+    Roce(&'a [u8]),
+    /// Taken by the host stack (run [`LinkHost::poll`]).
+    Host,
+    /// Dropped (counted).
+    Dropped,
+}
+
+/// What became of a packet to send.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Egress {
+    /// The frame is in the buffer.
+    Ready,
+    /// Held until the destination's MAC is known.
+    Held,
+    /// Dropped (counted): the destination is not on the link, or the hold
+    /// queue was full.
+    Dropped,
+}
+
+/// A packet held for its destination's MAC.
+struct Unresolved {
+    packets: VecDeque<Vec<u8>>,
+    last_request_ns: u64,
+    requests: u32,
+}
+
+/// The link host (see the module docs).
+pub struct LinkHost {
+    mac: [u8; 6],
+    addr: IpAddr,
+    prefix_len: u8,
+    link_local: Ipv6Addr,
+    iface: Interface,
+    device: QueueDevice,
+    sockets: SocketSet<'static>,
+    neighbors: NeighborTable,
+    unresolved: HashMap<IpAddr, Unresolved>,
+    /// Frames ready to leave (host stack, resolution, released packets).
+    outbox: VecDeque<Vec<u8>>,
+    /// TCP sockets their owner let go of, and when: removed once closed,
+    /// or aborted after [`ORPHAN_LIMIT_NS`] (a peer that vanished).
+    orphans: Vec<(SocketHandle, u64)>,
+    /// The time of the last [`LinkHost::poll`].
+    now_ns: u64,
+    stats: LinkStats,
+}
+
+impl core::fmt::Debug for LinkHost {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("LinkHost").field("addr", &self.addr).field("mac", &self.mac).finish()
+    }
+}
+
+/// smoltcp's clock from the runtime's.
+fn smol_now(now: Instant) -> smoltcp::time::Instant {
+    smoltcp::time::Instant::from_micros((now.as_nanos() / 1_000) as i64)
+}
+
+/// The IPv6 link-local address a MAC gives (modified EUI-64): the same
+/// one rxe's GID index 0 holds.
+pub fn link_local_for(mac: [u8; 6]) -> Ipv6Addr {
+    Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        mac[0] ^ 2,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ])
+}
+
+impl LinkHost {
+    /// A host with `mac` and `addr/prefix_len` on a link of `ip_mtu`;
+    /// `seed` seeds smoltcp (TCP initial sequence numbers, ports).
+    pub fn new(
+        mac: [u8; 6],
+        addr: IpAddr,
+        prefix_len: u8,
+        ip_mtu: u32,
+        seed: u64,
+        now: Instant,
+    ) -> LinkHost {
+        let mut device =
+            QueueDevice { rx: VecDeque::new(), tx: VecDeque::new(), ip_mtu: ip_mtu as usize };
+        let mut config = Config::new(HardwareAddress::Ethernet(EthernetAddress(mac)));
+        config.random_seed = seed;
+        let mut iface = Interface::new(config, &mut device, smol_now(now));
+        let link_local = link_local_for(mac);
+        let max_prefix = if addr.is_ipv4() { 32 } else { 128 };
+        let prefix_len = prefix_len.min(max_prefix);
+        iface.update_ip_addrs(|addrs| {
+            let _ = addrs.push(IpCidr::new(IpAddress::from(addr), prefix_len));
+            if addr != IpAddr::V6(link_local) {
+                let _ = addrs.push(IpCidr::new(IpAddress::Ipv6(link_local), 64));
+            }
+        });
+        LinkHost {
+            mac,
+            addr,
+            prefix_len,
+            link_local,
+            iface,
+            device,
+            sockets: SocketSet::new(Vec::new()),
+            neighbors: NeighborTable::default(),
+            unresolved: HashMap::new(),
+            outbox: VecDeque::new(),
+            orphans: Vec::new(),
+            now_ns: now.as_nanos(),
+            stats: LinkStats::default(),
+        }
+    }
+
+    /// The host's MAC.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// What the host counted.
+    pub fn stats(&self) -> LinkStats {
+        LinkStats {
+            neighbors: self.neighbors.len(),
+            tcp_sockets: self.sockets.iter().count(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// The MAC the host knows for `ip`, if any.
+    pub fn neighbor(&self, ip: IpAddr) -> Option<[u8; 6]> {
+        self.neighbors.peek(ip)
+    }
+
+    /// Whether `ip` is on the link (and so reachable without a router).
+    fn on_link(&self, ip: IpAddr) -> bool {
+        match (ip, self.addr) {
+            (IpAddr::V4(ip), IpAddr::V4(own)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.prefix_len)).unwrap_or(0);
+                u32::from(ip) & mask == u32::from(own) & mask
+            }
+            (IpAddr::V6(ip), _) if ip.segments()[0] & 0xffc0 == 0xfe80 => true,
+            (IpAddr::V6(ip), IpAddr::V6(own)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(self.prefix_len)).unwrap_or(0);
+                u128::from(ip) & mask == u128::from(own) & mask
+            }
+            _ => false,
+        }
+    }
+
+    fn is_own(&self, ip: IpAddr) -> bool {
+        ip == self.addr || ip == IpAddr::V6(self.link_local)
+    }
+
+    /// Takes one frame from the link: a RoCE packet for the HCA, or food
+    /// for the host stack. Learns neighbours from every frame.
+    pub fn ingress<'a>(&mut self, frame: &'a [u8]) -> Ingress<'a> {
+        self.stats.rx_frames += 1;
+        if frame.len() < ETHERNET_HEADER_LEN {
+            self.stats.rx_dropped += 1;
+            return Ingress::Dropped;
+        }
+        let destination_mac: [u8; 6] = frame[0..6].try_into().expect("6 bytes");
+        let source_mac: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        if !matches!(ethertype, ETHERTYPE_ARP | ETHERTYPE_IPV4 | ETHERTYPE_IPV6) {
+            // VLAN tags, LLDP, anything else: nothing here speaks it.
+            self.stats.rx_dropped += 1;
+            return Ingress::Dropped;
+        }
+        let payload = &frame[ETHERNET_HEADER_LEN..];
+        let own_ips = [self.addr, IpAddr::V6(self.link_local)];
+        let learned =
+            neighbor::snoop(self.mac, own_ips, destination_mac, ethertype, source_mac, payload);
+        for learned in learned {
+            self.learn(learned);
+        }
+        if let Some(packet) = roce_packet(ethertype, payload) {
+            let destination = packet.destination;
+            if destination_mac != self.mac || !self.is_own(destination) {
+                self.stats.rx_dropped += 1;
+                return Ingress::Dropped;
+            }
+            self.stats.rx_roce += 1;
+            return Ingress::Roce(&payload[..packet.len]);
+        }
+        if self.device.rx.len() >= HOST_QUEUE_LIMIT {
+            self.stats.rx_dropped += 1;
+            return Ingress::Dropped;
+        }
+        self.stats.rx_host += 1;
+        self.device.rx.push_back(frame.to_vec());
+        Ingress::Host
+    }
+
+    fn learn(&mut self, learned: Learned) {
+        if !self.on_link(learned.ip) || self.is_own(learned.ip) {
+            return;
+        }
+        if !self.neighbors.insert(learned.ip, learned.mac, learned.trust) {
+            return;
+        }
+        // Packets held for it can leave now.
+        if let Some(held) = self.unresolved.remove(&learned.ip) {
+            for packet in held.packets {
+                let mut frame = Vec::with_capacity(ETHERNET_HEADER_LEN + packet.len());
+                self.write_frame(&mut frame, learned.mac, &packet);
+                self.stats.tx_roce += 1;
+                self.outbox.push_back(frame);
+            }
+        }
+    }
+
+    fn write_frame(&self, out: &mut Vec<u8>, destination_mac: [u8; 6], packet: &[u8]) {
+        let ethertype = match packet.first().map(|b| b >> 4) {
+            Some(6) => ETHERTYPE_IPV6,
+            _ => ETHERTYPE_IPV4,
+        };
+        out.clear();
+        out.extend_from_slice(&destination_mac);
+        out.extend_from_slice(&self.mac);
+        out.extend_from_slice(&ethertype.to_be_bytes());
+        out.extend_from_slice(packet);
+    }
+
+    /// Puts the HCA's IP packet to `destination` in an Ethernet frame in
+    /// `out`, or holds it while the destination's MAC is asked for.
+    pub fn encapsulate(
+        &mut self,
+        now: Instant,
+        packet: &[u8],
+        destination: IpAddr,
+        out: &mut Vec<u8>,
+    ) -> Egress {
+        if let Some(mac) = self.neighbors.get(destination) {
+            self.write_frame(out, mac, packet);
+            self.stats.tx_roce += 1;
+            return Egress::Ready;
+        }
+        if !self.on_link(destination) {
+            self.stats.tx_unresolved += 1;
+            return Egress::Dropped;
+        }
+        let now_ns = now.as_nanos();
+        let entry = self.unresolved.entry(destination).or_insert(Unresolved {
+            packets: VecDeque::new(),
+            last_request_ns: 0,
+            requests: 0,
+        });
+        let mut verdict = Egress::Held;
+        if entry.packets.len() >= HELD_PER_DESTINATION {
+            entry.packets.pop_front();
+            self.stats.tx_unresolved += 1;
+            verdict = Egress::Dropped;
+        }
+        entry.packets.push_back(packet.to_vec());
+        if entry.requests == 0 {
+            entry.requests = 1;
+            entry.last_request_ns = now_ns;
+            self.send_resolution_request(destination);
+        }
+        verdict
+    }
+
+    /// Asks the link for `ip`'s MAC.
+    fn send_resolution_request(&mut self, ip: IpAddr) {
+        let frame = match (ip, self.addr) {
+            (IpAddr::V4(target), IpAddr::V4(own)) => neighbor::arp_request(self.mac, own, target),
+            (IpAddr::V6(target), _) => {
+                // From the address the peer will answer to on-link.
+                let source = match self.addr {
+                    IpAddr::V6(own) if !target.is_unicast_link_local() => own,
+                    _ => self.link_local,
+                };
+                neighbor::neighbor_solicitation(self.mac, source, target)
+            }
+            _ => return,
+        };
+        self.stats.resolve_requests += 1;
+        self.outbox.push_back(frame);
+    }
+
+    /// Runs the host stack over the frames it was given and its timers,
+    /// and retries resolution; its frames join the outbox.
+    pub fn poll(&mut self, now: Instant) {
+        let now_ns = now.as_nanos();
+        self.now_ns = self.now_ns.max(now_ns);
+        let mut retry = Vec::new();
+        let mut dropped = 0;
+        self.unresolved.retain(|&ip, entry| {
+            if now_ns.saturating_sub(entry.last_request_ns) < RESOLVE_INTERVAL_NS {
+                return true;
+            }
+            if entry.requests >= RESOLVE_TRIES {
+                dropped += entry.packets.len() as u64;
+                return false;
+            }
+            entry.requests += 1;
+            entry.last_request_ns = now_ns;
+            retry.push(ip);
+            true
+        });
+        self.stats.tx_unresolved += dropped;
+        for ip in retry {
+            self.send_resolution_request(ip);
+        }
+        let _ = self.iface.poll(smol_now(now), &mut self.device, &mut self.sockets);
+        let Self { device, outbox, stats, .. } = self;
+        stats.tx_host += device.tx.len() as u64;
+        outbox.extend(device.tx.drain(..));
+        self.reap_orphans();
+    }
+
+    /// Frames ready to leave, oldest first.
+    pub fn take_frame(&mut self) -> Option<Vec<u8>> {
+        self.outbox.pop_front()
+    }
+
+    /// Whether frames wait in the outbox or for the host stack.
+    pub fn has_work(&self) -> bool {
+        !self.outbox.is_empty() || !self.device.rx.is_empty()
+    }
+
+    /// When the host next needs [`LinkHost::poll`] by itself (a TCP
+    /// timer, a resolution retry), in runtime nanoseconds.
+    pub fn poll_at_ns(&mut self, now: Instant) -> Option<u64> {
+        let smol = self
+            .iface
+            .poll_at(smol_now(now), &self.sockets)
+            .map(|at| u64::try_from(at.total_micros()).unwrap_or(0).saturating_mul(1_000));
+        let retry =
+            self.unresolved.values().map(|entry| entry.last_request_ns + RESOLVE_INTERVAL_NS).min();
+        match (smol, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn new_tcp_socket() -> tcp::Socket<'static> {
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; TCP_BUFFER_BYTES]),
+            tcp::SocketBuffer::new(vec![0; TCP_BUFFER_BYTES]),
+        );
+        // The exchanges are request/response: no reason to hold segments
+        // or ACKs back.
+        socket.set_nagle_enabled(false);
+        socket.set_ack_delay(None);
+        socket
+    }
+
+    /// A TCP socket listening on `port` (it takes one connection).
+    pub fn tcp_listen(&mut self, port: u16) -> Result<SocketHandle, String> {
+        let mut socket = Self::new_tcp_socket();
+        socket.listen(port).map_err(|e| format!("listening on TCP port {port}: {e}"))?;
+        Ok(self.sockets.add(socket))
+    }
+
+    /// A TCP socket connecting from `local_port` to `remote:port`.
+    pub fn tcp_connect(
+        &mut self,
+        remote: IpAddr,
+        port: u16,
+        local_port: u16,
+    ) -> Result<SocketHandle, String> {
+        let mut socket = Self::new_tcp_socket();
+        socket
+            .connect(self.iface.context(), (IpAddress::from(remote), port), local_port)
+            .map_err(|e| format!("connecting to {remote}:{port}: {e}"))?;
+        Ok(self.sockets.add(socket))
+    }
+
+    /// The TCP socket behind `handle`.
+    pub fn tcp(&mut self, handle: SocketHandle) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(handle)
+    }
+
+    /// Lets go of a TCP socket: it closes (FIN) and is removed once
+    /// closed.
+    pub fn tcp_release(&mut self, handle: SocketHandle) {
+        self.tcp(handle).close();
+        self.orphans.push((handle, self.now_ns));
+    }
+
+    /// Removes a TCP socket at once (aborting it if still open).
+    pub fn tcp_remove(&mut self, handle: SocketHandle) {
+        self.tcp(handle).abort();
+        self.orphans.push((handle, self.now_ns));
+    }
+
+    fn reap_orphans(&mut self) {
+        let Self { sockets, orphans, now_ns, .. } = self;
+        orphans.retain(|&(handle, released_ns)| {
+            let socket = sockets.get_mut::<tcp::Socket>(handle);
+            if now_ns.saturating_sub(released_ns) >= ORPHAN_LIMIT_NS {
+                socket.abort();
+            }
+            let done = matches!(socket.state(), tcp::State::Closed | tcp::State::TimeWait);
+            if done {
+                sockets.remove(handle);
+            }
+            !done
+        });
+    }
+}
+
+/// Where a RoCE packet inside a frame's payload goes, and its IP length.
+struct RocePacket {
+    destination: IpAddr,
+    len: usize,
+}
+
+/// Whether an Ethernet payload is a RoCEv2 packet (IPv4 or IPv6, UDP to
+/// port 4791, not a fragment, lengths consistent), with its IP length.
+fn roce_packet(ethertype: u16, payload: &[u8]) -> Option<RocePacket> {
+    match ethertype {
+        ETHERTYPE_IPV4 => {
+            let header_len = usize::from(payload.first()? & 0x0f) * 4;
+            if payload[0] >> 4 != 4 || header_len < 20 || payload.len() < header_len + 8 {
+                return None;
+            }
+            let total = usize::from(u16::from_be_bytes([payload[2], payload[3]]));
+            let fragment = u16::from_be_bytes([payload[6], payload[7]]) & 0x3fff;
+            if payload[9] != 17 || fragment != 0 || total < header_len + 8 || total > payload.len()
+            {
+                return None;
+            }
+            let udp = &payload[header_len..];
+            if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_PORT {
+                return None;
+            }
+            let destination: [u8; 4] = payload[16..20].try_into().expect("4 bytes");
+            Some(RocePacket { destination: IpAddr::V4(Ipv4Addr::from(destination)), len: total })
+        }
+        ETHERTYPE_IPV6 => {
+            if payload.len() < 48 || payload[0] >> 4 != 6 || payload[6] != 17 {
+                return None;
+            }
+            let total = 40 + usize::from(u16::from_be_bytes([payload[4], payload[5]]));
+            if total < 48 || total > payload.len() {
+                return None;
+            }
+            if u16::from_be_bytes([payload[42], payload[43]]) != ROCE_PORT {
+                return None;
+            }
+            let destination: [u8; 16] = payload[24..40].try_into().expect("16 bytes");
+            Some(RocePacket { destination: IpAddr::V6(Ipv6Addr::from(destination)), len: total })
+        }
+        _ => None,
+    }
+}
+
+/// A smoltcp device over two frame queues: the runtime feeds `rx` and
+/// takes `tx`.
+struct QueueDevice {
+    rx: VecDeque<Vec<u8>>,
+    tx: VecDeque<Vec<u8>>,
+    ip_mtu: usize,
+}
+
+struct RxToken(Vec<u8>);
+struct TxToken<'a>(&'a mut VecDeque<Vec<u8>>);
+
+impl phy::RxToken for RxToken {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut frame = vec![0u8; len];
+        let result = f(&mut frame);
+        self.0.push_back(frame);
+        result
+    }
+}
+
+impl Device for QueueDevice {
+    type RxToken<'a> = RxToken;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(
+        &mut self,
+        _timestamp: smoltcp::time::Instant,
+    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
+        let frame = self.rx.pop_front()?;
+        Some((RxToken(frame), TxToken(&mut self.tx)))
+    }
+
+    fn transmit(&mut self, _timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
+        Some(TxToken(&mut self.tx))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        // smoltcp counts the Ethernet header in the MTU.
+        caps.max_transmission_unit = self.ip_mtu + ETHERNET_HEADER_LEN;
+        // Compute and verify every checksum: the peer is a real Linux.
+        caps.checksum = ChecksumCapabilities::default();
+        caps
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,446 @@
+//! Host memory over real process memory: the DMA boundary with real
+//! pointers.
+//!
+//! [`ProcessMemory`] is the [`HostMemory`] a runtime uses when the HCA
+//! serves applications in the same process: addresses are the real
+//! addresses of bytes in this process. Like [`SimMemory`], it is safe to
+//! call with any address: every access is checked against a registry of
+//! the ranges it knows, and anything outside them is a [`MemFault`], never
+//! a dereference.
+//!
+//! It knows two kinds of ranges:
+//! - allocations it makes itself with [`HostMemory::allocate`] (zeroed,
+//!   from the global allocator, counted against the budget, freed by
+//!   [`HostMemory::free`] or when the `ProcessMemory` is dropped);
+//! - external ranges of the application's memory, added with the unsafe
+//!   [`ProcessMemory::register_external`] and removed with
+//!   [`ProcessMemory::unregister_external`] (not counted against the
+//!   budget, never freed by `ProcessMemory`).
+//!
+//! # How accesses stay sound
+//!
+//! - The registry lock is held across the range check *and* the access,
+//!   and a range only leaves the registry (and an allocation is only
+//!   deallocated) while that lock is held, so a concurrent `free` or
+//!   `unregister_external` cannot pull memory away mid-access.
+//! - Each range keeps the pointer it came from, and an access uses that
+//!   pointer offset inside its bounds, so accesses carry the provenance of
+//!   the allocation they touch.
+//! - Byte copies go through raw pointers (`copy_nonoverlapping`, or
+//!   `copy` when the caller's buffer overlaps the range); no `&`/`&mut`
+//!   reference into host memory is ever created, since the application may
+//!   use that memory concurrently.
+//! - Ring indices and RDMA atomics use real atomic instructions
+//!   ([`AtomicU32`], [`AtomicU64`]) on naturally aligned words; an
+//!   unaligned word is a fault.
+//!
+//! RDMA atomics act on 8-byte words in the host's native byte order: on
+//! x86-64 (and aarch64 Linux) that is little-endian, the same layout
+//! [`SimMemory`] uses.
+//!
+//! [`SimMemory`]: uroce_device::mem::SimMemory
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use uroce_device::mem::{AllocError, HostMemory, MemFault};
+
+/// Where a range came from.
+#[derive(Debug, Clone, Copy)]
+enum Origin {
+    /// Made by [`HostMemory::allocate`], with the layout to free it with.
+    Owned(Layout),
+    /// The application's memory, added by
+    /// [`ProcessMemory::register_external`].
+    External,
+}
+
+/// One known range of process memory.
+#[derive(Debug)]
+struct Range {
+    /// Its first byte; the pointer it was allocated or registered with.
+    base: NonNull<u8>,
+    /// Its length in bytes (at least 1, at most `isize::MAX`).
+    len: usize,
+    origin: Origin,
+}
+
+// SAFETY: a `Range` is a description of memory (a pointer, a length and a
+// layout), not a borrow of it. The pointer is only dereferenced by
+// `ProcessMemory` while the registry lock is held, after the range check,
+// with raw-pointer copies and atomic instructions that are valid from any
+// thread; the memory it points to is either owned by the `ProcessMemory`
+// (global allocator memory, which any thread may access and free) or
+// guaranteed by the caller of `register_external` to stay valid for
+// device access until unregistered.
+unsafe impl Send for Range {}
+
+struct Registry {
+    /// Known ranges by start address; they never overlap.
+    ranges: BTreeMap<u64, Range>,
+    /// Bytes of own allocations currently live.
+    allocated_bytes: u64,
+    /// Bytes of external ranges currently registered.
+    external_bytes: u64,
+}
+
+impl Registry {
+    /// The pointer to `[addr, addr + len)` if it lies inside one range.
+    fn find(&self, addr: u64, len: u64) -> Option<NonNull<u8>> {
+        let (&start, range) = self.ranges.range(..=addr).next_back()?;
+        let offset = addr - start;
+        let end = offset.checked_add(len)?;
+        if end > range.len as u64 {
+            return None;
+        }
+        // `offset <= end <= range.len <= isize::MAX`, so the cast is exact.
+        let offset = offset as usize;
+        // SAFETY: `offset <= range.len`, so the result is inside the range's
+        // allocation or one past its end, and `range.len <= isize::MAX`.
+        Some(unsafe { range.base.add(offset) })
+    }
+
+    /// Whether `[start, start + len)` overlaps a known range (`len > 0`,
+    /// no overflow).
+    fn overlaps(&self, start: u64, len: u64) -> bool {
+        let end = start + len;
+        // Ranges are disjoint, so the one starting last before `end` is the
+        // one reaching furthest among those starting before `end`.
+        self.ranges
+            .range(..end)
+            .next_back()
+            .is_some_and(|(&other, range)| other + range.len as u64 > start)
+    }
+}
+
+/// Host memory made of real process memory, with every access checked.
+///
+/// `Send + Sync`: the HCA may use it from any thread while the application
+/// allocates and frees from others.
+pub struct ProcessMemory {
+    registry: Mutex<Registry>,
+    budget_bytes: u64,
+    faults: AtomicU64,
+}
+
+impl ProcessMemory {
+    /// Empty memory that allocates at most `budget_bytes` in all (external
+    /// ranges do not count).
+    pub fn new(budget_bytes: u64) -> ProcessMemory {
+        ProcessMemory {
+            registry: Mutex::new(Registry {
+                ranges: BTreeMap::new(),
+                allocated_bytes: 0,
+                external_bytes: 0,
+            }),
+            budget_bytes,
+            faults: AtomicU64::new(0),
+        }
+    }
+
+    /// How many faults were reported.
+    pub fn faults(&self) -> u64 {
+        self.faults.load(Ordering::Relaxed)
+    }
+
+    /// Bytes currently allocated by [`HostMemory::allocate`].
+    pub fn allocated_bytes(&self) -> u64 {
+        self.lock().allocated_bytes
+    }
+
+    /// Bytes of application memory currently registered.
+    pub fn external_bytes(&self) -> u64 {
+        self.lock().external_bytes
+    }
+
+    /// Lets the device read and write the application's memory
+    /// `[ptr, ptr + len)`; returns its address (`ptr` as a `u64`).
+    ///
+    /// Fails with [`AllocError::BadRequest`] for a null pointer, a zero
+    /// length, a range that wraps or is longer than `isize::MAX`, or a
+    /// range that overlaps one already known (an own allocation or another
+    /// external range).
+    ///
+    /// # Safety
+    ///
+    /// Until [`ProcessMemory::unregister_external`] removes it (or this
+    /// `ProcessMemory` is dropped):
+    /// - the whole range must stay valid for reads and writes: allocated
+    ///   (not freed, not reallocated, for a `Vec` not grown or dropped) and
+    ///   not read-only;
+    /// - the caller accepts that the device reads and writes it at any
+    ///   time, from any thread, with plain copies and atomic instructions
+    ///   (DMA semantics). The application must not hold `&`/`&mut`
+    ///   references into it while the device may access it, and must not
+    ///   race non-atomic accesses with the device's: access it through raw
+    ///   pointers or atomics, or only when the device is known to be idle
+    ///   on it (for instance after the completion of the work using it).
+    pub unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
+        let base = NonNull::new(ptr).ok_or(AllocError::BadRequest)?;
+        if len == 0 || len > isize::MAX as usize {
+            return Err(AllocError::BadRequest);
+        }
+        let start = ptr.addr() as u64;
+        let len64 = len as u64;
+        if start.checked_add(len64).is_none() {
+            return Err(AllocError::BadRequest);
+        }
+        let mut registry = self.lock();
+        if registry.overlaps(start, len64) {
+            return Err(AllocError::BadRequest);
+        }
+        registry.ranges.insert(start, Range { base, len, origin: Origin::External });
+        registry.external_bytes += len64;
+        Ok(start)
+    }
+
+    /// Removes an external range registered at `addr`; returns whether
+    /// there was one. After it returns, the device no longer touches the
+    /// range (an access in progress holds the registry lock and finishes
+    /// first). Own allocations are not affected: free them with
+    /// [`HostMemory::free`].
+    pub fn unregister_external(&self, addr: u64) -> bool {
+        let mut registry = self.lock();
+        match registry.ranges.get(&addr) {
+            Some(Range { origin: Origin::External, .. }) => {}
+            _ => return false,
+        }
+        let range = registry.ranges.remove(&addr).expect("range just found");
+        registry.external_bytes -= range.len as u64;
+        true
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        // Every update of the registry is complete before anything that can
+        // panic, so a poisoned lock still guards a consistent registry.
+        self.registry.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn fault(&self, addr: u64, len: u64) -> MemFault {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        MemFault { addr, len }
+    }
+
+    /// Runs `f` on the pointer to `[addr, addr + len)` with the registry
+    /// locked, if the bytes lie inside one known range and `addr` is a
+    /// multiple of `align`. The pointer is valid for reads and writes of
+    /// `len` bytes for as long as `f` runs.
+    fn with_range<R>(
+        &self,
+        addr: u64,
+        len: u64,
+        align: u64,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R, MemFault> {
+        if addr % align != 0 {
+            return Err(self.fault(addr, len));
+        }
+        let registry = self.lock();
+        match registry.find(addr, len) {
+            // The guard lives until the end of this arm: `f` runs under the
+            // lock, so the range cannot be freed or unregistered meanwhile.
+            Some(ptr) => Ok(f(ptr.as_ptr())),
+            None => {
+                drop(registry);
+                Err(self.fault(addr, len))
+            }
+        }
+    }
+}
+
+impl Default for ProcessMemory {
+    /// Memory with no budget limit.
+    fn default() -> ProcessMemory {
+        ProcessMemory::new(u64::MAX)
+    }
+}
+
+impl core::fmt::Debug for ProcessMemory {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let registry = self.lock();
+        f.debug_struct("ProcessMemory")
+            .field("ranges", &registry.ranges.len())
+            .field("allocated_bytes", &registry.allocated_bytes)
+            .field("external_bytes", &registry.external_bytes)
+            .field("budget_bytes", &self.budget_bytes)
+            .field("faults", &self.faults())
+            .finish()
+    }
+}
+
+/// Whether `[a, a + len)` and `[b, b + len)` share a byte.
+fn overlapping(a: *const u8, b: *const u8, len: usize) -> bool {
+    let (a, b) = (a.addr(), b.addr());
+    a.abs_diff(b) < len
+}
+
+impl HostMemory for ProcessMemory {
+    unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
+        // SAFETY: the trait method's contract is the inherent method's,
+        // forwarded unchanged from our caller.
+        unsafe { ProcessMemory::register_external(self, ptr, len) }
+    }
+
+    fn unregister_external(&self, addr: u64) -> bool {
+        ProcessMemory::unregister_external(self, addr)
+    }
+
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        let len = dst.len();
+        self.with_range(addr, len as u64, 1, |src| {
+            let dst = dst.as_mut_ptr();
+            if overlapping(src, dst, len) {
+                // SAFETY: `src` is valid for `len` bytes of reads (checked
+                // under the registry lock, which is held, and ranges are
+                // only removed under it), `dst` for `len` bytes of writes
+                // (a `&mut [u8]` of that length); `u8` needs no alignment.
+                // The buffers overlap (the caller passed a slice of an
+                // external range), so `copy` (memmove) is used.
+                unsafe { core::ptr::copy(src, dst, len) }
+            } else {
+                // SAFETY: as above, and the buffers do not overlap.
+                unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
+            }
+        })
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        let len = src.len();
+        self.with_range(addr, len as u64, 1, |dst| {
+            let src = src.as_ptr();
+            if overlapping(src, dst, len) {
+                // SAFETY: `dst` is valid for `len` bytes of writes (checked
+                // under the registry lock, which is held, and ranges are
+                // only removed under it), `src` for `len` bytes of reads (a
+                // `&[u8]` of that length); `u8` needs no alignment. They
+                // overlap, so `copy` (memmove) is used.
+                unsafe { core::ptr::copy(src, dst, len) }
+            } else {
+                // SAFETY: as above, and the buffers do not overlap.
+                unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
+            }
+        })
+    }
+
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        self.with_range(addr, 4, 4, |ptr| {
+            // SAFETY: `ptr` is valid for 4 bytes of reads and writes (range
+            // check under the registry lock, which is held; ranges are only
+            // removed under it) and 4-byte aligned (`addr % 4 == 0`, and
+            // `addr` is the pointer's address). Other accesses to the word
+            // are atomic or, by `register_external`'s contract, not racing.
+            let word = unsafe { AtomicU32::from_ptr(ptr.cast()) };
+            word.load(Ordering::Acquire)
+        })
+    }
+
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        self.with_range(addr, 4, 4, |ptr| {
+            // SAFETY: as in `load_acquire_u32`: valid for 4 bytes under the
+            // held registry lock, and 4-byte aligned.
+            let word = unsafe { AtomicU32::from_ptr(ptr.cast()) };
+            word.store(value, Ordering::Release)
+        })
+    }
+
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        self.with_range(addr, 8, 8, |ptr| {
+            // SAFETY: `ptr` is valid for 8 bytes of reads and writes (range
+            // check under the registry lock, which is held; ranges are only
+            // removed under it) and 8-byte aligned (`addr % 8 == 0`).
+            let word = unsafe { AtomicU64::from_ptr(ptr.cast()) };
+            match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(old) | Err(old) => old,
+            }
+        })
+    }
+
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        self.with_range(addr, 8, 8, |ptr| {
+            // SAFETY: as in `compare_swap_u64`: valid for 8 bytes under the
+            // held registry lock, and 8-byte aligned.
+            let word = unsafe { AtomicU64::from_ptr(ptr.cast()) };
+            word.fetch_add(add, Ordering::AcqRel)
+        })
+    }
+
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        self.with_range(addr, 8, 8, |ptr| {
+            // SAFETY: as in `compare_swap_u64`: valid for 8 bytes under the
+            // held registry lock, and 8-byte aligned.
+            let word = unsafe { AtomicU64::from_ptr(ptr.cast()) };
+            word.store(value, Ordering::Release)
+        })
+    }
+
+    fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
+        if len == 0 || !align.is_power_of_two() || len > self.budget_bytes {
+            return Err(AllocError::BadRequest);
+        }
+        let size = usize::try_from(len).map_err(|_| AllocError::BadRequest)?;
+        let align = usize::try_from(align).map_err(|_| AllocError::BadRequest)?;
+        // Rejects a size that, rounded up to `align`, passes `isize::MAX`.
+        let layout = Layout::from_size_align(size, align).map_err(|_| AllocError::BadRequest)?;
+        let mut registry = self.lock();
+        if registry.allocated_bytes.saturating_add(len) > self.budget_bytes {
+            return Err(AllocError::OutOfMemory);
+        }
+        // SAFETY: `layout` has a non-zero size (`len > 0`).
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let base = NonNull::new(ptr).ok_or(AllocError::OutOfMemory)?;
+        let start = ptr.addr() as u64;
+        if registry.overlaps(start, len) {
+            // Fresh allocator memory overlaps a registered external range:
+            // that range was freed while registered, breaking
+            // `register_external`'s contract.
+            // SAFETY: `ptr` was just allocated with `layout`, and is not
+            // registered anywhere.
+            unsafe { dealloc(ptr, layout) };
+            drop(registry);
+            panic!("ProcessMemory: an external range was freed while registered (0x{start:x})");
+        }
+        registry.ranges.insert(start, Range { base, len: size, origin: Origin::Owned(layout) });
+        registry.allocated_bytes += len;
+        Ok(start)
+    }
+
+    fn free(&self, addr: u64) -> bool {
+        let mut registry = self.lock();
+        let layout = match registry.ranges.get(&addr) {
+            Some(Range { origin: Origin::Owned(layout), .. }) => *layout,
+            _ => return false,
+        };
+        let range = registry.ranges.remove(&addr).expect("range just found");
+        registry.allocated_bytes -= range.len as u64;
+        // SAFETY: `range.base` was returned by `alloc_zeroed(layout)` and is
+        // freed only here or in `drop`, once, since its range has just been
+        // removed from the registry. The lock is still held, so no access
+        // through the range is in progress or can start.
+        unsafe { dealloc(range.base.as_ptr(), layout) };
+        true
+    }
+}
+
+impl Drop for ProcessMemory {
+    fn drop(&mut self) {
+        let registry = self.registry.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (_, range) in std::mem::take(&mut registry.ranges) {
+            if let Origin::Owned(layout) = range.origin {
+                // SAFETY: `range.base` was returned by `alloc_zeroed(layout)`
+                // and not freed (`free` removes a range before freeing it);
+                // `&mut self` means no access is in progress.
+                unsafe { dealloc(range.base.as_ptr(), layout) };
+            }
+        }
+        registry.allocated_bytes = 0;
+        registry.external_bytes = 0;
+    }
+}
+
+// `ProcessMemory` must stay usable from any thread.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<ProcessMemory>();
+};

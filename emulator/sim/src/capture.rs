@@ -1,0 +1,204 @@
+//! pcap capture of a simulated run, readable by tshark, Wireshark and
+//! `uroce decode`.
+//!
+//! Endpoints exchange bare IP packets; the capture wraps each in an
+//! Ethernet II header whose addresses are made up from node ids
+//! ([`node_mac`]) and stamps it with the virtual time.
+
+use super::NodeId;
+use core::time::Duration;
+use std::cell::RefCell;
+use std::io::{self, Write};
+use std::rc::Rc;
+use uroce_hca::time::Instant;
+use uroce_wire::pcap::PcapSink;
+
+/// Which packets go into the capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapturePoint {
+    /// Each packet as its sender emitted it, at send time (before faults).
+    Sent,
+    /// Each packet as its receiver gets it, at delivery time (after faults:
+    /// duplicates twice, corrupted bits flipped, lost ones missing).
+    Delivered,
+    /// Both: every delivered packet appears twice.
+    Both,
+}
+
+impl CapturePoint {
+    pub(super) fn sent(self) -> bool {
+        matches!(self, CapturePoint::Sent | CapturePoint::Both)
+    }
+
+    pub(super) fn delivered(self) -> bool {
+        matches!(self, CapturePoint::Delivered | CapturePoint::Both)
+    }
+}
+
+/// The Ethernet address the capture gives a node: locally administered,
+/// unicast, `02:00:` then the node id in 32 bits, big endian.
+pub fn node_mac(node: NodeId) -> [u8; 6] {
+    let id = u32::try_from(node.0).unwrap_or(u32::MAX).to_be_bytes();
+    [0x02, 0x00, id[0], id[1], id[2], id[3]]
+}
+
+/// The Ethernet address of the made-up router that packets with no route
+/// are sent to.
+pub const NO_ROUTE_MAC: [u8; 6] = [0x02, 0xff, 0xff, 0xff, 0xff, 0xff];
+
+const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
+const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
+const ETHERNET_HEADER_LEN: usize = 14;
+
+/// A pcap file being written, and the first error writing it.
+pub(super) struct Capture {
+    sink: Option<PcapSink<Box<dyn Write>>>,
+    point: CapturePoint,
+    frame: Vec<u8>,
+    error: Option<String>,
+    frames: u64,
+}
+
+impl Capture {
+    pub(super) fn new(writer: Box<dyn Write>, point: CapturePoint) -> Capture {
+        let (sink, error) = match PcapSink::new(writer) {
+            Ok(sink) => (Some(sink), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Capture { sink, point, frame: Vec::new(), error, frames: 0 }
+    }
+
+    pub(super) fn point(&self) -> CapturePoint {
+        self.point
+    }
+
+    /// Writes one IP packet. After the first error the capture stops (the
+    /// run goes on: a capture never changes what the fabric does).
+    pub(super) fn write(&mut self, at: Instant, from: NodeId, to: Option<NodeId>, packet: &[u8]) {
+        let Some(sink) = self.sink.as_mut() else { return };
+        self.frame.clear();
+        self.frame.extend_from_slice(&to.map_or(NO_ROUTE_MAC, node_mac));
+        self.frame.extend_from_slice(&node_mac(from));
+        let ethertype = match packet.first().map(|b| b >> 4) {
+            Some(6) => ETHERTYPE_IPV6,
+            _ => ETHERTYPE_IPV4,
+        };
+        self.frame.extend_from_slice(&ethertype);
+        debug_assert_eq!(self.frame.len(), ETHERNET_HEADER_LEN);
+        self.frame.extend_from_slice(packet);
+        match sink.write_frame(Duration::from_nanos(at.as_nanos()), &self.frame) {
+            Ok(()) => self.frames += 1,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                self.sink = None;
+            }
+        }
+    }
+
+    pub(super) fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    pub(super) fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Flushes and returns the writer (or the first error).
+    pub(super) fn finish(self) -> Result<Box<dyn Write>, String> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let Some(sink) = self.sink else { return Err("capture already closed".into()) };
+        let mut writer = sink.into_inner();
+        writer.flush().map_err(|e| e.to_string())?;
+        Ok(writer)
+    }
+}
+
+impl core::fmt::Debug for Capture {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Capture")
+            .field("point", &self.point)
+            .field("frames", &self.frames)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
+/// An in-memory writer that stays readable after it is handed to the
+/// fabric: clones share one buffer (single thread only).
+#[derive(Debug, Clone, Default)]
+pub struct SharedBuffer(Rc<RefCell<Vec<u8>>>);
+
+impl SharedBuffer {
+    /// An empty buffer.
+    pub fn new() -> SharedBuffer {
+        SharedBuffer::default()
+    }
+
+    /// A copy of what was written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.borrow().clone()
+    }
+}
+
+impl Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_from_node_ids() {
+        assert_eq!(node_mac(NodeId(0)), [2, 0, 0, 0, 0, 0]);
+        assert_eq!(node_mac(NodeId(0x0102_0304)), [2, 0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn frames_get_an_ethernet_header() {
+        let buf = SharedBuffer::new();
+        let mut c = Capture::new(Box::new(buf.clone()), CapturePoint::Both);
+        c.write(Instant::from_nanos(1_500), NodeId(1), Some(NodeId(2)), &[0x45, 0, 0, 20]);
+        c.write(Instant::from_nanos(2_000), NodeId(1), None, &[0x60]);
+        assert_eq!(c.frames(), 2);
+        assert!(c.finish().is_ok());
+        let bytes = buf.bytes();
+        let frames: Vec<_> = uroce_wire::pcap::CaptureReader::new(&bytes)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(frames[0].timestamp, Duration::from_nanos(1_500));
+        assert_eq!(&frames[0].data[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+        assert_eq!(&frames[0].data[12..], &[0x08, 0x00, 0x45, 0, 0, 20]);
+        assert_eq!(&frames[1].data[..6], &NO_ROUTE_MAC);
+        assert_eq!(&frames[1].data[12..14], &[0x86, 0xdd]);
+    }
+
+    #[test]
+    fn write_errors_stop_the_capture() {
+        struct Broken;
+        impl Write for Broken {
+            fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+                Err(io::Error::other("disk full"))
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut c = Capture::new(Box::new(Broken), CapturePoint::Sent);
+        c.write(Instant::ZERO, NodeId(0), Some(NodeId(1)), &[0x45]);
+        assert!(c.error().is_some());
+        assert_eq!(c.frames(), 0);
+        assert!(c.finish().is_err());
+    }
+}

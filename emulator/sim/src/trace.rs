@@ -1,0 +1,361 @@
+//! The event trace of a simulated run: every event is folded into a
+//! running 64-bit hash, and the last few are kept for reading.
+//!
+//! The hash is FNV-1a 64 over a byte encoding fixed here (a tag byte, then
+//! each field as little-endian `u64`), never `std`'s `Hash`/`DefaultHasher`,
+//! whose output may change between Rust releases and whose `usize` width
+//! depends on the platform. Two runs have the same [`Trace::hash`] exactly
+//! when they saw the same events, in the same order, at the same virtual
+//! times (up to FNV collisions).
+
+use super::NodeId;
+use std::collections::VecDeque;
+use uroce_hca::time::Instant;
+
+/// FNV-1a, 64 bits: simple, specified, stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fnv64(u64);
+
+impl Fnv64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    /// A hasher in its initial state.
+    pub const fn new() -> Fnv64 {
+        Fnv64(Self::OFFSET_BASIS)
+    }
+
+    /// Folds in bytes.
+    pub fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(Self::PRIME);
+        }
+    }
+
+    /// Folds in a `u64` as 8 little-endian bytes.
+    pub fn write_u64(&mut self, value: u64) {
+        self.write(&value.to_le_bytes());
+    }
+
+    /// The hash so far.
+    pub const fn finish(&self) -> u64 {
+        self.0
+    }
+
+    /// The FNV-1a 64 hash of `bytes`.
+    pub fn digest(bytes: &[u8]) -> u64 {
+        let mut h = Fnv64::new();
+        h.write(bytes);
+        h.finish()
+    }
+}
+
+impl Default for Fnv64 {
+    fn default() -> Fnv64 {
+        Fnv64::new()
+    }
+}
+
+/// Why the fabric dropped a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// Random loss ([`super::FaultConfig::loss`]).
+    Loss,
+    /// Longer than the fabric's MTU ([`super::FaultConfig::mtu_bytes`]).
+    Mtu,
+    /// A link down or a partition cut the path at send time.
+    Partition,
+    /// No endpoint owns the destination address.
+    NoRoute,
+    /// Too many packets in flight ([`super::FabricConfig::max_in_flight`]).
+    Overflow,
+    /// A targeted rule ([`super::Action::Drop`]).
+    Rule,
+}
+
+impl DropReason {
+    const fn code(self) -> u64 {
+        match self {
+            DropReason::Loss => 1,
+            DropReason::Mtu => 2,
+            DropReason::Partition => 3,
+            DropReason::NoRoute => 4,
+            DropReason::Overflow => 5,
+            DropReason::Rule => 6,
+        }
+    }
+}
+
+/// Why the fabric held a packet back beyond its normal latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DelayReason {
+    /// Random reordering jitter ([`super::FaultConfig::reorder`]).
+    Reorder,
+    /// A targeted rule ([`super::Action::Delay`]).
+    Rule,
+}
+
+/// One thing that happened in the fabric. `packet` numbers are assigned in
+/// send order, from 0; a duplicate gets a number of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TraceEvent {
+    /// An endpoint emitted a packet (before any fault).
+    Send {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Sender.
+        from: NodeId,
+        /// IP length in bytes.
+        len: usize,
+        /// FNV-1a 64 of the bytes.
+        digest: u64,
+    },
+    /// The fabric dropped a packet.
+    Drop {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Why.
+        reason: DropReason,
+    },
+    /// The fabric made a second copy of a packet.
+    Duplicate {
+        /// When.
+        at: Instant,
+        /// The original's number.
+        packet: u64,
+        /// The copy's number.
+        copy: u64,
+    },
+    /// The fabric flipped one bit of a packet.
+    Corrupt {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Index of the flipped bit from the start of the IP packet (bit 0
+        /// is the most significant bit of byte 0).
+        bit_index: usize,
+    },
+    /// The fabric held a packet back.
+    Delay {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Extra nanoseconds on top of the link's latency.
+        extra_ns: u64,
+        /// Why.
+        reason: DelayReason,
+    },
+    /// A targeted rule fired on a packet.
+    RuleFired {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// The rule's index ([`super::RuleId`]).
+        rule: usize,
+    },
+    /// A packet was handed to its destination.
+    Deliver {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Sender.
+        from: NodeId,
+        /// Receiver.
+        to: NodeId,
+        /// IP length in bytes.
+        len: usize,
+        /// FNV-1a 64 of the bytes as delivered.
+        digest: u64,
+    },
+    /// An endpoint's timer fired.
+    Timeout {
+        /// When.
+        at: Instant,
+        /// Whose.
+        node: NodeId,
+    },
+    /// The driver healed the fabric (every fault off).
+    Heal {
+        /// When.
+        at: Instant,
+    },
+}
+
+impl TraceEvent {
+    /// When the event happened.
+    pub const fn at(&self) -> Instant {
+        match *self {
+            TraceEvent::Send { at, .. }
+            | TraceEvent::Drop { at, .. }
+            | TraceEvent::Duplicate { at, .. }
+            | TraceEvent::Corrupt { at, .. }
+            | TraceEvent::Delay { at, .. }
+            | TraceEvent::RuleFired { at, .. }
+            | TraceEvent::Deliver { at, .. }
+            | TraceEvent::Timeout { at, .. }
+            | TraceEvent::Heal { at } => at,
+        }
+    }
+
+    /// Folds the event into `h`: a tag byte, then every field as a `u64`.
+    fn fold_into(&self, h: &mut Fnv64) {
+        let node = |n: NodeId| n.0 as u64;
+        let (tag, fields): (u8, [u64; 5]) = match *self {
+            TraceEvent::Send { at, packet, from, len, digest } => {
+                (1, [at.as_nanos(), packet, node(from), len as u64, digest])
+            }
+            TraceEvent::Drop { at, packet, reason } => {
+                (2, [at.as_nanos(), packet, reason.code(), 0, 0])
+            }
+            TraceEvent::Duplicate { at, packet, copy } => (3, [at.as_nanos(), packet, copy, 0, 0]),
+            TraceEvent::Corrupt { at, packet, bit_index } => {
+                (4, [at.as_nanos(), packet, bit_index as u64, 0, 0])
+            }
+            TraceEvent::Delay { at, packet, extra_ns, reason } => {
+                let why = match reason {
+                    DelayReason::Reorder => 1,
+                    DelayReason::Rule => 2,
+                };
+                (5, [at.as_nanos(), packet, extra_ns, why, 0])
+            }
+            TraceEvent::RuleFired { at, packet, rule } => {
+                (6, [at.as_nanos(), packet, rule as u64, 0, 0])
+            }
+            TraceEvent::Deliver { at, packet, from, to, len, digest } => {
+                h.write(&[7]);
+                for f in [at.as_nanos(), packet, node(from), node(to), len as u64, digest] {
+                    h.write_u64(f);
+                }
+                return;
+            }
+            TraceEvent::Timeout { at, node: n } => (8, [at.as_nanos(), node(n), 0, 0, 0]),
+            TraceEvent::Heal { at } => (9, [at.as_nanos(), 0, 0, 0, 0]),
+        };
+        h.write(&[tag]);
+        for f in fields {
+            h.write_u64(f);
+        }
+    }
+}
+
+impl core::fmt::Display for TraceEvent {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            TraceEvent::Send { at, packet, from, len, digest } => {
+                write!(f, "{at} #{packet} send from {from} len={len} digest={digest:016x}")
+            }
+            TraceEvent::Drop { at, packet, reason } => write!(f, "{at} #{packet} drop {reason:?}"),
+            TraceEvent::Duplicate { at, packet, copy } => {
+                write!(f, "{at} #{packet} duplicate as #{copy}")
+            }
+            TraceEvent::Corrupt { at, packet, bit_index } => {
+                write!(f, "{at} #{packet} corrupt bit {bit_index}")
+            }
+            TraceEvent::Delay { at, packet, extra_ns, reason } => {
+                write!(f, "{at} #{packet} delay +{extra_ns}ns {reason:?}")
+            }
+            TraceEvent::RuleFired { at, packet, rule } => {
+                write!(f, "{at} #{packet} rule {rule} fired")
+            }
+            TraceEvent::Deliver { at, packet, from, to, len, digest } => {
+                write!(f, "{at} #{packet} deliver {from}->{to} len={len} digest={digest:016x}")
+            }
+            TraceEvent::Timeout { at, node } => write!(f, "{at} timeout {node}"),
+            TraceEvent::Heal { at } => write!(f, "{at} heal"),
+        }
+    }
+}
+
+/// The running trace: a hash of every event and the last `capacity` events.
+#[derive(Debug, Clone)]
+pub struct Trace {
+    hash: Fnv64,
+    events: u64,
+    log: VecDeque<TraceEvent>,
+    capacity: usize,
+}
+
+impl Trace {
+    /// An empty trace that keeps the last `capacity` events (0: none).
+    pub fn new(capacity: usize) -> Trace {
+        Trace { hash: Fnv64::new(), events: 0, log: VecDeque::with_capacity(capacity), capacity }
+    }
+
+    /// Records one event.
+    pub fn record(&mut self, event: TraceEvent) {
+        event.fold_into(&mut self.hash);
+        self.events += 1;
+        if self.capacity == 0 {
+            return;
+        }
+        if self.log.len() == self.capacity {
+            self.log.pop_front();
+        }
+        self.log.push_back(event);
+    }
+
+    /// The hash of every event so far.
+    pub const fn hash(&self) -> u64 {
+        self.hash.finish()
+    }
+
+    /// How many events were recorded.
+    pub const fn event_count(&self) -> u64 {
+        self.events
+    }
+
+    /// The last events kept, oldest first.
+    pub fn events(&self) -> impl Iterator<Item = &TraceEvent> + '_ {
+        self.log.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_reference_values() {
+        // From the FNV reference test vectors.
+        assert_eq!(Fnv64::digest(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(Fnv64::digest(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(Fnv64::digest(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn hash_depends_on_order_and_fields() {
+        let a = TraceEvent::Timeout { at: Instant::from_nanos(5), node: NodeId(0) };
+        let b = TraceEvent::Timeout { at: Instant::from_nanos(5), node: NodeId(1) };
+        let mut t1 = Trace::new(0);
+        let mut t2 = Trace::new(0);
+        t1.record(a);
+        t1.record(b);
+        t2.record(b);
+        t2.record(a);
+        assert_ne!(t1.hash(), t2.hash());
+        let mut t3 = Trace::new(0);
+        t3.record(a);
+        t3.record(b);
+        assert_eq!(t1.hash(), t3.hash());
+        assert_eq!(t1.event_count(), 2);
+    }
+
+    #[test]
+    fn log_keeps_the_last_events() {
+        let mut t = Trace::new(2);
+        for n in 0..5 {
+            t.record(TraceEvent::Timeout { at: Instant::from_nanos(n), node: NodeId(0) });
+        }
+        let kept: Vec<u64> = t.events().map(|e| e.at().as_nanos()).collect();
+        assert_eq!(kept, [3, 4]);
+        assert_eq!(t.event_count(), 5);
+    }
+}
