@@ -64,15 +64,21 @@ enum Command {
     /// the faults heal and every WR must complete or flush within 2 s of
     /// virtual time.
     ///
+    /// The seed also decides whether an adversary runs, and at what rate
+    /// (`--adversary`): a node on the fabric's mirror port that replays
+    /// captured RC packets and injects stale responses and duplicate
+    /// requests, which must change no completion and no byte.
+    ///
     /// The last line printed is `seed=<n> ops=<n> completed=<n>
-    /// mismatches=<n> retransmits=<n> trace_hash=<hex>`: ops are the send
-    /// WRs posted, completed those that completed successfully,
-    /// retransmits the requesters' go-back-N restarts summed over the HCAs
-    /// (the counter completer_retry_err: after a retransmit timeout, a PSN
-    /// sequence NAK, an RNR NAK or an implied NAK), trace_hash the fabric's
-    /// trace hash (the same for the same flags). Exit status: 0 when nothing mismatched and liveness held, 1
-    /// otherwise (with the command that reproduces the run), 2 on bad
-    /// flags.
+    /// mismatches=<n> retransmits=<n> trace_hash=<hex> adversary=<n>`: ops
+    /// are the send WRs posted, completed those that completed
+    /// successfully, retransmits the requesters' go-back-N restarts summed
+    /// over the HCAs (the counter completer_retry_err: after a retransmit
+    /// timeout, a PSN sequence NAK, an RNR NAK or an implied NAK),
+    /// trace_hash the fabric's trace hash (the same for the same flags),
+    /// adversary the packets the adversary injected. Exit status: 0 when
+    /// nothing mismatched and liveness held, 1 otherwise (with the command
+    /// that reproduces the run), 2 on bad flags.
     Sim {
         /// The seed (random, and printed, when absent).
         #[arg(long)]
@@ -112,6 +118,11 @@ enum Command {
         /// takes it as a stuck requester elsewhere.
         #[arg(long)]
         allow_retry_exhaustion: bool,
+        /// The adversary's rate, as a fraction: for each packet delivered,
+        /// the chance that a node on the fabric's mirror port injects a
+        /// replayed or stale RC request or response (0 = no adversary).
+        #[arg(long, value_parser = swarm::parse_fraction)]
+        adversary: Option<Probability>,
     },
 }
 
@@ -151,6 +162,7 @@ where
             mtu,
             no_fence,
             allow_retry_exhaustion,
+            adversary,
         } => {
             let config = SwarmConfig {
                 seed: seed.unwrap_or_else(random_seed),
@@ -164,6 +176,7 @@ where
                 mtu,
                 no_fence,
                 allow_retry_exhaustion,
+                adversary,
             };
             sim(&config, seed.is_none(), out, err)
         }
@@ -213,7 +226,8 @@ fn sim(config: &SwarmConfig, random: bool, out: &mut dyn Write, err: &mut dyn Wr
             let _ = writeln!(out, "FAILED; reproduce: {}", plan.command_line());
             let _ = writeln!(
                 out,
-                "seed={} ops={} completed=0 mismatches=1 retransmits=0 trace_hash={:016x}",
+                "seed={} ops={} completed=0 mismatches=1 retransmits=0 trace_hash={:016x} \
+                 adversary=0",
                 plan.seed, plan.ops, 0
             );
             1

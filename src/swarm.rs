@@ -6,7 +6,8 @@
 //! with immediate, RDMA READ, FETCH_ADD and COMPARE_SWAP; sizes from 0 to
 //! 64 KiB biased to MTU boundaries; chains of up to 8 WRs per post; some
 //! unsignaled, some inline, some fenced, spread over several SGEs with
-//! gaps) and the faults (loss, duplication, reordering, bit corruption).
+//! gaps), the faults (loss, duplication, reordering, bit corruption) and
+//! the adversary's rate (see below; off for about a third of the seeds).
 //! Flags override the seed's choices. Everything runs in one thread in
 //! virtual time, so a run is a pure function of its [`Plan`]: the same
 //! seed gives the same fabric trace hash.
@@ -47,10 +48,15 @@
 //! * **Counters** — no CQ overrun, malformed WQE, DMA fault, malformed
 //!   packet, host memory fault, unexpected asynchronous event, or packet
 //!   above the path MTU.
+//! * **Injected packets** — none may change any of the above; each must
+//!   be dropped as the HCA must drop it (see below).
 //!
 //! When an RC QP fails (RETRY_EXC_ERR), the application tears the
 //! connection down (it moves the peer to ERR, and both sides flush) and,
-//! once both QPs have drained, connects a new pair (new QPNs) in its place.
+//! once both QPs have drained, destroys them and connects a new pair in
+//! its place (new QPNs, usually in the old QPs' table slots). With the
+//! adversary on, the application also closes a healthy RC connection now
+//! and then, the same way.
 //! The local ACK timeout follows the ports: 1 to 4 ms on infinitely fast
 //! ports, 17 to 67 ms on 100 to 10 Gb/s ports, where go-back-N bursts of
 //! many QPs queue for milliseconds (a shorter timeout is congestion
@@ -67,13 +73,68 @@
 //! Once every operation is posted the fabric heals; every send WR (and
 //! every receive on a live RC connection) must then complete or flush
 //! within two seconds of virtual time. At the end every QP goes to ERR and
-//! every receive still posted must flush.
+//! every receive still posted must flush. The adversary does not heal: it
+//! keeps injecting until the end.
+//!
+//! # The adversary
+//!
+//! A node on the fabric's mirror port
+//! ([`Fabric::set_mirror`](uroce_sim::Fabric::set_mirror)) sees every
+//! packet delivered, keeps a bounded seeded sample of the intact RC
+//! requests and responses (recent ones and a reservoir over the whole
+//! run), and for each delivered packet, with the plan's probability
+//! (`--adversary`, 0 = no adversary node), sends one packet of its own a
+//! moment to 30 ms later, with a valid ICRC, the real peer's source
+//! address and a QPN it saw: a verbatim replay of a captured request or
+//! response; a captured response rewritten, at a PSN behind the
+//! requester's window (the PSN it last saw acknowledged or the one just
+//! behind the window, then a few back or up to 2^22 - 1 back), into an
+//! ACK, a PSN sequence NAK, an RNR NAK (timer code 0, 655 ms, included),
+//! an invalid request, remote access or remote operational error NAK, a
+//! READ response with garbage payload or an atomic ACK with a garbage
+//! original value; or a captured SEND, WRITE, READ or atomic request with
+//! its PSN moved behind the responder's expected PSN. Packets for a QPN
+//! whose QP was destroyed or failed are orphans.
+//!
+//! Only RC: UC and UD have no replay protection in the IBA (a replayed UC
+//! FIRST/ONLY or UD datagram is legitimately delivered again; rxe does the
+//! same), so the model could not tell a bug from the protocol there.
+//!
+//! What the model expects of them, besides no effect on completions,
+//! data, memory or atomics:
+//!
+//! * a stale response is dropped as `rcvd_ghost_response` before its
+//!   syndrome or payload is looked at (no sequence or RNR NAK counted, no
+//!   go-back, no RNR wait, no completion);
+//! * a stale request is a `duplicate_request`, answered from the
+//!   responder's state and never executed again (a duplicate READ is read
+//!   again from memory, an atomic answered from its saved result);
+//! * an orphan finds no QP (`rcvd_unknown_qp`), even when a new QP holds
+//!   the old one's table slot;
+//! * a verbatim replay may do what a network duplicate may. Its PSN may
+//!   happen to be inside the window again (a READ response the requester
+//!   dropped as out of order, an RNR NAK while the QP still waits at that
+//!   PSN, a request whose original the responder has not received yet):
+//!   that is protocol-inherent, the packet is the original, and it may
+//!   cost a go-back or an RNR wait, never a byte or a completion.
+//!
+//! "Stale" is decided against the target QP's real state when the packet
+//! is built: a response's PSN outside `[comp.psn, req.next_psn)`, a
+//! request's before the expected PSN. Both edges only move forward and
+//! the distance stays below 2^22, so a stale packet is still stale when it
+//! lands. The fabric hands the mirror port each packet right after the
+//! receiver took it, so the adversary checks each of its packets one by
+//! one against the receiver's counters; it also checks that every
+//! delivered packet, real or not, was counted once (`rcvd_pkts` or one
+//! drop reason). Whatever fails is a mismatch.
 
+mod adversary;
 mod arena;
 mod model;
 mod plan;
 mod run;
 
+pub use adversary::{AdversaryStats, Kind as AdversaryKind, KINDS as ADVERSARY_KINDS};
 pub use plan::{
     fraction, parse_fraction, parse_mtu, Plan, SwarmConfig, DEFAULT_OPS, MAX_NODES, MAX_OPS,
     MAX_QPS,
@@ -108,6 +169,9 @@ pub struct Stats {
     pub rc_lost: u64,
     /// Lost RC connections replaced by a new pair of QPs.
     pub rc_replaced: u64,
+    /// RC connections the application closed on purpose (with the
+    /// adversary on); they are replaced too.
+    pub rc_closed: u64,
     /// RC receives posted late on purpose (to provoke RNR NAKs).
     pub late_recvs: u64,
     /// UC messages sent (SEND, WRITE with immediate).
@@ -175,6 +239,8 @@ pub struct SwarmReport {
     pub fabric: FabricCounters,
     /// The HCAs' counters, summed, by name.
     pub hca: Vec<(&'static str, u64)>,
+    /// What the adversary did (all zero when it did not run).
+    pub adversary: AdversaryStats,
 }
 
 impl SwarmReport {
@@ -197,13 +263,15 @@ impl SwarmReport {
     /// The last line `uroce sim` prints.
     pub fn last_line(&self) -> String {
         format!(
-            "seed={} ops={} completed={} mismatches={} retransmits={} trace_hash={:016x}",
+            "seed={} ops={} completed={} mismatches={} retransmits={} trace_hash={:016x} \
+             adversary={}",
             self.plan.seed,
             self.stats.posted,
             self.stats.completed,
             self.mismatches,
             self.retransmits,
-            self.trace_hash
+            self.trace_hash,
+            self.adversary.injected
         )
     }
 
@@ -228,13 +296,14 @@ impl SwarmReport {
         writeln!(
             out,
             "send WRs: {} completed, {} RETRY_EXC_ERR, {} flushed; receives: {} completed, {} \
-             flushed; RC connections lost: {} (replaced {})",
+             flushed; RC connections lost: {}, closed: {} (replaced {})",
             s.completed,
             s.retry_exc,
             s.flushed,
             s.recv_ok,
             s.recv_flushed,
             s.rc_lost,
+            s.rc_closed,
             s.rc_replaced
         )?;
         writeln!(
@@ -261,6 +330,33 @@ impl SwarmReport {
             self.counter("rcvd_seq_err"),
             self.counter("rcvd_rnr_err")
         )?;
+        let a = &self.adversary;
+        if a.injected > 0 || !self.plan.adversary.is_never() {
+            let kinds: Vec<String> = ADVERSARY_KINDS
+                .iter()
+                .filter(|&&k| a.kind(k) > 0)
+                .map(|&k| format!("{} {}", a.kind(k), k.name()))
+                .collect();
+            writeln!(
+                out,
+                "adversary: {} injected ({}); landed as {} ghost responses, {} duplicate \
+                 requests, {} for no QP, {} taken (replays inside the window), {} corrupted; {} \
+                 orphans ({} to a reused slot), {} picks moved behind the window, {} skipped, {} \
+                 violations",
+                a.injected,
+                kinds.join(", "),
+                a.ghost,
+                a.duplicate,
+                a.unknown_qp,
+                a.accepted,
+                a.corrupted,
+                a.orphans,
+                a.orphans_slot_reused,
+                a.in_window_avoided,
+                a.skipped,
+                a.violations
+            )?;
+        }
         let nonzero: Vec<String> =
             self.hca.iter().filter(|c| c.1 > 0).map(|(n, v)| format!("{n}={v}")).collect();
         writeln!(out, "HCA counters: {}", nonzero.join(" "))?;
@@ -301,8 +397,8 @@ pub fn describe(plan: &Plan) -> String {
         knobs.push_str(" allow-retry-exhaustion");
     }
     format!(
-        "uroce sim: seed={} ops={} qps={} nodes={} mtu={} loss={} dup={} reorder={} corrupt={}{knobs} \
-         (latency {} ns, ports {rate}, reorder delay up to {} ns)",
+        "uroce sim: seed={} ops={} qps={} nodes={} mtu={} loss={} dup={} reorder={} corrupt={} \
+         adversary={}{knobs} (latency {} ns, ports {rate}, reorder delay up to {} ns)",
         plan.seed,
         plan.ops,
         plan.qps,
@@ -312,6 +408,7 @@ pub fn describe(plan: &Plan) -> String {
         fraction(plan.dup),
         fraction(plan.reorder),
         fraction(plan.corrupt),
+        fraction(plan.adversary),
         plan.latency_ns,
         plan.reorder_max_delay_ns
     )

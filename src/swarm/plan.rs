@@ -40,6 +40,9 @@ pub struct SwarmConfig {
     /// Accept RETRY_EXC_ERR at any fault rate (by default only where the
     /// fault rates make seven retries without progress plausible).
     pub allow_retry_exhaustion: bool,
+    /// The adversary's rate: the chance that a delivered packet makes it
+    /// inject one of its own (never: no adversary).
+    pub adversary: Option<Probability>,
 }
 
 /// A resolved run: every choice made. Two runs with equal plans do the
@@ -82,6 +85,9 @@ pub struct Plan {
     pub max_pkt_per_ack: u32,
     /// HCA: packets a QP builds per scheduling turn (seed-chosen).
     pub max_packets_per_turn: u32,
+    /// The adversary's rate: for each packet the fabric delivers, the
+    /// chance that it injects one (never: no adversary node at all).
+    pub adversary: Probability,
 }
 
 const MTUS: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
@@ -92,6 +98,11 @@ const NO_FAULTS: Ranges = [(0, 0); 4];
 const LIGHT: Ranges = [(0, 20_000), (0, 10_000), (0, 50_000), (0, 10_000)];
 const MEDIUM: Ranges = [(20_000, 100_000), (0, 50_000), (0, 100_000), (0, 30_000)];
 const HEAVY: Ranges = [(100_000, 300_000), (0, 100_000), (0, 200_000), (0, 50_000)];
+
+/// The adversary's rates in ppm: low, medium and high ranges.
+const ADVERSARY_LOW: (u32, u32) = (1_000, 10_000);
+const ADVERSARY_MEDIUM: (u32, u32) = (10_000, 50_000);
+const ADVERSARY_HIGH: (u32, u32) = (50_000, 250_000);
 
 impl Plan {
     /// Resolves a configuration. The seed's choices are drawn in a fixed
@@ -128,6 +139,18 @@ impl Plan {
         let max_unacked_psns = [8, 32, 128][r.below(3) as usize];
         let max_pkt_per_ack = [1, 8, 64][r.below(3) as usize];
         let max_packets_per_turn = [1, 4, 64][r.below(3) as usize];
+        // Drawn last, so that adding it changed none of the choices above.
+        let adversary_range = match r.below(100) {
+            0..=34 => (0, 0),
+            35..=59 => ADVERSARY_LOW,
+            60..=84 => ADVERSARY_MEDIUM,
+            _ => ADVERSARY_HIGH,
+        };
+        let adversary = {
+            let (low, high) = adversary_range;
+            let d = r.below(1_000_001);
+            Probability::from_ppm((u64::from(low) + d * u64::from(high - low) / 1_000_000) as u32)
+        };
         Plan {
             seed: config.seed,
             ops: config.ops.unwrap_or(DEFAULT_OPS).min(MAX_OPS),
@@ -146,6 +169,7 @@ impl Plan {
             max_unacked_psns,
             max_pkt_per_ack,
             max_packets_per_turn,
+            adversary: config.adversary.unwrap_or(adversary),
         }
     }
 
@@ -175,7 +199,7 @@ impl Plan {
     pub fn command_line(&self) -> String {
         format!(
             "uroce sim --seed {} --ops {} --qps {} --nodes {} --loss {} --dup {} --reorder {} \
-             --corrupt {} --mtu {}{}{}",
+             --corrupt {} --mtu {} --adversary {}{}{}",
             self.seed,
             self.ops,
             self.qps,
@@ -185,6 +209,7 @@ impl Plan {
             fraction(self.reorder),
             fraction(self.corrupt),
             self.mtu.bytes(),
+            fraction(self.adversary),
             if self.fence { "" } else { " --no-fence" },
             if self.allow_retry_exhaustion { " --allow-retry-exhaustion" } else { "" }
         )
@@ -261,6 +286,7 @@ mod tests {
                 mtu: Some(parse_mtu(value("--mtu")).unwrap()),
                 no_fence: false,
                 allow_retry_exhaustion: false,
+                adversary: Some(parse_fraction(value("--adversary")).unwrap()),
             };
             assert_eq!(Plan::resolve(&config), plan, "seed {seed}");
         }

@@ -2,6 +2,7 @@
 //! faults, heals the fabric and waits for every work request, then checks
 //! everything against the model.
 
+use super::adversary::Adversary;
 use super::arena::{random_bytes, Arena, Layout};
 use super::model::{AtomicOp, AtomicState, Counter, Window};
 use super::plan::Plan;
@@ -16,8 +17,8 @@ use uroce_device::mem::{HostMemory, SimMemory};
 use uroce_device::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
 use uroce_device::Event;
 use uroce_hca::config::HcaConfig;
-use uroce_hca::{Hca, Instant, SharedHca};
-use uroce_sim::{Fabric, FabricConfig, FaultConfig, Fnv64, Probability, SimRng};
+use uroce_hca::{Endpoint, Hca, Instant, SharedHca, Transmit};
+use uroce_sim::{Fabric, FabricConfig, FaultConfig, Fnv64, NodeId, Probability, SimRng};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
     Access, Ah, Context, Cq, EventType, Mr, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr,
@@ -48,6 +49,9 @@ const CAS_PER_NODE: usize = 4;
 const COUNTER_STRIDE: u64 = 64;
 /// Virtual time the liveness phase allows for every WR to finish.
 const LIVENESS_NS: u64 = 2_000_000_000;
+/// With the adversary on, the chance (ppm) that the application closes a
+/// healthy RC connection at one turn of the workload.
+const CLOSE_PPM: u32 = 10_000;
 /// Virtual time the faulty phase may last at most.
 const FAULT_PHASE_MAX_NS: u64 = 600_000_000_000;
 
@@ -84,6 +88,49 @@ impl Op {
             Op::Read => WrOpcode::RdmaRead,
             Op::FetchAdd => WrOpcode::AtomicFetchAndAdd,
             Op::CmpSwap => WrOpcode::AtomicCmpAndSwp,
+        }
+    }
+}
+
+/// A node of the fabric: an HCA, or the adversary on the mirror port.
+pub(crate) enum Member {
+    Hca(SharedHca),
+    Adversary(Box<Adversary>),
+}
+
+impl Endpoint for Member {
+    fn addresses(&self) -> &[IpAddr] {
+        match self {
+            Member::Hca(h) => h.addresses(),
+            Member::Adversary(a) => a.addresses(),
+        }
+    }
+
+    fn receive(&mut self, now: Instant, packet: &[u8]) {
+        match self {
+            Member::Hca(h) => h.receive(now, packet),
+            Member::Adversary(a) => a.receive(now, packet),
+        }
+    }
+
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        match self {
+            Member::Hca(h) => h.poll_transmit(now, buf),
+            Member::Adversary(a) => a.poll_transmit(now, buf),
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Member::Hca(h) => h.poll_timeout(),
+            Member::Adversary(a) => a.poll_timeout(),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Member::Hca(h) => h.handle_timeout(now),
+            Member::Adversary(a) => a.handle_timeout(now),
         }
     }
 }
@@ -185,7 +232,8 @@ struct Side {
     node: usize,
     conn: usize,
     ty: QpType,
-    qp: Qp,
+    /// `None` once destroyed (an RC connection lost or closed, and replaced).
+    qp: Option<Qp>,
     qpn: Qpn,
     peer: usize,
     cap: QpCap,
@@ -220,6 +268,10 @@ struct Side {
 }
 
 impl Side {
+    fn qp(&self) -> &Qp {
+        self.qp.as_ref().expect("a QP not destroyed")
+    }
+
     fn dead(&self) -> bool {
         self.sq_failed || self.recv_flushed || self.torn_down
     }
@@ -266,7 +318,9 @@ enum Commit {
 
 pub(crate) struct Sim {
     plan: Plan,
-    fabric: Fabric<SharedHca>,
+    fabric: Fabric<Member>,
+    /// The adversary's node, when it runs.
+    adversary: Option<NodeId>,
     rng: SimRng,
     knobs: Knobs,
     nodes: Vec<Node>,
@@ -361,7 +415,15 @@ impl Sim {
             faults,
             ..FabricConfig::new(plan.seed)
         };
-        let mut fabric = Fabric::new(config, hcas);
+        let mut members: Vec<Member> = hcas.iter().cloned().map(Member::Hca).collect();
+        let adversary = (!plan.adversary.is_never()).then(|| {
+            let id = NodeId(members.len());
+            let adversary = Adversary::new(id, plan.adversary, plan.seed, hcas.clone());
+            members.push(Member::Adversary(Box::new(adversary)));
+            id
+        });
+        let mut fabric = Fabric::new(config, members);
+        fabric.set_mirror(adversary);
         let mut rng = fabric.fork_rng();
 
         let mut nodes = Vec::new();
@@ -422,6 +484,7 @@ impl Sim {
         let mut sim = Sim {
             plan,
             fabric,
+            adversary,
             rng,
             knobs,
             nodes,
@@ -491,7 +554,7 @@ impl Sim {
         if ty == QpType::Ud {
             let tuning = self.tuning();
             for s in [a, b] {
-                let qp = &self.sides[s].qp;
+                let qp = self.sides[s].qp();
                 connect::to_init(qp, Access::EMPTY, QKEY).expect("UD to INIT");
                 connect::to_rts(qp, None, &tuning).expect("UD to RTS");
                 self.ud_sides.push(s);
@@ -512,12 +575,12 @@ impl Sim {
         };
         let (ip_a, ip_b) = (self.nodes[na].ip, self.nodes[nb].ip);
         let (sa, sb) = (&self.sides[a], &self.sides[b]);
-        connect::to_init(&sa.qp, access, 0).expect("to INIT");
-        connect::to_init(&sb.qp, access, 0).expect("to INIT");
+        connect::to_init(sa.qp(), access, 0).expect("to INIT");
+        connect::to_init(sb.qp(), access, 0).expect("to INIT");
         let ta = Tuning { sq_psn: psn_a, ..tuning };
         let tb = Tuning { sq_psn: psn_b, ..tuning };
-        connect::to_rts(&sa.qp, Some(remote(sb, ip_b, psn_b)), &ta).expect("to RTS");
-        connect::to_rts(&sb.qp, Some(remote(sa, ip_a, psn_a)), &tb).expect("to RTS");
+        connect::to_rts(sa.qp(), Some(remote(sb, ip_b, psn_b)), &ta).expect("to RTS");
+        connect::to_rts(sb.qp(), Some(remote(sa, ip_a, psn_a)), &tb).expect("to RTS");
         for (writer, target) in [(a, nb), (b, na)] {
             let w = self.new_window(target);
             self.sides[writer].window = Some(w);
@@ -525,7 +588,10 @@ impl Sim {
     }
 
     /// A lost RC connection whose QPs have drained gets a new pair of QPs
-    /// (new QPNs), as an application reconnects.
+    /// (new QPNs), as an application reconnects: it destroys the old pair
+    /// first, so the new QPs usually take their table slots (with other
+    /// QPNs: a late or replayed packet of the old connection must find no
+    /// QP).
     fn replace_lost(&mut self) {
         let limit = 4 * self.plan.qps as usize + 16;
         for c in 0..self.conns.len() {
@@ -538,8 +604,53 @@ impl Sim {
             if conn.lost && !conn.replaced && drained(&self.sides[a]) && drained(&self.sides[b]) {
                 self.conns[c].replaced = true;
                 self.stats.rc_replaced += 1;
+                for s in [a, b] {
+                    let Some(qp) = self.sides[s].qp.take() else { continue };
+                    if let Err(e) = qp.destroy() {
+                        let msg = format!("{}: destroy QP failed: {e}", self.name(s));
+                        self.log.mismatch(msg);
+                    }
+                    let (node, qpn) = (self.sides[s].node, self.sides[s].qpn);
+                    if let Some(id) = self.adversary {
+                        if let Member::Adversary(adversary) = self.fabric.endpoint_mut(id) {
+                            adversary.destroyed(node, qpn);
+                        }
+                    }
+                }
                 let (na, nb) = (self.sides[a].node, self.sides[b].node);
                 self.connect_pair(QpType::Rc, na, nb);
+            }
+        }
+    }
+
+    /// The application closes a healthy RC connection (both QPs to ERR:
+    /// they flush), to be replaced once drained. Only with the adversary
+    /// on, so that its sample holds packets of destroyed QPs (and the
+    /// workload of runs without it stays as it was).
+    fn close_one(&mut self) {
+        let open: Vec<usize> = (0..self.conns.len())
+            .filter(|&c| {
+                let (a, b) = self.conns[c].sides;
+                !self.conns[c].lost
+                    && self.sides[a].ty == QpType::Rc
+                    && !self.sides[a].dead()
+                    && !self.sides[b].dead()
+            })
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        let c = pick(&mut self.rng, &open);
+        self.conns[c].lost = true;
+        self.stats.rc_closed += 1;
+        let (a, b) = self.conns[c].sides;
+        for s in [a, b] {
+            let side = &mut self.sides[s];
+            side.torn_down = true;
+            side.pending.clear();
+            if let Err(e) = connect::to_error(side.qp()) {
+                let msg = format!("{}: modify to ERR failed: {e}", self.name(s));
+                self.log.mismatch(msg);
             }
         }
     }
@@ -635,7 +746,7 @@ impl Sim {
             node: n,
             conn,
             ty,
-            qp,
+            qp: Some(qp),
             qpn,
             peer: usize::MAX,
             cap,
@@ -683,6 +794,12 @@ impl Sim {
             iterations += 1;
             self.poll_all();
             self.replace_lost();
+            if self.adversary.is_some()
+                && self.stats.posted < self.plan.ops
+                && self.rng.chance(Probability::from_ppm(CLOSE_PPM))
+            {
+                self.close_one();
+            }
             self.post_receives_all();
             if self.stats.posted < self.plan.ops {
                 for _ in 0..1 + self.rng.below(3) {
@@ -801,7 +918,8 @@ impl Sim {
             let side = &mut self.sides[s];
             side.torn_down = true;
             side.pending.clear();
-            if let Err(e) = connect::to_error(&side.qp) {
+            let Some(qp) = &side.qp else { continue };
+            if let Err(e) = connect::to_error(qp) {
                 let msg = format!("{}: modify to ERR failed: {e}", self.name(s));
                 self.log.mismatch(msg);
             }
@@ -821,6 +939,29 @@ impl Sim {
         self.check_memory();
         self.check_deliveries();
         self.check_counters();
+        self.check_adversary();
+    }
+
+    /// The adversary's node, when it runs.
+    fn adversary(&self) -> Option<&Adversary> {
+        match self.fabric.endpoint(self.adversary?) {
+            Member::Adversary(a) => Some(a),
+            Member::Hca(_) => None,
+        }
+    }
+
+    /// What the adversary found: injected packets an HCA did not drop as
+    /// it must, and packets counted other than exactly once.
+    fn check_adversary(&mut self) {
+        let Some(adversary) = self.adversary() else { return };
+        let found: Vec<String> = adversary.violations().to_vec();
+        let count = adversary.stats().violations;
+        for text in &found {
+            self.log.mismatch(format!("adversary: {text}"));
+        }
+        for _ in found.len() as u64..count {
+            self.log.mismatches += 1;
+        }
     }
 
     pub(crate) fn report(self) -> SwarmReport {
@@ -836,7 +977,9 @@ impl Sim {
         let retransmits =
             hca.iter().find(|(name, _)| *name == "completer_retry_err").map_or(0, |c| c.1);
         let count = |ty| self.sides.iter().filter(|s| s.ty == ty).count() as u32 / 2;
+        let adversary = self.adversary().map(|a| a.stats().clone()).unwrap_or_default();
         SwarmReport {
+            adversary,
             connections: [count(QpType::Rc), count(QpType::Uc), count(QpType::Ud)],
             stats: self.stats,
             mismatches: self.log.mismatches,
@@ -898,7 +1041,8 @@ impl Sim {
         for _ in 0..8 {
             let s = self.rng.below(self.sides.len() as u64) as usize;
             // Dead QPs get a WR now and then: it must flush.
-            if !self.sides[s].dead() || self.rng.chance(percent(10)) {
+            let side = &self.sides[s];
+            if side.qp.is_some() && (!side.dead() || self.rng.chance(percent(10))) {
                 return Some(s);
             }
         }
@@ -921,7 +1065,7 @@ impl Sim {
         last.rec.signaled = true;
         last.wr.flags = last.wr.flags | SendFlags::SIGNALED;
         let wrs: Vec<SendWr> = planned.iter().map(|p| p.wr.clone()).collect();
-        let posted = match self.sides[s].qp.post_send(&wrs) {
+        let posted = match self.sides[s].qp().post_send(&wrs) {
             Ok(()) => planned.len(),
             Err((i, e)) => {
                 let msg =
@@ -1241,7 +1385,7 @@ impl Sim {
         if wrs.is_empty() {
             return;
         }
-        let posted = match side.qp.post_recv(&wrs) {
+        let posted = match side.qp().post_recv(&wrs) {
             Ok(()) => wrs.len(),
             Err((i, e)) => {
                 let msg =
@@ -1510,7 +1654,7 @@ impl Sim {
         if !self.sides[p].torn_down {
             self.sides[p].torn_down = true;
             self.sides[p].pending.clear();
-            if let Err(e) = connect::to_error(&self.sides[p].qp) {
+            if let Err(e) = connect::to_error(self.sides[p].qp()) {
                 let msg = format!("{}: modify to ERR failed: {e}", self.name(p));
                 self.log.mismatch(msg);
             }

@@ -1,5 +1,6 @@
 //! The `uroce sim` swarm in CI: many seeds in-process, a few at heavy
-//! fault rates, determinism, and the command's output contract.
+//! fault rates, the adversary at three rates, determinism, and the
+//! command's output contract.
 //!
 //! The sweeps are strict: FENCE in the workload, and RETRY_EXC_ERR only
 //! where the fault rates make it plausible. The tests at the end reproduce
@@ -149,7 +150,10 @@ fn the_command_prints_the_last_line() {
     let fields: Vec<(&str, &str)> =
         last.split(' ').map(|f| f.split_once('=').expect("key=value")).collect();
     let keys: Vec<&str> = fields.iter().map(|f| f.0).collect();
-    assert_eq!(keys, ["seed", "ops", "completed", "mismatches", "retransmits", "trace_hash"]);
+    assert_eq!(
+        keys,
+        ["seed", "ops", "completed", "mismatches", "retransmits", "trace_hash", "adversary"]
+    );
     assert_eq!(fields[0].1, "9");
     assert_eq!(fields[1].1, "150");
     assert!(fields[2].1.parse::<u64>().unwrap() <= 150);
@@ -157,6 +161,7 @@ fn the_command_prints_the_last_line() {
     fields[4].1.parse::<u64>().unwrap();
     assert_eq!(fields[5].1.len(), 16);
     u64::from_str_radix(fields[5].1, 16).unwrap();
+    fields[6].1.parse::<u64>().unwrap();
     assert!(out.starts_with("uroce sim: seed=9 ops=150 qps=4"), "{out}");
 }
 
@@ -189,11 +194,13 @@ fn plans_are_what_the_flags_say() {
         nodes: Some(3),
         loss: Some(Probability::from_percent(30)),
         mtu: Some(Mtu::Mtu512),
+        adversary: Some(Probability::from_percent(2)),
         ..SwarmConfig::default()
     });
     assert_eq!((plan.ops, plan.qps, plan.nodes, plan.mtu), (10, 7, 3, Mtu::Mtu512));
     assert_eq!(plan.loss, Probability::from_percent(30));
     assert!(plan.command_line().contains("--loss 0.3 "));
+    assert!(plan.command_line().contains("--adversary 0.02"));
     assert!(plan.retry_exhaustion_plausible());
     let calm = Plan::resolve(&SwarmConfig {
         loss: Some(Probability::NEVER),
@@ -203,6 +210,117 @@ fn plans_are_what_the_flags_say() {
         ..SwarmConfig::default()
     });
     assert!(!calm.retry_exhaustion_plausible());
+}
+
+// ---- the adversary --------------------------------------------------------
+//
+// A node on the fabric's mirror port replays captured RC packets and injects
+// stale responses and duplicate requests (see `src/swarm/adversary.rs`): no
+// completion, byte or atomic may change, and each HCA must drop each such
+// packet as a ghost response, a duplicate request or a packet for no QP.
+
+/// The adversary's rates in the sweeps (chance per delivered packet).
+const ADVERSARY_LOW: u32 = 5_000;
+const ADVERSARY_MEDIUM: u32 = 30_000;
+const ADVERSARY_HIGH: u32 = 200_000;
+
+fn adversary(seed: u64, ops: u64, ppm: u32) -> SwarmConfig {
+    SwarmConfig { adversary: Some(Probability::from_ppm(ppm)), ..config(seed, ops) }
+}
+
+fn fault_free(config: SwarmConfig) -> SwarmConfig {
+    let none = Some(Probability::NEVER);
+    SwarmConfig { loss: none, dup: none, reorder: none, corrupt: none, ..config }
+}
+
+/// Seeds from `first`: half with the seed's faults (none to heavy), half on
+/// a fault-free fabric, and one at heavy faults.
+fn adversary_sweep(first: u64, ppm: u32) {
+    let ops = 200;
+    let seeded = (first..first + 5).map(|seed| adversary(seed, ops, ppm));
+    let calm = (first + 5..first + 9).map(|seed| fault_free(adversary(seed, ops, ppm)));
+    let heavy =
+        SwarmConfig { adversary: Some(Probability::from_ppm(ppm)), ..heavy(first + 9, ops) };
+    sweep(seeded.chain(calm).chain([heavy]));
+}
+
+#[test]
+fn adversary_low_rate() {
+    adversary_sweep(3_000, ADVERSARY_LOW);
+}
+
+#[test]
+fn adversary_medium_rate() {
+    adversary_sweep(3_100, ADVERSARY_MEDIUM);
+}
+
+#[test]
+fn adversary_high_rate() {
+    adversary_sweep(3_200, ADVERSARY_HIGH);
+}
+
+#[test]
+fn the_adversary_injects_every_kind_and_the_hcas_drop_them() {
+    use swarm::{AdversaryKind, ADVERSARY_KINDS};
+    let report = swarm::run(&SwarmConfig {
+        qps: Some(8),
+        ..fault_free(adversary(3_300, 400, ADVERSARY_HIGH))
+    });
+    assert!(report.passed(), "{}", render(&report));
+    let a = &report.adversary;
+    for kind in ADVERSARY_KINDS {
+        assert!(a.kind(kind) > 0, "no {} injected:\n{}", kind.name(), render(&report));
+    }
+    assert_eq!(a.by_kind.iter().sum::<u64>(), a.injected);
+    assert!(a.kind(AdversaryKind::StaleRnrNak) > 0);
+    // Connections were closed and replaced: packets of destroyed QPs, some
+    // for a QPN whose table slot a new QP holds, found no QP.
+    assert!(report.stats.rc_closed > 0 && report.stats.rc_replaced > 0, "{}", render(&report));
+    assert!(a.orphans_slot_reused > 0 && a.unknown_qp > 0, "{}", render(&report));
+    // Every injected packet landed as a drop it must be (or, for a replay
+    // inside the window, as a network duplicate), and the HCAs counted
+    // them where they must.
+    assert!(a.ghost > 0 && a.duplicate > 0, "{}", render(&report));
+    assert_eq!(a.violations, 0);
+    assert!(report.counter("rcvd_ghost_response") >= a.ghost);
+    assert!(report.counter("duplicate_request") >= a.duplicate);
+    assert!(report.counter("rcvd_unknown_qp") >= a.unknown_qp);
+    assert_eq!(report.fabric.sent, report.fabric.delivered + report.fabric.dropped());
+    assert!(report.fabric.mirrored > 0);
+    assert!(report.last_line().ends_with(&format!(" adversary={}", a.injected)));
+}
+
+#[test]
+fn the_same_seed_with_the_adversary_gives_the_same_run() {
+    let run = |ppm| swarm::run(&adversary(4_444, 250, ppm));
+    let (a, b) = (run(ADVERSARY_MEDIUM), run(ADVERSARY_MEDIUM));
+    assert!(a.adversary.injected > 0);
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.last_line(), b.last_line());
+    assert_eq!((&a.stats, &a.adversary), (&b.stats, &b.adversary));
+    let c = run(ADVERSARY_HIGH);
+    assert_ne!(a.trace_hash, c.trace_hash, "another rate, another run");
+}
+
+#[test]
+fn the_seed_picks_the_adversary_and_the_flag_overrides_it() {
+    let plans: Vec<Plan> = (0..200)
+        .map(|seed| Plan::resolve(&SwarmConfig { seed, ..SwarmConfig::default() }))
+        .collect();
+    let off = plans.iter().filter(|p| p.adversary.is_never()).count();
+    assert!((40..=100).contains(&off), "{off} of 200 seeds without the adversary");
+    let strong = plans.iter().filter(|p| p.adversary.ppm() >= 50_000).count();
+    assert!(strong >= 10, "{strong} seeds at a high rate");
+    let forced = Plan::resolve(&SwarmConfig {
+        seed: 1,
+        adversary: Some(Probability::NEVER),
+        ..SwarmConfig::default()
+    });
+    assert!(forced.adversary.is_never());
+    assert!(forced.command_line().contains("--adversary 0"));
+    // Off, there is no adversary node at all.
+    let report = swarm::run(&SwarmConfig { adversary: Some(Probability::NEVER), ..config(5, 100) });
+    assert_eq!((report.adversary.injected, report.fabric.mirrored), (0, 0));
 }
 
 // ---- known HCA bugs: strict runs that fail today -------------------------

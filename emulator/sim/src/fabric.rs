@@ -1,6 +1,6 @@
 //! The fabric: endpoints, the packets between them, virtual time.
 
-use super::capture::{Capture, CapturePoint};
+use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, FaultConfig, Outage};
 use super::rng::{Probability, SimRng};
 use super::rule::{Action, BthFacts, PacketFacts, Rule, RuleId, RuleState};
@@ -122,6 +122,8 @@ pub struct FabricCounters {
     pub rule_hits: u64,
     /// Endpoint timers fired.
     pub timeouts: u64,
+    /// Copies handed to the mirror port ([`Fabric::set_mirror`]).
+    pub mirrored: u64,
 }
 
 impl FabricCounters {
@@ -272,6 +274,9 @@ pub struct Fabric<E: Endpoint> {
     counters: FabricCounters,
     trace: Trace,
     capture: Option<Capture>,
+    /// The mirror port, if any, and the buffer its frames are built in.
+    mirror: Option<NodeId>,
+    mirror_frame: Vec<u8>,
     pool: Vec<Vec<u8>>,
     /// Some endpoint may still have packets to send (its poll hit the bound).
     backlog: bool,
@@ -311,6 +316,8 @@ impl<E: Endpoint> Fabric<E> {
             rules: Vec::new(),
             counters: FabricCounters::default(),
             capture: None,
+            mirror: None,
+            mirror_frame: Vec::new(),
             pool: Vec::new(),
             backlog: true,
             steps_at_instant: 0,
@@ -523,6 +530,55 @@ impl<E: Endpoint> Fabric<E> {
         self.capture.take().map(Capture::finish)
     }
 
+    // ----- mirror port -----
+
+    /// Makes `node` a mirror port (a switch's SPAN port), or stops
+    /// mirroring with `None`. From then on, every packet the fabric
+    /// delivers to another node (duplicates, corrupted copies and the
+    /// mirror node's own packets included) is also handed to `node`'s
+    /// [`Endpoint::receive`], right after the receiver has taken it, as an
+    /// Ethernet II frame: destination MAC [`node_mac`] of the receiver,
+    /// source MAC `node_mac` of the sender, then the IP packet. The
+    /// mirror node sees the wire, never the receiver's verdict; it reads
+    /// whatever it likes of the other endpoints' state by its own means.
+    ///
+    /// A copy is made synchronously, nothing is queued (the mirror node
+    /// keeps what it wants, within its own bounds), and it is not a trace
+    /// event of its own: it follows from the delivery, so the trace hash
+    /// changes only by what the mirror node does with what it saw.
+    /// Counted in [`FabricCounters::mirrored`].
+    ///
+    /// [`node_mac`]: super::node_mac
+    pub fn set_mirror(&mut self, node: Option<NodeId>) {
+        if let Some(node) = node {
+            self.check_node(node);
+        }
+        self.mirror = node;
+    }
+
+    /// The mirror port, if any.
+    pub fn mirror(&self) -> Option<NodeId> {
+        self.mirror
+    }
+
+    /// Hands a copy of a packet just delivered to the mirror port.
+    fn mirror_copy(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) {
+        let Some(mirror) = self.mirror.filter(|&m| m != to) else { return };
+        let mut frame = core::mem::take(&mut self.mirror_frame);
+        frame.clear();
+        frame.extend_from_slice(&node_mac(to));
+        frame.extend_from_slice(&node_mac(from));
+        let ethertype: [u8; 2] = match bytes.first().map(|b| b >> 4) {
+            Some(6) => [0x86, 0xdd],
+            _ => [0x08, 0x00],
+        };
+        frame.extend_from_slice(&ethertype);
+        frame.extend_from_slice(bytes);
+        self.counters.mirrored += 1;
+        self.endpoints[mirror.0].receive(self.now, &frame);
+        self.mirror_frame = frame;
+    }
+
     // ----- driving -----
 
     /// When the next event happens: now if some endpoint may have packets
@@ -641,6 +697,7 @@ impl<E: Endpoint> Fabric<E> {
                 capture.write(self.now, from, Some(to), &bytes);
             }
             self.endpoints[to.0].receive(self.now, &bytes);
+            self.mirror_copy(from, to, &bytes);
             self.recycle(bytes);
         }
     }
@@ -937,5 +994,88 @@ mod tests {
         assert_eq!(flip_bit(&mut bytes, u64::MAX), Some(23));
         assert_eq!(bytes, [0, 0, 1]);
         assert_eq!(flip_bit(&mut [], 0), None);
+    }
+
+    /// Sends `left` packets of 40 bytes to `peer`, one per poll, and keeps
+    /// what it receives.
+    struct Probe {
+        addr: Vec<IpAddr>,
+        peer: Option<IpAddr>,
+        left: u32,
+        got: Vec<Vec<u8>>,
+    }
+
+    impl Endpoint for Probe {
+        fn addresses(&self) -> &[IpAddr] {
+            &self.addr
+        }
+        fn receive(&mut self, _now: Instant, packet: &[u8]) {
+            self.got.push(packet.to_vec());
+        }
+        fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<crate::Transmit> {
+            let peer = self.peer?;
+            self.left = self.left.checked_sub(1)?;
+            buf[..40].fill(0x45);
+            buf[39] = self.left as u8;
+            Some(crate::Transmit { destination: peer, len: 40 })
+        }
+        fn poll_timeout(&self) -> Option<Instant> {
+            None
+        }
+        fn handle_timeout(&mut self, _now: Instant) {}
+    }
+
+    fn probes() -> Vec<Probe> {
+        let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+        let probe = |addr: Vec<IpAddr>, peer, left| Probe { addr, peer, left, got: Vec::new() };
+        vec![probe(vec![a], Some(b), 300), probe(vec![b], Some(a), 300), probe(vec![], None, 0)]
+    }
+
+    #[test]
+    fn a_mirror_port_sees_every_delivery_as_a_frame_and_changes_nothing() {
+        let faults = FaultConfig {
+            loss: Probability::from_percent(10),
+            duplicate: Probability::from_percent(10),
+            reorder: Probability::from_percent(20),
+            reorder_max_delay_ns: 50_000,
+            corrupt: Probability::from_percent(5),
+            ..FaultConfig::NONE
+        };
+        let config = FabricConfig { faults, ..FabricConfig::new(9) };
+        let run = |mirror: bool| {
+            let mut fabric = Fabric::new(config.clone(), probes());
+            if mirror {
+                fabric.set_mirror(Some(NodeId(2)));
+            }
+            assert!(fabric.run_until_idle(Instant::from_nanos(100_000_000)));
+            fabric
+        };
+        let (plain, mirrored) = (run(false), run(true));
+        assert_eq!(plain.trace_hash(), mirrored.trace_hash(), "a passive mirror changes nothing");
+        let c = mirrored.counters();
+        assert_eq!(c.mirrored, c.delivered);
+        assert_eq!(plain.counters().mirrored, 0);
+        let nodes = mirrored.endpoints();
+        let frames = &nodes[2].got;
+        assert_eq!(frames.len() as u64, c.delivered);
+        // In delivery order: each receiver's packets, in the order it got
+        // them, with the receiver's and the sender's MACs.
+        for (to, from) in [(0, 1), (1, 0)] {
+            let seen: Vec<&[u8]> = frames
+                .iter()
+                .filter(|f| f[..6] == node_mac(NodeId(to)))
+                .map(|f| {
+                    assert_eq!(f[6..12], node_mac(NodeId(from)));
+                    assert_eq!(f[12..14], [0x08, 0x00]);
+                    &f[14..]
+                })
+                .collect();
+            let got: Vec<&[u8]> = nodes[to].got.iter().map(Vec::as_slice).collect();
+            assert_eq!(seen, got);
+        }
+        let mut fabric = run(true);
+        fabric.set_mirror(None);
+        assert_eq!(fabric.mirror(), None);
     }
 }

@@ -87,6 +87,16 @@
 //! a pcap capture ([`Fabric::start_capture`]) of the packets sent and/or
 //! delivered, wrapped in Ethernet with made-up addresses ([`node_mac`]) and
 //! stamped with the virtual time, for tshark or `uroce decode`.
+//!
+//! A node can also watch the wire itself: [`Fabric::set_mirror`] makes it
+//! a mirror port (a switch's SPAN port) that gets a copy of every packet
+//! delivered, as an Ethernet frame whose MACs name the receiver and the
+//! sender, right after the receiver took it. The copy is synchronous and
+//! queues nothing; a passive mirror leaves the trace hash as it was. The
+//! swarm's adversary (`uroce sim --adversary`) is such a node: it samples
+//! what it sees and sends replays and stale packets of its own (from its
+//! `poll_transmit`, like [`Fabric::inject`]: they meet the faults, rules
+//! and latency every packet meets).
 
 mod capture;
 mod fabric;
