@@ -445,7 +445,7 @@ impl Adversary {
     /// An adversary at node `id` against `hcas` (node `i` is `hcas[i]`),
     /// sending one packet per delivered packet with probability `rate`.
     pub fn new(id: NodeId, rate: Probability, seed: u64, hcas: Vec<SharedHca>) -> Adversary {
-        let last = hcas.iter().map(|h| Rx::of(h.borrow().counters())).collect();
+        let last = hcas.iter().map(|h| Rx::of(&h.borrow().counters())).collect();
         let max_qp = hcas.first().map_or(1, |h| h.borrow().config().max_qp).max(1);
         Adversary {
             id,
@@ -509,7 +509,7 @@ impl Adversary {
             return;
         }
         debug_assert_eq!(&frame[0..6], &node_mac(NodeId(to)));
-        let rx = Rx::of(self.hcas[to].borrow().counters());
+        let rx = Rx::of(&self.hcas[to].borrow().counters());
         let delta = rx.minus(self.last[to]);
         self.last[to] = rx;
         let outcome = Outcome::of(&delta);
