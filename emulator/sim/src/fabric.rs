@@ -1012,12 +1012,12 @@ mod tests {
         fn receive(&mut self, _now: Instant, packet: &[u8]) {
             self.got.push(packet.to_vec());
         }
-        fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<crate::Transmit> {
+        fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<uroce_hca::Transmit> {
             let peer = self.peer?;
             self.left = self.left.checked_sub(1)?;
             buf[..40].fill(0x45);
             buf[39] = self.left as u8;
-            Some(crate::Transmit { destination: peer, len: 40 })
+            Some(uroce_hca::Transmit { destination: peer, len: 40 })
         }
         fn poll_timeout(&self) -> Option<Instant> {
             None
