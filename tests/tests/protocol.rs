@@ -429,6 +429,18 @@ fn a_malformed_wqe_gets_a_local_error_completion_not_a_panic() {
 }
 
 #[test]
+fn an_sge_offset_past_the_address_space_is_refused_by_the_hca_not_a_panic() {
+    let mut p = rc_pair(|_| {});
+    // `Mr::sge` builds what it is asked (as an `ibv_sge` is plain data);
+    // an address that wraps past 2^64 reaches the HCA, which refuses it.
+    let wrapped = send(1, &p.mr_a, u64::MAX - 16, 64);
+    assert_eq!(wrapped.sg_list[0].addr, p.mr_a.addr().wrapping_add(u64::MAX - 16));
+    p.a.post_send(&[wrapped]).unwrap();
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(statuses(&done), vec![(1, WcStatus::LocProtErr)]);
+}
+
+#[test]
 fn uc_send_and_write_with_immediate() {
     let mut w = World::new(2, FabricConfig::new(3));
     let a = w.qp(0, QpType::Uc, cap(16, 2, 64));
