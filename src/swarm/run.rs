@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use uroce_device::command::{AhAttr, Gid, QpCap};
 use uroce_device::cqe::Cqe;
-use uroce_device::mem::{HostMemory, SimMemory};
+use uroce_device::mem::SimMemory;
 use uroce_device::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
 use uroce_device::Event;
 use uroce_hca::config::HcaConfig;
@@ -393,8 +393,8 @@ impl Sim {
                 max_packets_per_turn: plan.max_packets_per_turn,
                 ..HcaConfig::default()
             };
-            let host: Arc<dyn HostMemory> = mem.clone();
-            let hca = SharedHca::new(Hca::new(config, gids, host).expect("HCA configuration"));
+            let hca = Hca::new(config, gids, mem.clone()).expect("HCA configuration");
+            let hca = SharedHca::new(hca, mem.clone());
             hcas.push(hca.clone());
             built.push((hca, ip, mem));
         }

@@ -20,7 +20,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use uroce_device::command::{AhAttr, CmdError, Command, Gid, QpAttr, QpCap, Reply};
 use uroce_device::cqe::Cqe;
-use uroce_device::mem::{AllocError, HostMemory, MemFault, SimMemory};
+use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault, SimMemory};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use uroce_device::types::{
     make_key, Access, AttrMask, EventType, Lkey, Mtu, QpState, QpType, Qpn, SendFlags, WcFlags,
@@ -352,7 +352,9 @@ impl HostMemory for GuardedMemory {
         self.check("atomic store", addr, 8, true);
         self.inner.store_u64(addr, value)
     }
+}
 
+impl DriverMemory for GuardedMemory {
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
         let addr = self.inner.allocate(len, align)?;
         let mut state = self.lock();
@@ -562,7 +564,7 @@ impl Node {
         };
         let guard = Arc::new(GuardedMemory::new(64 << 20));
         let hca = Hca::new(config(), gids, guard.clone()).expect("HCA config");
-        let hca = SharedHca::new(hca);
+        let hca = SharedHca::new(hca, guard.clone());
         let ctx = Context::open(&hca);
         let pd = ctx.alloc_pd().expect("PD");
         let other_pd = ctx.alloc_pd().expect("second PD");

@@ -66,7 +66,7 @@ impl World {
     pub fn with_memory(
         n: usize,
         config: FabricConfig,
-        memory: impl Fn() -> Arc<dyn uroce_device::mem::HostMemory>,
+        memory: impl Fn() -> Arc<dyn uroce_device::mem::DriverMemory>,
     ) -> World {
         let mut hcas = Vec::new();
         let mut ips = Vec::new();
@@ -74,8 +74,9 @@ impl World {
             let ip = Ipv4Addr::new(10, 0, 0, 1 + i as u8);
             let mac = [0x02, 0, 0, 0, 0, 1 + i as u8];
             let gids = vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(ip))];
-            let hca = Hca::new(HcaConfig::default(), gids, memory()).expect("HCA config");
-            hcas.push(SharedHca::new(hca));
+            let memory = memory();
+            let hca = Hca::new(HcaConfig::default(), gids, memory.clone()).expect("HCA config");
+            hcas.push(SharedHca::new(hca, memory));
             ips.push(ip);
         }
         let fabric = Fabric::new(config, hcas.clone());

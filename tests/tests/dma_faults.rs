@@ -44,7 +44,8 @@ impl Pair {
     /// registered.
     fn free_doomed(&self, n: usize) {
         let mr = if n == 0 { &self.doomed_a } else { &self.doomed_b };
-        let freed = self.w.nodes[n].hca.borrow().memory().host().free(mr.addr());
+        let memory = uroce_device::DeviceLink::memory(&self.w.nodes[n].hca);
+        let freed = memory.free(mr.addr());
         assert!(freed, "the region's memory was an allocation");
     }
 

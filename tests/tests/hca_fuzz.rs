@@ -14,7 +14,7 @@ use std::net::Ipv4Addr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 use uroce_device::command::Gid;
-use uroce_device::mem::{HostMemory, SimMemory};
+use uroce_device::mem::{DriverMemory, HostMemory, SimMemory};
 use uroce_device::types::{QpType, Rkey, WrOpcode};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
@@ -257,7 +257,8 @@ fn seq_nak_for_a_send_behind_an_unanswered_read_returns_promptly() {
         let peer = Ipv4Addr::new(10, 0, 0, 2);
         let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 1]), Gid::from(ip)];
         let memory = Arc::new(SimMemory::strict(1 << 24));
-        let mut hca = SharedHca::new(Hca::new(HcaConfig::default(), gids, memory).unwrap());
+        let hca = Hca::new(HcaConfig::default(), gids, memory.clone()).unwrap();
+        let mut hca = SharedHca::new(hca, memory);
         let ctx = Context::open(&hca);
         let pd = ctx.alloc_pd().unwrap();
         let cq = ctx.create_cq(64).unwrap();

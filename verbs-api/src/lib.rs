@@ -25,13 +25,15 @@ use uroce_device::command::{
     AhAttr, CmdError, Command, DeviceAttr, Gid, PortAttr, QpAttr, QpCap, QpInit, Reply,
 };
 use uroce_device::cqe::{Cqe, CQE_LEN};
-use uroce_device::mem::{HostMemory, MemFault};
-use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
+use uroce_device::link::DeviceLink;
+use uroce_device::mem::{DriverMemory, MemFault};
+use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use uroce_device::types::{Lkey, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WrOpcode};
 use uroce_device::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest};
 use uroce_device::{Doorbell, Event};
-use uroce_hca::hca::{cq_ring_shape, recv_ring_shape, send_ring_shape, SharedHca};
+use uroce_hca::hca::{cq_ring_shape, recv_ring_shape, send_ring_shape};
 use uroce_hca::Instant;
+use uroce_hca::SharedHca;
 
 pub use uroce_device::command::{AhAttr as AddressHandleAttr, QpAttr as QueuePairAttr};
 pub use uroce_device::types::{Access, AttrMask, EventType, Mtu, WcFlags, WcOpcode, WcStatus};
@@ -110,7 +112,7 @@ struct EventState {
     other: Mutex<VecDeque<Event>>,
     /// The device's host memory (fixed for its life): reached without
     /// locking the HCA on every poll and post.
-    host: Arc<dyn HostMemory>,
+    host: Arc<dyn DriverMemory>,
 }
 
 impl Context {
@@ -121,7 +123,7 @@ impl Context {
             hca: hca.clone(),
             channels: Mutex::new(BTreeMap::new()),
             other: Mutex::new(VecDeque::new()),
-            host: hca.lock().memory().host().clone(),
+            host: DeviceLink::memory(hca),
         });
         // The device keeps only a weak link back: no reference cycle.
         let weak = Arc::downgrade(&events);
@@ -204,7 +206,7 @@ impl Context {
         self.hca.flush();
     }
 
-    fn host(&self) -> &std::sync::Arc<dyn HostMemory> {
+    fn host(&self) -> &std::sync::Arc<dyn DriverMemory> {
         &self.events.host
     }
 
@@ -974,11 +976,21 @@ impl Qp {
             }
             Ok(())
         })();
-        if posted > 0 {
+        if posted > 0 && !self.device_will_look(host) {
             self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
             self.ctx.flush();
         }
         result
+    }
+
+    /// Whether the device has the send queue in its schedule and promised
+    /// to read the producer index again (its device-scheduled flag), so the
+    /// kick can be skipped. The fence orders the producer index published
+    /// before it against the flag read after it; the device fences the
+    /// other way (`uroce_device::ring`).
+    fn device_will_look(&self, host: &Arc<dyn DriverMemory>) -> bool {
+        host.fence_seq_cst();
+        host.load_acquire_u32(self.sq.base + SCHEDULED_OFFSET).is_ok_and(|flag| flag != 0)
     }
 
     fn build_send_wqe(&self, wr: &SendWr) -> Result<SendWqe> {

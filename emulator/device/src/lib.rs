@@ -11,9 +11,11 @@
 pub mod command;
 pub mod cqe;
 pub mod doorbell;
+pub mod link;
 pub mod mem;
 pub mod ring;
 pub mod types;
 pub mod wqe;
 
 pub use doorbell::{Doorbell, Event};
+pub use link::DeviceLink;

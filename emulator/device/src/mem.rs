@@ -2,7 +2,8 @@
 //!
 //! Everything the HCA reads or writes on the host — registered memory
 //! regions, WQE and CQE rings, doorbell records — goes through
-//! [`HostMemory`]. Every implementation checks each access against the
+//! [`HostMemory`], the device's DMA view; where rings and buffers come
+//! from is the driver's business ([`DriverMemory`]). Every implementation checks each access against the
 //! ranges it knows, so the trait is safe to call with any address: an
 //! address outside them is a [`MemFault`], never undefined behaviour.
 //!
@@ -45,7 +46,11 @@ pub enum AllocError {
     OutOfMemory,
 }
 
-/// The HCA's view of host memory.
+/// The device's view of host memory (its DMA): bytes and words by
+/// address. The HCA reaches registered regions, rings and doorbell records
+/// through it, and so does the driver for the rings it shares with the
+/// device; an implementation checks every access, and reaches ring words
+/// without taking a lock per access where it can (shared mappings).
 pub trait HostMemory: Send + Sync {
     /// Copies `dst.len()` bytes from `addr`.
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault>;
@@ -62,20 +67,36 @@ pub trait HostMemory: Send + Sync {
     fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault>;
     /// Atomically stores an 8-byte word (ATOMIC WRITE).
     fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault>;
+    /// A full (sequentially consistent) fence between this side's earlier
+    /// stores and later loads: the doorbell protocol's "publish, then
+    /// look at the other side's flag" needs it on both sides (see
+    /// [`crate::ring::SCHEDULED_OFFSET`]). Memories behind one lock need
+    /// nothing more than the lock.
+    fn fence_seq_cst(&self) {
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The driver's side of host memory: where rings and buffers come from.
+/// A driver allocates its rings and the buffers it registers here, so that
+/// the device (in this process or another one mapping the same memory)
+/// can reach them; the device itself never allocates.
+pub trait DriverMemory: HostMemory {
     /// Allocates `len` bytes aligned to `align` (a power of two), zeroed.
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError>;
-    /// Frees an allocation made by [`HostMemory::allocate`]; returns
+    /// Frees an allocation made by [`DriverMemory::allocate`]; returns
     /// whether there was one at `addr`.
     fn free(&self, addr: u64) -> bool;
 
     /// Makes `len` bytes of the application's own memory at `ptr`
     /// reachable, and returns their address. Memories whose addresses are
-    /// not pointers (the simulated arena) refuse.
+    /// not pointers of this process (the simulated arena, a mapping shared
+    /// with a device in another process) refuse.
     ///
     /// # Safety
     ///
     /// The range must stay allocated and writable until
-    /// [`HostMemory::unregister_external`] removes it, and while it is
+    /// [`DriverMemory::unregister_external`] removes it, and while it is
     /// registered the caller must not hold references into it nor race
     /// non-atomic accesses with the device, which may read and write it at
     /// any time (DMA semantics).
@@ -84,7 +105,7 @@ pub trait HostMemory: Send + Sync {
         Err(AllocError::BadRequest)
     }
 
-    /// Removes a range registered with [`HostMemory::register_external`].
+    /// Removes a range registered with [`DriverMemory::register_external`].
     fn unregister_external(&self, addr: u64) -> bool {
         let _ = addr;
         false
@@ -231,6 +252,12 @@ impl HostMemory for SimMemory {
         self.with_word(addr, |b| b.copy_from_slice(&value.to_le_bytes()))
     }
 
+    fn fence_seq_cst(&self) {
+        // Every access takes the arena's one lock: already ordered.
+    }
+}
+
+impl DriverMemory for SimMemory {
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
         if len == 0 || !align.is_power_of_two() || len > self.budget_bytes {
             return Err(AllocError::BadRequest);

@@ -3,7 +3,8 @@
 //! ```text
 //! ring base + 0     producer index (u32)   own 64-byte cache line
 //! ring base + 64    consumer index (u32)   own 64-byte cache line
-//! ring base + 128   reserved               (up to 256)
+//! ring base + 128   device-scheduled flag  (u32) own 64-byte cache line
+//! ring base + 192   reserved               (up to 256)
 //! ring base + 256   entry 0, entry 1, ... entry N-1   (N a power of two,
 //!                   each `stride` bytes, stride a power of two >= 16)
 //! ```
@@ -13,6 +14,16 @@
 //! with release ordering; a consumer reads the index with acquire
 //! ordering, then the entries. `producer - consumer` (wrapping) is the
 //! number of entries in the ring and never exceeds N.
+//!
+//! The device-scheduled flag (EVENT_IDX in spirit) lets a driver skip the
+//! doorbell's notification: the device sets it while the queue is in its
+//! schedule, promising to read the producer index again before it stops
+//! looking at the queue. It clears it when it stops, then fences and reads
+//! the producer index once more. A driver publishes its producer index,
+//! fences, then reads the flag: if set, the device will see the new
+//! entries without being told ([`crate::mem::HostMemory::fence_seq_cst`]
+//! on both sides makes this the store-load pattern it must be). Only send
+//! queues use it today; the flag of other rings stays 0.
 //!
 //! The HCA treats an index written by the application as hostile: it reads
 //! it once per look, and an advance past the ring's size is refused
@@ -24,6 +35,9 @@ use crate::mem::MemFault;
 pub const PRODUCER_OFFSET: u64 = 0;
 /// Offset of the consumer index.
 pub const CONSUMER_OFFSET: u64 = 64;
+/// Offset of the device-scheduled flag (non-zero: the device will read the
+/// producer index again without a notification).
+pub const SCHEDULED_OFFSET: u64 = 128;
 /// Offset of entry 0.
 pub const ENTRIES_OFFSET: u64 = 256;
 

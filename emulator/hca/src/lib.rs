@@ -23,9 +23,11 @@ mod req;
 mod resp;
 pub mod ring;
 mod rx;
+pub mod shared;
 pub mod tables;
 pub mod time;
 
 pub use endpoint::{Endpoint, Transmit};
-pub use hca::{Driver, Hca, SharedHca};
+pub use hca::Hca;
+pub use shared::{Driver, SharedHca};
 pub use time::Instant;

@@ -593,7 +593,7 @@ fn check_region_access(access: Access) -> Result<(), RegisterError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uroce_device::mem::SimMemory;
+    use uroce_device::mem::{DriverMemory, SimMemory};
 
     fn setup() -> (MemoryTables, Arc<SimMemory>, u64) {
         let host = Arc::new(SimMemory::strict(1 << 24));

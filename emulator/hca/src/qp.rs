@@ -254,8 +254,12 @@ pub struct QpContext {
     pub comp: Completer,
     /// Responder.
     pub resp: Responder,
-    /// In the HCA's transmit schedule.
+    /// In the HCA's transmit schedule (and the send queue's
+    /// device-scheduled flag is up).
     pub scheduled: bool,
+    /// The send queue's producer index when the HCA last took the
+    /// QP out of its schedule: a post published after it was not seen.
+    pub sq_doorbell_seen: u32,
     /// Packets sent by this QP (for tests and dumps).
     pub sent_pkts: u64,
 }

@@ -9,7 +9,7 @@
 
 use uroce_device::mem::{HostMemory, MemFault};
 pub use uroce_device::ring::{
-    RingDesc, RingError, CONSUMER_OFFSET, ENTRIES_OFFSET, PRODUCER_OFFSET,
+    RingDesc, RingError, CONSUMER_OFFSET, ENTRIES_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET,
 };
 
 /// The HCA's side of a ring the application produces into (SQ, RQ, SRQ):
@@ -107,7 +107,7 @@ impl ProducerRing {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uroce_device::mem::SimMemory;
+    use uroce_device::mem::{DriverMemory, SimMemory};
 
     fn ring(host: &SimMemory, entries: u32, stride: u32) -> RingDesc {
         let desc = RingDesc { base: 0, entries, stride };

@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use uroce_device::mem::{AllocError, HostMemory, MemFault};
+use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault};
 
 /// Where a range came from.
 #[derive(Debug, Clone, Copy)]
@@ -277,16 +277,6 @@ fn overlapping(a: *const u8, b: *const u8, len: usize) -> bool {
 }
 
 impl HostMemory for ProcessMemory {
-    unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
-        // SAFETY: the trait method's contract is the inherent method's,
-        // forwarded unchanged from our caller.
-        unsafe { ProcessMemory::register_external(self, ptr, len) }
-    }
-
-    fn unregister_external(&self, addr: u64) -> bool {
-        ProcessMemory::unregister_external(self, addr)
-    }
-
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
         let len = dst.len();
         self.with_range(addr, len as u64, 1, |src| {
@@ -373,6 +363,18 @@ impl HostMemory for ProcessMemory {
             let word = unsafe { AtomicU64::from_ptr(ptr.cast()) };
             word.store(value, Ordering::Release)
         })
+    }
+}
+
+impl DriverMemory for ProcessMemory {
+    unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
+        // SAFETY: the trait method's contract is the inherent method's,
+        // forwarded unchanged from our caller.
+        unsafe { ProcessMemory::register_external(self, ptr, len) }
+    }
+
+    fn unregister_external(&self, addr: u64) -> bool {
+        ProcessMemory::unregister_external(self, addr)
     }
 
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
-use uroce_device::mem::{AllocError, HostMemory, MemFault};
+use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault};
 use uroce_net::process_mem::ProcessMemory;
 
 #[test]

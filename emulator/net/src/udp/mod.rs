@@ -58,8 +58,8 @@ use std::time::Duration;
 use uroce_device::command::Gid;
 use uroce_hca::config::{HcaConfig, Ipv4IdPolicy};
 use uroce_hca::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
-use uroce_hca::hca::{Driver, Hca, SharedHca};
 use uroce_hca::time::Instant;
+use uroce_hca::{Driver, Hca, SharedHca};
 use uroce_wire::pcap::PcapSink;
 
 /// The RoCEv2 UDP destination port.
@@ -507,9 +507,9 @@ impl UdpDevice {
         };
         let gids = vec![Gid::link_local_from_mac(mac_for(addr)), Gid::from_ip(addr)];
         let memory = Arc::new(ProcessMemory::new(config.memory_budget_bytes));
-        let hca =
-            Hca::new(hca_config, gids, memory).map_err(|e| UdpError::Config(e.to_string()))?;
-        let hca = SharedHca::new(hca);
+        let hca = Hca::new(hca_config, gids, memory.clone())
+            .map_err(|e| UdpError::Config(e.to_string()))?;
+        let hca = SharedHca::new(hca, memory);
 
         let (capture, capture_file) = match &config.capture {
             Some(path) => {

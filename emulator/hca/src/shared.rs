@@ -1,0 +1,240 @@
+//! The in-process device: an HCA behind a mutex, shared between the
+//! runtime that drives it (the simulated fabric, or the real runtime's
+//! threads) and the application's driver, to which it is a
+//! [`DeviceLink`]: commands and kicks are function calls, events are
+//! handed over with the HCA unlocked, and the memory is the process's.
+
+use crate::endpoint::{Endpoint, Transmit};
+use crate::hca::Hca;
+use crate::time::Instant;
+use core::net::IpAddr;
+use std::sync::Arc;
+use uroce_device::command::{CmdError, Command, Reply};
+use uroce_device::link::{DeviceLink, EventNotifier};
+use uroce_device::mem::DriverMemory;
+use uroce_device::{Doorbell, Event};
+
+/// An HCA shared between the runtime that drives it and the application
+/// (verbs-api): the simulated fabric owns one `SharedHca` per node while
+/// the application keeps a clone; the UDP runtime shares it between the
+/// application's threads and its background progress thread.
+#[derive(Clone)]
+pub struct SharedHca {
+    hca: Arc<std::sync::Mutex<Hca>>,
+    addresses: Vec<IpAddr>,
+    /// The host memory, as drivers allocate from it.
+    memory: Arc<dyn DriverMemory>,
+    /// Called after a runtime step that left events waiting (the driver's
+    /// event dispatch: completion channels, async events).
+    notifiers: Notifiers,
+    /// The runtime that moves packets and time, when one does so on the
+    /// application's behalf (the UDP runtime); `None` on the simulated
+    /// fabric, whose loop drives everything.
+    driver: Arc<std::sync::OnceLock<std::sync::Weak<dyn Driver>>>,
+}
+
+/// The functions a [`SharedHca`] calls when events are waiting.
+type Notifiers = Arc<std::sync::Mutex<Vec<Arc<dyn Fn() -> bool + Send + Sync>>>>;
+
+/// A runtime that the application's own verbs calls can drive: `poll_cq`,
+/// `post_send` and `post_recv` call [`Driver::progress`] so that packets
+/// move in the application's thread, with no hand-off to another thread.
+pub trait Driver: Send + Sync {
+    /// The runtime's current time.
+    fn now(&self) -> Instant;
+    /// Receives what has arrived, fires due timers and sends what is
+    /// ready, without blocking. Called with the HCA unlocked.
+    fn progress(&self);
+    /// Sends what is ready (after a doorbell) and fires due timers, without
+    /// looking for received packets: the cheap step `post_send` and
+    /// `post_recv` take.
+    fn flush(&self) {
+        self.progress();
+    }
+    /// A receive was posted: it makes no packet to send, but tells the
+    /// runtime the application is awake.
+    fn posted_receive(&self) {}
+    /// The application is about to sleep on a completion channel (it armed
+    /// a CQ): the runtime must keep the device progressing by itself.
+    fn app_sleeping(&self) {}
+}
+
+impl SharedHca {
+    /// Wraps an HCA whose host memory is `memory` (the same memory the HCA
+    /// was given as its DMA view; drivers allocate from it).
+    pub fn new(hca: Hca, memory: Arc<dyn DriverMemory>) -> SharedHca {
+        let addresses = hca.addresses().to_vec();
+        SharedHca {
+            hca: Arc::new(std::sync::Mutex::new(hca)),
+            addresses,
+            memory,
+            notifiers: Default::default(),
+            driver: Default::default(),
+        }
+    }
+
+    /// Attaches the runtime that drives this HCA (once). The HCA keeps a
+    /// weak link: the runtime owns the HCA, not the other way round.
+    pub fn set_driver(
+        &self,
+        driver: std::sync::Weak<dyn Driver>,
+    ) -> Result<(), std::sync::Weak<dyn Driver>> {
+        self.driver.set(driver)
+    }
+
+    /// The attached driver, while it runs.
+    pub fn driver(&self) -> Option<Arc<dyn Driver>> {
+        self.driver.get().and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Whether a driver was attached and has since stopped (its device was
+    /// closed): nothing moves packets for this HCA any more.
+    pub fn driver_gone(&self) -> bool {
+        self.driver.get().is_some_and(|d| d.strong_count() == 0)
+    }
+
+    /// The time to hand the HCA: the driver's clock, or (on the simulated
+    /// fabric) the latest time the HCA saw.
+    pub fn now(&self) -> Instant {
+        match self.driver() {
+            Some(driver) => driver.now(),
+            None => self.lock().now(),
+        }
+    }
+
+    /// Lets the driver move packets and time (no-op without a driver).
+    pub fn progress(&self) {
+        if let Some(driver) = self.driver() {
+            driver.progress();
+        }
+    }
+
+    /// Tells the driver a receive was posted (no-op without a driver).
+    pub fn posted_receive(&self) {
+        if let Some(driver) = self.driver() {
+            driver.posted_receive();
+        }
+    }
+
+    /// Lets the driver send what is ready (no-op without a driver).
+    pub fn flush(&self) {
+        if let Some(driver) = self.driver() {
+            driver.flush();
+        }
+    }
+
+    /// Registers a function called (with the HCA unlocked, possibly from
+    /// the runtime's thread) whenever a runtime step leaves events waiting.
+    /// It returns whether it wants to be called again: a driver whose
+    /// context is gone returns `false` and is dropped.
+    pub fn on_events(&self, notify: Box<dyn Fn() -> bool + Send + Sync>) {
+        self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::from(notify));
+    }
+
+    /// Calls the notifiers if events are waiting.
+    pub fn notify_if_events(&self) {
+        if self.lock().has_events() {
+            // Called with no lock held: a notifier may drive the device.
+            let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let finished: Vec<_> = notifiers.into_iter().filter(|notify| !notify()).collect();
+            if !finished.is_empty() {
+                self.notifiers
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .retain(|n| !finished.iter().any(|f| Arc::ptr_eq(f, n)));
+            }
+        }
+    }
+
+    /// Locks the HCA. The engines never call back into the application,
+    /// so a lock is never taken twice by one thread unless the caller
+    /// holds a guard across another call (a programming error).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Hca> {
+        // A panic while holding the lock leaves tables consistent enough
+        // to inspect (each command either finishes or returns early).
+        self.hca.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Same as [`SharedHca::lock`] (read access for dumps).
+    pub fn borrow(&self) -> std::sync::MutexGuard<'_, Hca> {
+        self.lock()
+    }
+
+    /// Same as [`SharedHca::lock`].
+    pub fn borrow_mut(&self) -> std::sync::MutexGuard<'_, Hca> {
+        self.lock()
+    }
+}
+
+impl Endpoint for SharedHca {
+    fn addresses(&self) -> &[IpAddr] {
+        &self.addresses
+    }
+    fn receive(&mut self, now: Instant, packet: &[u8]) {
+        self.lock().receive(now, packet);
+        self.notify_if_events();
+    }
+    fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let transmit = self.lock().poll_transmit(now, buf);
+        self.notify_if_events();
+        transmit
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        self.lock().poll_timeout()
+    }
+    fn handle_timeout(&mut self, now: Instant) {
+        self.lock().handle_timeout(now);
+        self.notify_if_events();
+    }
+}
+
+impl DeviceLink for SharedHca {
+    fn command(&self, command: Command) -> Result<Reply, CmdError> {
+        let now = self.now();
+        let reply = self.lock().command(now, command);
+        // A command can raise events (a QP moved to ERR flushes its WRs)
+        // and make packets ready (a QP back in RTS): hand both on now.
+        self.notify_if_events();
+        self.flush();
+        reply
+    }
+
+    fn kick(&self, doorbell: Doorbell) {
+        let now = self.now();
+        self.lock().doorbell(now, doorbell);
+        self.notify_if_events();
+        if matches!(doorbell, Doorbell::SendQueue(_)) {
+            self.flush();
+        }
+    }
+
+    fn poll_event(&self) -> Option<Event> {
+        self.lock().poll_event()
+    }
+
+    fn on_events(&self, notify: EventNotifier) {
+        SharedHca::on_events(self, notify);
+    }
+
+    fn memory(&self) -> Arc<dyn DriverMemory> {
+        self.memory.clone()
+    }
+
+    fn progress(&self) {
+        SharedHca::progress(self);
+    }
+
+    fn posted_receive(&self) {
+        SharedHca::posted_receive(self);
+    }
+
+    fn app_sleeping(&self) {
+        if let Some(driver) = self.driver() {
+            driver.app_sleeping();
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.driver_gone()
+    }
+}
