@@ -7,8 +7,8 @@ use super::{Op, Params, Test};
 use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
 use std::time::{Duration, Instant};
 use uroce_device::command::{Gid, QpCap};
+use uroce_device::ring::{recv_ring_shape, send_ring_shape};
 use uroce_device::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use uroce_hca::hca::{recv_ring_shape, send_ring_shape};
 use uroce_verbs::{Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
 
 /// Send queue depth of the latency tests (one WR is outstanding at a time;

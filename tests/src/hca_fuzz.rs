@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use uroce_device::command::{AhAttr, CmdError, Command, Gid, QpAttr, QpCap, Reply};
 use uroce_device::cqe::Cqe;
 use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault, SimMemory};
+use uroce_device::ring::{cq_ring_shape, recv_ring_shape};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use uroce_device::types::{
     make_key, Access, AttrMask, EventType, Lkey, Mtu, QpState, QpType, Qpn, SendFlags, WcFlags,
@@ -30,7 +31,6 @@ use uroce_device::wqe::{RecvWqe, Sge, RECV_HEADER_LEN};
 use uroce_device::{Doorbell, Event};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::endpoint::MAX_PACKET_LEN;
-use uroce_hca::hca::{cq_ring_shape, recv_ring_shape};
 use uroce_hca::{Endpoint, Hca, Instant, SharedHca, Transmit};
 use uroce_sim::{Fabric, FabricConfig, Probability};
 use uroce_verbs::connect::{self, Remote, Tuning};

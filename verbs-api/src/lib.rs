@@ -27,13 +27,11 @@ use uroce_device::command::{
 use uroce_device::cqe::{Cqe, CQE_LEN};
 use uroce_device::link::DeviceLink;
 use uroce_device::mem::{DriverMemory, MemFault};
+use uroce_device::ring::{cq_ring_shape, recv_ring_shape, send_ring_shape};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use uroce_device::types::{Lkey, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WrOpcode};
 use uroce_device::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest};
 use uroce_device::{Doorbell, Event};
-use uroce_hca::hca::{cq_ring_shape, recv_ring_shape, send_ring_shape};
-use uroce_hca::Instant;
-use uroce_hca::SharedHca;
 
 pub use uroce_device::command::{AhAttr as AddressHandleAttr, QpAttr as QueuePairAttr};
 pub use uroce_device::types::{Access, AttrMask, EventType, Mtu, WcFlags, WcOpcode, WcStatus};
@@ -96,7 +94,7 @@ pub type Result<T> = core::result::Result<T, Error>;
 /// A device context (`ibv_context`): the application's handle on an HCA.
 #[derive(Clone)]
 pub struct Context {
-    hca: SharedHca,
+    device: Arc<dyn DeviceLink>,
     events: Arc<EventState>,
     /// The device's limits, read once at open (they never change): queue
     /// sizes are checked against them before any ring memory is taken.
@@ -107,7 +105,7 @@ pub struct Context {
 /// have a channel go to that channel, everything else waits for
 /// [`Context::next_event`].
 struct EventState {
-    hca: SharedHca,
+    device: Arc<dyn DeviceLink>,
     channels: Mutex<BTreeMap<u32, Weak<ChannelInner>>>,
     other: Mutex<VecDeque<Event>>,
     /// The device's host memory (fixed for its life): reached without
@@ -116,18 +114,24 @@ struct EventState {
 }
 
 impl Context {
-    /// Opens a device. One context per device is expected: it takes every
-    /// event the device raises.
-    pub fn open(hca: &SharedHca) -> Context {
+    /// Opens a device through its link (an in-process device's
+    /// `SharedHca`, a device in another process...). One context per
+    /// device is expected: it takes every event the device raises.
+    pub fn open<D: DeviceLink + Clone + 'static>(device: &D) -> Context {
+        Context::open_link(Arc::new(device.clone()))
+    }
+
+    /// [`Context::open`] on a shared link.
+    pub fn open_link(device: Arc<dyn DeviceLink>) -> Context {
         let events = Arc::new(EventState {
-            hca: hca.clone(),
+            device: device.clone(),
             channels: Mutex::new(BTreeMap::new()),
             other: Mutex::new(VecDeque::new()),
-            host: DeviceLink::memory(hca),
+            host: device.memory(),
         });
         // The device keeps only a weak link back: no reference cycle.
         let weak = Arc::downgrade(&events);
-        hca.on_events(Box::new(move || match weak.upgrade() {
+        device.on_events(Box::new(move || match weak.upgrade() {
             Some(events) => {
                 dispatch(&events);
                 true
@@ -135,12 +139,11 @@ impl Context {
             // The context is gone: stop being called.
             None => false,
         }));
-        let now = hca.now();
-        let limits = match hca.lock().command(now, Command::QueryDevice) {
+        let limits = match device.command(Command::QueryDevice) {
             Ok(Reply::Device(attr)) => Arc::new(attr),
             other => unreachable!("QueryDevice answers Device, not {other:?}"),
         };
-        Context { hca: hca.clone(), events, limits }
+        Context { device, events, limits }
     }
 
     /// `ibv_create_comp_channel`: a file descriptor that becomes readable
@@ -166,30 +169,18 @@ impl Context {
         Ok(cq)
     }
 
-    fn now(&self) -> Instant {
-        self.hca.now()
-    }
-
     fn command(&self, command: Command) -> Result<Reply> {
-        let now = self.now();
-        let reply = self.hca.lock().command(now, command);
-        // A command can raise events (a QP moved to ERR flushes its WRs)
-        // and make packets ready (a QP back in RTS): hand both on now.
-        self.hca.notify_if_events();
-        self.flush();
-        Ok(reply?)
+        Ok(self.device.command(command)?)
     }
 
     fn doorbell(&self, doorbell: Doorbell) {
-        let now = self.now();
-        self.hca.lock().doorbell(now, doorbell);
-        self.hca.notify_if_events();
+        self.device.kick(doorbell);
     }
 
     /// Refuses work on a device whose runtime has stopped (its
     /// `UdpDevice` was dropped): it would never move.
     fn check_open(&self) -> Result<()> {
-        if self.hca.driver_gone() {
+        if self.device.closed() {
             return Err(Error::Invalid("the device was closed (its runtime has stopped)"));
         }
         Ok(())
@@ -198,12 +189,7 @@ impl Context {
     /// Lets the device's runtime move packets in this thread (UDP runtime;
     /// nothing on the simulated fabric).
     fn progress(&self) {
-        self.hca.progress();
-    }
-
-    /// Lets the device's runtime send what a doorbell made ready.
-    fn flush(&self) {
-        self.hca.flush();
+        self.device.progress();
     }
 
     fn host(&self) -> &std::sync::Arc<dyn DriverMemory> {
@@ -292,8 +278,7 @@ fn locked<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Sorts the HCA's pending events.
 fn dispatch(events: &EventState) {
-    loop {
-        let Some(event) = events.hca.lock().poll_event() else { break };
+    while let Some(event) = events.device.poll_event() {
         let channel = match event {
             Event::Completion { cq } => locked(&events.channels).get(&cq).and_then(Weak::upgrade),
             Event::Async { .. } => None,
@@ -699,9 +684,7 @@ impl Cq {
     /// raises an [`Event::Completion`].
     pub fn req_notify(&self, solicited_only: bool) {
         self.ctx.doorbell(Doorbell::ArmCq { cq: self.index, solicited_only });
-        if let Some(driver) = self.ctx.hca.driver() {
-            driver.app_sleeping();
-        }
+        self.ctx.device.app_sleeping();
     }
 
     /// `ibv_destroy_cq`: refused (EBUSY) while QPs use it.
@@ -752,7 +735,7 @@ impl Srq {
                 .map_err(|e| (i, e.into()))?;
         }
         self.ctx.doorbell(Doorbell::Srq(self.index));
-        self.ctx.hca.posted_receive();
+        self.ctx.device.posted_receive();
         Ok(())
     }
 
@@ -978,7 +961,6 @@ impl Qp {
         })();
         if posted > 0 && !self.device_will_look(host) {
             self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
-            self.ctx.flush();
         }
         result
     }
@@ -1049,7 +1031,7 @@ impl Qp {
         })();
         if posted > 0 {
             self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
-            self.ctx.hca.posted_receive();
+            self.ctx.device.posted_receive();
         }
         result
     }

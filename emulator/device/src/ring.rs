@@ -29,7 +29,9 @@
 //! it once per look, and an advance past the ring's size is refused
 //! ([`RingError::IndexJump`]) rather than trusted.
 
+use crate::cqe::CQE_LEN;
 use crate::mem::MemFault;
+use crate::wqe::{recv_stride, send_stride};
 
 /// Offset of the producer index from the ring base.
 pub const PRODUCER_OFFSET: u64 = 0;
@@ -99,4 +101,27 @@ impl From<MemFault> for RingError {
     fn from(fault: MemFault) -> RingError {
         RingError::Fault(fault)
     }
+}
+
+/// Ring shape helper for drivers: the ring a QP's send queue needs.
+pub fn send_ring_shape(max_send_wr: u32, max_send_sge: u32, max_inline: u32) -> RingDesc {
+    RingDesc {
+        base: 0,
+        entries: max_send_wr.max(1).next_power_of_two(),
+        stride: send_stride(max_send_sge, max_inline),
+    }
+}
+
+/// Ring shape helper for drivers: the ring a receive queue needs.
+pub fn recv_ring_shape(max_recv_wr: u32, max_recv_sge: u32) -> RingDesc {
+    RingDesc {
+        base: 0,
+        entries: max_recv_wr.max(1).next_power_of_two(),
+        stride: recv_stride(max_recv_sge),
+    }
+}
+
+/// Ring shape helper for drivers: the ring a CQ of `cqe` entries needs.
+pub fn cq_ring_shape(cqe: u32) -> RingDesc {
+    RingDesc { base: 0, entries: (cqe.max(1) + 1).next_power_of_two(), stride: CQE_LEN as u32 }
 }

@@ -17,7 +17,7 @@ use crate::endpoint::{Endpoint, Transmit};
 use crate::mr::{MemoryTables, RegisterError};
 use crate::qp::{Completer, Path, QpContext, Requester, Responder};
 use crate::qp_state::modify_is_ok;
-use crate::ring::{ConsumerRing, ProducerRing, RingDesc, PRODUCER_OFFSET, SCHEDULED_OFFSET};
+use crate::ring::{ConsumerRing, ProducerRing, PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
 use core::net::IpAddr;
@@ -915,29 +915,6 @@ fn reset_qp(qp: &mut QpContext) {
     qp.fetched = 0;
     qp.sq_doorbell_seen = 0;
     qp.sq_shadow.iter_mut().for_each(|e| *e = None);
-}
-
-/// Ring shape helper for drivers: the ring a QP's send queue needs.
-pub fn send_ring_shape(max_send_wr: u32, max_send_sge: u32, max_inline: u32) -> RingDesc {
-    RingDesc {
-        base: 0,
-        entries: max_send_wr.max(1).next_power_of_two(),
-        stride: send_stride(max_send_sge, max_inline),
-    }
-}
-
-/// Ring shape helper for drivers: the ring a receive queue needs.
-pub fn recv_ring_shape(max_recv_wr: u32, max_recv_sge: u32) -> RingDesc {
-    RingDesc {
-        base: 0,
-        entries: max_recv_wr.max(1).next_power_of_two(),
-        stride: recv_stride(max_recv_sge),
-    }
-}
-
-/// Ring shape helper for drivers: the ring a CQ of `cqe` entries needs.
-pub fn cq_ring_shape(cqe: u32) -> RingDesc {
-    RingDesc { base: 0, entries: (cqe.max(1) + 1).next_power_of_two(), stride: CQE_LEN as u32 }
 }
 
 impl Endpoint for Hca {
