@@ -5,7 +5,21 @@ use core::fmt;
 
 /// A queue pair number: 24 bits on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(from = "u32", into = "u32"))]
 pub struct Qpn(u32);
+
+impl From<u32> for Qpn {
+    fn from(value: u32) -> Qpn {
+        Qpn::new(value)
+    }
+}
+
+impl From<Qpn> for u32 {
+    fn from(qpn: Qpn) -> u32 {
+        qpn.0
+    }
+}
 
 impl Qpn {
     /// The largest value a QPN field can hold.
@@ -35,6 +49,7 @@ impl fmt::Display for Qpn {
 
 /// A remote key: names a memory region or window on the responder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Rkey(pub u32);
 
 impl fmt::Display for Rkey {
@@ -45,6 +60,7 @@ impl fmt::Display for Rkey {
 
 /// A queue key: the password a UD datagram must carry to be accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Qkey(pub u32);
 
 impl Qkey {

@@ -13,7 +13,21 @@ use core::ops::{Add, Sub};
 
 /// A 24-bit packet sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(from = "u32", into = "u32"))]
 pub struct Psn(u32);
+
+impl From<u32> for Psn {
+    fn from(value: u32) -> Psn {
+        Psn::new(value)
+    }
+}
+
+impl From<Psn> for u32 {
+    fn from(psn: Psn) -> u32 {
+        psn.0
+    }
+}
 
 impl Psn {
     /// The bits a PSN occupies.

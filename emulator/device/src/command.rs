@@ -8,7 +8,19 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// A 128-bit global identifier: for RoCEv2, an IPv6 address or an
 /// IPv4-mapped one (`::ffff:a.b.c.d`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Gid(pub [u8; 16]);
 
 impl Gid {
@@ -60,7 +72,9 @@ impl From<Ipv4Addr> for Gid {
 
 /// Address vector: where packets of a QP or an address handle go
 /// (`ibv_ah_attr` with its GRH, which RoCE always has).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub struct AhAttr {
     /// Destination GID.
     pub dgid: Gid,
@@ -79,7 +93,9 @@ pub struct AhAttr {
 }
 
 /// Queue sizes of a QP (`ibv_qp_cap`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub struct QpCap {
     /// Send WRs.
     pub max_send_wr: u32,
@@ -94,7 +110,7 @@ pub struct QpCap {
 }
 
 /// Everything needed to create a QP.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct QpInit {
     /// Protection domain.
     pub pd: u32,
@@ -117,7 +133,7 @@ pub struct QpInit {
 }
 
 /// QP attributes (`ibv_qp_attr`); a modify uses the fields its mask names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct QpAttr {
     /// Target state.
     pub qp_state: Option<QpState>,
@@ -160,7 +176,7 @@ pub struct QpAttr {
 }
 
 /// Device attributes (`ibv_device_attr`), shaped like rxe's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct DeviceAttr {
     /// Firmware version string.
     pub fw_ver: String,
@@ -218,7 +234,7 @@ pub struct DeviceAttr {
 }
 
 /// Port attributes (`ibv_port_attr`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortAttr {
     /// Port state: 4 = ACTIVE.
     pub state: u8,
@@ -237,7 +253,7 @@ pub struct PortAttr {
 }
 
 /// A control-path command.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
     /// Device attributes.
     QueryDevice,
@@ -354,7 +370,7 @@ pub enum Command {
 }
 
 /// A command's result.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Reply {
     /// Done, nothing to return.
     Done,

@@ -5,7 +5,7 @@ use crate::types::{EventType, Qpn};
 
 /// A doorbell: the application tells the HCA that a queue has new work.
 /// It only marks work runnable; the work happens in `poll_transmit`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Doorbell {
     /// New send WQEs on a QP's send queue.
     SendQueue(Qpn),
@@ -23,7 +23,7 @@ pub enum Doorbell {
 }
 
 /// What the HCA tells the application asynchronously.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Event {
     /// An armed CQ got a completion (the completion channel).
     Completion {

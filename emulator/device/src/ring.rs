@@ -44,7 +44,7 @@ pub const SCHEDULED_OFFSET: u64 = 128;
 pub const ENTRIES_OFFSET: u64 = 256;
 
 /// Where a ring lives and its shape, as given to the HCA at creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct RingDesc {
     /// Host address of the ring base (64-byte aligned).
     pub base: u64,

@@ -7,7 +7,9 @@ pub use uroce_wire::{Psn, Qkey, Qpn, Rkey};
 
 /// A local key: names a memory region for the HCA's own DMA (in SGEs).
 /// Like an R_Key it is `mpt_index << 8 | key`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub struct Lkey(pub u32);
 
 impl fmt::Display for Lkey {
@@ -30,6 +32,7 @@ macro_rules! flags {
     ($(#[$meta:meta])* $name:ident { $($(#[$fmeta:meta])* $flag:ident = $value:expr,)* }) => {
         $(#[$meta])*
         #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        #[derive(serde::Serialize, serde::Deserialize)]
         pub struct $name(pub u32);
 
         impl $name {
@@ -195,6 +198,7 @@ macro_rules! numbered {
     ($(#[$meta:meta])* $name:ident : $repr:ty { $($(#[$vmeta:meta])* $variant:ident = $value:expr,)* }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(serde::Serialize, serde::Deserialize)]
         #[repr($repr)]
         pub enum $name {
             $($(#[$vmeta])* $variant = $value,)*

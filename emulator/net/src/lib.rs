@@ -14,4 +14,6 @@
 
 pub mod link;
 pub mod process_mem;
+pub mod remote;
+pub mod shm;
 pub mod udp;

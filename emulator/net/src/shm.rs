@@ -1,0 +1,586 @@
+//! Shared memory: a memfd mapped `MAP_SHARED`, where rings, doorbell
+//! records and the buffers a driver allocates live, so that a device in
+//! another process can map the same memory and reach them (DMA).
+//!
+//! ```text
+//! memfd offset 0     header: magic, data pages            (64 bytes)
+//!              64    liveness bits, one per data page     (atomic u64 words)
+//!              meta  data pages, 4 KiB each               (meta: a page multiple)
+//! ```
+//!
+//! A **device address** is the creator's virtual address of a data byte
+//! (so in the creating process an address is a real pointer, as with
+//! [`crate::process_mem::ProcessMemory`]); a process that maps the memfd
+//! later ([`SharedView`]) translates those addresses into its own mapping.
+//!
+//! Allocations are whole pages. Every access is checked against the
+//! mapping's bounds and the liveness bit of every page it touches, both
+//! kept in the shared memory itself: no lock is taken per access, and a
+//! page freed while in use faults from then on (the words of a freed page
+//! stay mapped, so a race with `free` reads stale bytes, never unmapped
+//! memory). Freed pages are punched out of the memfd, which returns them
+//! to the system and makes them read as zeros when allocated again.
+//!
+//! Byte copies use raw pointers (`copy_nonoverlapping`); no reference into
+//! the shared pages is ever made, since the other process may write them at
+//! any time. Ring indices and RDMA atomics are atomic instructions on
+//! naturally aligned words, which are atomic across processes sharing the
+//! mapping.
+
+use rustix::fd::{AsFd, OwnedFd};
+use std::collections::BTreeMap;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Mutex;
+use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault};
+
+/// Bytes per page: the allocation unit and the liveness granule.
+pub const PAGE: u64 = 4096;
+/// The header's first word.
+const MAGIC: u64 = u64::from_le_bytes(*b"UROCESM1");
+/// Where the liveness bits start.
+const BITS_OFFSET: u64 = 64;
+
+/// What went wrong creating or mapping shared memory.
+#[derive(Debug)]
+pub enum ShmError {
+    /// A system call failed.
+    Os(&'static str, rustix::io::Errno),
+    /// The memfd is not uroce shared memory, or its size does not match
+    /// its header.
+    BadHeader,
+    /// A size of zero or past what the address space holds.
+    BadSize,
+}
+
+impl core::fmt::Display for ShmError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ShmError::Os(call, errno) => write!(f, "{call}: {errno}"),
+            ShmError::BadHeader => write!(f, "not uroce shared memory (bad header or size)"),
+            ShmError::BadSize => write!(f, "bad shared memory size"),
+        }
+    }
+}
+
+impl std::error::Error for ShmError {}
+
+/// The memfd's layout for `data_pages` data pages: (bytes before the data,
+/// total bytes).
+fn layout(data_pages: u64) -> Option<(u64, u64)> {
+    let words = data_pages.div_ceil(64);
+    let meta = (BITS_OFFSET + words * 8).next_multiple_of(PAGE);
+    let total = meta.checked_add(data_pages.checked_mul(PAGE)?)?;
+    (total <= isize::MAX as u64).then_some((meta, total))
+}
+
+/// One mapping of the memfd, with the address translation and the
+/// checked access every user shares.
+struct Mapping {
+    fd: OwnedFd,
+    /// The first byte of the mapping.
+    ptr: NonNull<u8>,
+    /// Bytes mapped.
+    total: usize,
+    /// Offset of data page 0 in the memfd.
+    meta: u64,
+    /// Data pages.
+    pages: u64,
+    /// The device address of data page 0.
+    addr_base: u64,
+    /// Accesses refused.
+    faults: AtomicU64,
+}
+
+// SAFETY: a `Mapping` owns a `MAP_SHARED` mapping that stays valid until it
+// is dropped (munmap). Every access through it goes through raw-pointer
+// copies or atomic instructions within its bounds, which are valid from any
+// thread; no reference into the mapped bytes is ever created.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only reads its own fields and does checked
+// raw or atomic accesses to the shared bytes.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Maps `total` bytes of `fd`, read-write and shared.
+    fn map(fd: OwnedFd, total: u64) -> Result<Mapping, ShmError> {
+        let len = usize::try_from(total).map_err(|_| ShmError::BadSize)?;
+        // SAFETY: a fresh mapping at an address the kernel picks (null
+        // hint), so it overlaps nothing of ours; `fd` is a memfd at least
+        // `len` bytes long (the caller sized or checked it). The mapping is
+        // only touched through `Mapping`'s checked accessors and unmapped
+        // once, in `drop`.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                core::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }
+        .map_err(|e| ShmError::Os("mmap", e))?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(ShmError::BadSize)?;
+        Ok(Mapping {
+            fd,
+            ptr,
+            total: len,
+            meta: 0,
+            pages: 0,
+            addr_base: 0,
+            faults: AtomicU64::new(0),
+        })
+    }
+
+    /// The 64-bit word at byte `offset` of the mapping (8-aligned, inside).
+    fn word(&self, offset: u64) -> &AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= self.total as u64, "shm word 0x{offset:x}");
+        // SAFETY: inside the mapping (checked above), 8-byte aligned (the
+        // mapping is page-aligned and `offset` a multiple of 8), valid for
+        // the mapping's life, which bounds `&self`; shared words are only
+        // ever accessed atomically.
+        unsafe { AtomicU64::from_ptr(self.ptr.as_ptr().add(offset as usize).cast()) }
+    }
+
+    /// The liveness word of data page `page`, and its bit.
+    fn live_bit(&self, page: u64) -> (&AtomicU64, u64) {
+        (self.word(BITS_OFFSET + page / 64 * 8), 1 << (page % 64))
+    }
+
+    fn page_live(&self, page: u64) -> bool {
+        let (word, bit) = self.live_bit(page);
+        word.load(Ordering::Acquire) & bit != 0
+    }
+
+    fn set_live(&self, first: u64, count: u64, live: bool) {
+        for page in first..first + count {
+            let (word, bit) = self.live_bit(page);
+            if live {
+                word.fetch_or(bit, Ordering::Release);
+            } else {
+                word.fetch_and(!bit, Ordering::Release);
+            }
+        }
+    }
+
+    /// The pointer to `[addr, addr + len)`, if it lies in live pages.
+    fn resolve(&self, addr: u64, len: u64) -> Result<*mut u8, MemFault> {
+        let fault = MemFault { addr, len };
+        let data_len = self.pages * PAGE;
+        let offset = addr.checked_sub(self.addr_base).filter(|&o| o <= data_len);
+        let Some(offset) = offset.filter(|&o| o.checked_add(len).is_some_and(|e| e <= data_len))
+        else {
+            return Err(self.fault(fault));
+        };
+        if len > 0 && !(offset / PAGE..=(offset + len - 1) / PAGE).all(|p| self.page_live(p)) {
+            return Err(self.fault(fault));
+        }
+        // SAFETY: `meta + offset + len <= meta + data_len = total`: inside
+        // the mapping.
+        Ok(unsafe { self.ptr.as_ptr().add((self.meta + offset) as usize) })
+    }
+
+    fn resolve_word<T>(&self, addr: u64) -> Result<*mut T, MemFault> {
+        let size = core::mem::size_of::<T>() as u64;
+        if addr % size != 0 {
+            return Err(self.fault(MemFault { addr, len: size }));
+        }
+        self.resolve(addr, size).map(|p| p.cast())
+    }
+
+    fn fault(&self, fault: MemFault) -> MemFault {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        fault
+    }
+
+    fn u32_at(&self, addr: u64) -> Result<&AtomicU32, MemFault> {
+        let ptr = self.resolve_word::<u32>(addr)?;
+        // SAFETY: a checked, 4-aligned word of the mapping, valid while
+        // `&self` is; shared words are accessed atomically.
+        Ok(unsafe { AtomicU32::from_ptr(ptr) })
+    }
+
+    fn u64_at(&self, addr: u64) -> Result<&AtomicU64, MemFault> {
+        let ptr = self.resolve_word::<u64>(addr)?;
+        // SAFETY: as in `u32_at`, 8-aligned.
+        Ok(unsafe { AtomicU64::from_ptr(ptr) })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, unmapped once; nothing borrows
+        // it (accessors borrow `&self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.total) };
+    }
+}
+
+impl HostMemory for Mapping {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        let src = self.resolve(addr, dst.len() as u64)?;
+        // SAFETY: `src` is valid for `dst.len()` bytes (checked), `dst` is
+        // our own buffer, not inside the mapping (a `&mut [u8]` cannot
+        // alias shared pages: we never hand out references to them).
+        unsafe { core::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        let dst = self.resolve(addr, src.len() as u64)?;
+        // SAFETY: as in `read`, the other way.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        Ok(self.u32_at(addr)?.load(Ordering::Acquire))
+    }
+
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        self.u32_at(addr)?.store(value, Ordering::Release);
+        Ok(())
+    }
+
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        let word = self.u64_at(addr)?;
+        Ok(match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(old) | Err(old) => old,
+        })
+    }
+
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        Ok(self.u64_at(addr)?.fetch_add(add, Ordering::AcqRel))
+    }
+
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        self.u64_at(addr)?.store(value, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// The allocator's books (driver side only).
+#[derive(Default)]
+struct Books {
+    /// Free runs of data pages: first page → count.
+    free: BTreeMap<u64, u64>,
+    /// Live allocations: first page → count.
+    live: BTreeMap<u64, u64>,
+}
+
+impl Books {
+    /// First fit: a run of `count` pages starting at a multiple of
+    /// `align_pages`.
+    fn take(&mut self, count: u64, align_pages: u64) -> Option<u64> {
+        let (run, run_len, start) = self.free.iter().find_map(|(&run, &len)| {
+            let start = run.next_multiple_of(align_pages);
+            (start + count <= run + len).then_some((run, len, start))
+        })?;
+        self.free.remove(&run);
+        if start > run {
+            self.free.insert(run, start - run);
+        }
+        if start + count < run + run_len {
+            self.free.insert(start + count, run + run_len - start - count);
+        }
+        self.live.insert(start, count);
+        Some(start)
+    }
+
+    /// Returns the allocation at `first` to the free runs, merging with
+    /// its neighbours; its page count, if there was one.
+    fn give_back(&mut self, first: u64) -> Option<u64> {
+        let count = self.live.remove(&first)?;
+        let (mut start, mut len) = (first, count);
+        if let Some((&before, &before_len)) = self.free.range(..first).next_back() {
+            if before + before_len == first {
+                self.free.remove(&before);
+                (start, len) = (before, len + before_len);
+            }
+        }
+        if let Some(after_len) = self.free.remove(&(first + count)) {
+            len += after_len;
+        }
+        self.free.insert(start, len);
+        Some(count)
+    }
+}
+
+/// Shared memory as the driver (its creator) sees it: a [`DriverMemory`]
+/// whose allocations a device in another process can reach through a
+/// [`SharedView`] of the same memfd.
+pub struct SharedMemory {
+    map: Mapping,
+    books: Mutex<Books>,
+    allocated_bytes: AtomicU64,
+}
+
+impl SharedMemory {
+    /// A new memfd with room for `data_bytes` (rounded up to pages) of
+    /// rings and buffers, mapped here. Its pages take no memory until used.
+    pub fn create(data_bytes: u64) -> Result<SharedMemory, ShmError> {
+        let pages = data_bytes.div_ceil(PAGE);
+        let (meta, total) = layout(pages).filter(|_| pages > 0).ok_or(ShmError::BadSize)?;
+        let fd = rustix::fs::memfd_create("uroce-shm", rustix::fs::MemfdFlags::CLOEXEC)
+            .map_err(|e| ShmError::Os("memfd_create", e))?;
+        rustix::fs::ftruncate(&fd, total).map_err(|e| ShmError::Os("ftruncate", e))?;
+        let mut map = Mapping::map(fd, total)?;
+        map.meta = meta;
+        map.pages = pages;
+        map.addr_base = map.ptr.as_ptr() as u64 + meta;
+        map.word(0).store(MAGIC, Ordering::Relaxed);
+        map.word(8).store(pages, Ordering::Release);
+        let mut books = Books::default();
+        books.free.insert(0, pages);
+        Ok(SharedMemory { map, books: Mutex::new(books), allocated_bytes: AtomicU64::new(0) })
+    }
+
+    /// The memfd, to hand to the process that will map it.
+    pub fn fd(&self) -> rustix::fd::BorrowedFd<'_> {
+        self.map.fd.as_fd()
+    }
+
+    /// The device address of the first data byte (a [`SharedView`] needs
+    /// it to translate).
+    pub fn addr_base(&self) -> u64 {
+        self.map.addr_base
+    }
+
+    /// Whether `addr` is one of this memory's device addresses.
+    pub fn contains(&self, addr: u64) -> bool {
+        addr.checked_sub(self.map.addr_base).is_some_and(|o| o < self.map.pages * PAGE)
+    }
+
+    /// Bytes in live allocations.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Accesses refused so far.
+    pub fn faults(&self) -> u64 {
+        self.map.faults.load(Ordering::Relaxed)
+    }
+
+    fn books(&self) -> std::sync::MutexGuard<'_, Books> {
+        self.books.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl HostMemory for SharedMemory {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        self.map.read(addr, dst)
+    }
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        self.map.write(addr, src)
+    }
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        self.map.load_acquire_u32(addr)
+    }
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        self.map.store_release_u32(addr, value)
+    }
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        self.map.compare_swap_u64(addr, compare, swap)
+    }
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        self.map.fetch_add_u64(addr, add)
+    }
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        self.map.store_u64(addr, value)
+    }
+}
+
+impl DriverMemory for SharedMemory {
+    fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
+        if len == 0 || !align.is_power_of_two() || len > self.map.pages * PAGE {
+            return Err(AllocError::BadRequest);
+        }
+        let count = len.div_ceil(PAGE);
+        let first =
+            self.books().take(count, (align / PAGE).max(1)).ok_or(AllocError::OutOfMemory)?;
+        // The pages read as zeros: never used, or punched out when freed.
+        self.map.set_live(first, count, true);
+        self.allocated_bytes.fetch_add(count * PAGE, Ordering::Relaxed);
+        Ok(self.map.addr_base + first * PAGE)
+    }
+
+    fn free(&self, addr: u64) -> bool {
+        let Some(offset) = addr.checked_sub(self.map.addr_base).filter(|o| o % PAGE == 0) else {
+            return false;
+        };
+        let first = offset / PAGE;
+        let mut books = self.books();
+        let Some(&count) = books.live.get(&first) else { return false };
+        // Dead before the pages go back: an access racing the free faults
+        // or reads stale bytes of mapped memory, never another allocation's.
+        self.map.set_live(first, count, false);
+        let punch = rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE;
+        if rustix::fs::fallocate(&self.map.fd, punch, self.map.meta + offset, count * PAGE).is_err()
+        {
+            // Without a hole the pages keep their bytes: zero them by hand.
+            for page in first..first + count {
+                let at = self.map.meta + page * PAGE;
+                for word in (0..PAGE).step_by(8) {
+                    self.map.word(at + word).store(0, Ordering::Relaxed);
+                }
+            }
+        }
+        books.give_back(first);
+        self.allocated_bytes.fetch_sub(count * PAGE, Ordering::Relaxed);
+        true
+    }
+}
+
+/// Shared memory as a device in another process sees it: the creator's
+/// memfd mapped here, its device addresses translated into this mapping.
+/// The header is checked, not trusted; every access is checked as on the
+/// creator's side.
+pub struct SharedView {
+    map: Mapping,
+}
+
+impl SharedView {
+    /// Maps `fd`, shared memory made by [`SharedMemory::create`] whose
+    /// data starts at device address `addr_base`.
+    pub fn map(fd: OwnedFd, addr_base: u64) -> Result<SharedView, ShmError> {
+        let size = rustix::fs::fstat(&fd).map_err(|e| ShmError::Os("fstat", e))?.st_size;
+        let size = u64::try_from(size).map_err(|_| ShmError::BadHeader)?;
+        if size < PAGE {
+            return Err(ShmError::BadHeader);
+        }
+        let mut map = Mapping::map(fd, size)?;
+        let pages = map.word(8).load(Ordering::Acquire);
+        let layout = layout(pages).filter(|&(_, total)| total == size);
+        let (Some((meta, _)), true) = (layout, map.word(0).load(Ordering::Relaxed) == MAGIC) else {
+            return Err(ShmError::BadHeader);
+        };
+        if addr_base.checked_add(pages * PAGE).is_none() {
+            return Err(ShmError::BadHeader);
+        }
+        map.meta = meta;
+        map.pages = pages;
+        map.addr_base = addr_base;
+        Ok(SharedView { map })
+    }
+
+    /// Accesses refused so far.
+    pub fn faults(&self) -> u64 {
+        self.map.faults.load(Ordering::Relaxed)
+    }
+}
+
+impl HostMemory for SharedView {
+    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        self.map.read(addr, dst)
+    }
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        self.map.write(addr, src)
+    }
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        self.map.load_acquire_u32(addr)
+    }
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        self.map.store_release_u32(addr, value)
+    }
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        self.map.compare_swap_u64(addr, compare, swap)
+    }
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        self.map.fetch_add_u64(addr, add)
+    }
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        self.map.store_u64(addr, value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocations_are_zeroed_pages_and_freed_pages_fault() {
+        let shm = SharedMemory::create(64 * PAGE).unwrap();
+        let a = shm.allocate(100, 4096).unwrap();
+        let b = shm.allocate(3 * PAGE, 4096).unwrap();
+        assert_eq!(a % PAGE, 0);
+        assert_eq!(shm.allocated_bytes(), 4 * PAGE);
+        shm.write(a, b"hello").unwrap();
+        let mut back = [0; 5];
+        shm.read(a, &mut back).unwrap();
+        assert_eq!(&back, b"hello");
+        // The rest of the page is the allocation's; the next page is b's.
+        assert!(shm.read(a + PAGE - 1, &mut [0; 1]).is_ok());
+        assert!(shm.free(a));
+        assert!(!shm.free(a), "freed once");
+        assert!(shm.read(a, &mut back).is_err(), "a freed page faults");
+        let again = shm.allocate(PAGE, 4096).unwrap();
+        assert_eq!(again, a, "first fit reuses the page");
+        shm.read(again, &mut back).unwrap();
+        assert_eq!(back, [0; 5], "punched out: zeros again");
+        assert!(shm.read(b + 3 * PAGE, &mut [0; 1]).is_err(), "past b is unallocated");
+        assert!(shm.read(b + 3 * PAGE - 4, &mut [0; 8]).is_err(), "straddling into it too");
+        assert!(shm.faults() >= 3);
+    }
+
+    #[test]
+    fn words_are_atomic_and_aligned() {
+        let shm = SharedMemory::create(PAGE).unwrap();
+        let a = shm.allocate(64, 64).unwrap();
+        shm.store_release_u32(a, 7).unwrap();
+        assert_eq!(shm.load_acquire_u32(a).unwrap(), 7);
+        assert_eq!(shm.fetch_add_u64(a + 8, 5).unwrap(), 0);
+        assert_eq!(shm.compare_swap_u64(a + 8, 5, 9).unwrap(), 5);
+        assert_eq!(shm.compare_swap_u64(a + 8, 5, 1).unwrap(), 9);
+        assert!(shm.load_acquire_u32(a + 1).is_err(), "unaligned");
+        assert!(shm.fetch_add_u64(a + 4, 1).is_err(), "unaligned");
+    }
+
+    #[test]
+    fn addresses_outside_the_data_fault_without_overflow() {
+        let shm = SharedMemory::create(PAGE).unwrap();
+        let a = shm.allocate(PAGE, PAGE).unwrap();
+        for (addr, len) in [(0, 1), (a - 1, 1), (a + PAGE, 1), (u64::MAX, 2), (a, u64::MAX)] {
+            assert!(shm.map.resolve(addr, len).is_err(), "{addr:x}+{len}");
+        }
+        assert!(shm.read(a + PAGE - 1, &mut [0; 2]).is_err(), "straddles the end");
+        assert!(shm.allocate(2 * PAGE, PAGE).is_err(), "past the budget");
+    }
+
+    #[test]
+    fn a_view_of_the_memfd_sees_the_same_bytes_at_the_same_addresses() {
+        let shm = SharedMemory::create(16 * PAGE).unwrap();
+        let a = shm.allocate(2 * PAGE, PAGE).unwrap();
+        let fd = shm.fd().try_clone_to_owned().unwrap();
+        let view = SharedView::map(fd, shm.addr_base()).unwrap();
+        shm.write(a + PAGE - 2, b"abcd").unwrap();
+        let mut got = [0; 4];
+        view.read(a + PAGE - 2, &mut got).unwrap();
+        assert_eq!(&got, b"abcd");
+        view.store_release_u32(a + 64, 42).unwrap();
+        assert_eq!(shm.load_acquire_u32(a + 64).unwrap(), 42);
+        shm.free(a);
+        assert!(view.read(a, &mut got).is_err(), "the view sees the page die");
+        let other = SharedMemory::create(PAGE).unwrap();
+        let bad = SharedView::map(other.fd().try_clone_to_owned().unwrap(), u64::MAX - 10);
+        assert!(bad.is_err(), "addresses that would overflow are refused");
+    }
+
+    #[test]
+    fn a_memfd_that_is_not_uroce_shared_memory_is_refused() {
+        let fd = rustix::fs::memfd_create("other", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4 * PAGE).unwrap();
+        assert!(matches!(SharedView::map(fd, 1 << 40), Err(ShmError::BadHeader)));
+    }
+
+    #[test]
+    fn first_fit_merges_freed_runs() {
+        let shm = SharedMemory::create(8 * PAGE).unwrap();
+        let blocks: Vec<u64> = (0..8).map(|_| shm.allocate(PAGE, PAGE).unwrap()).collect();
+        assert!(shm.allocate(PAGE, PAGE).is_err(), "full");
+        for &b in &blocks[2..6] {
+            assert!(shm.free(b));
+        }
+        let big = shm.allocate(4 * PAGE, PAGE).unwrap();
+        assert_eq!(big, blocks[2], "the four freed pages merged into one run");
+    }
+}
