@@ -1052,7 +1052,7 @@ fn a_completion_channel_descriptor_becomes_readable_for_an_armed_cq() {
 fn raw_registration_of_the_applications_own_memory() {
     use uroce_net::process_mem::ProcessMemory;
     let mut w = World::with_memory(2, FabricConfig::new(16), || {
-        std::sync::Arc::new(ProcessMemory::new(1 << 30))
+        std::sync::Arc::new(ProcessMemory::new(1 << 30).expect("process memory"))
     });
     let a = w.qp(0, QpType::Rc, cap(8, 1, 0));
     let b = w.qp(1, QpType::Rc, cap(8, 1, 0));

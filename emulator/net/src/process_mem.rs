@@ -4,25 +4,30 @@
 //! [`ProcessMemory`] is the [`HostMemory`] a runtime uses when the HCA
 //! serves applications in the same process: addresses are the real
 //! addresses of bytes in this process. Like [`SimMemory`], it is safe to
-//! call with any address: every access is checked against a registry of
-//! the ranges it knows, and anything outside them is a [`MemFault`], never
-//! a dereference.
+//! call with any address: anything outside the memory it knows is a
+//! [`MemFault`], never a dereference.
 //!
-//! It knows two kinds of ranges:
-//! - allocations it makes itself with [`HostMemory::allocate`] (zeroed,
-//!   from the global allocator, counted against the budget, freed by
-//!   [`HostMemory::free`] or when the `ProcessMemory` is dropped);
-//! - external ranges of the application's memory, added with the unsafe
-//!   [`ProcessMemory::register_external`] and removed with
+//! It knows two kinds of memory:
+//! - **allocations** ([`DriverMemory::allocate`]: rings, doorbell records,
+//!   buffers the library allocates), made in shared memory
+//!   ([`SharedMemory`]: a memfd mapped `MAP_SHARED`, whole zeroed pages,
+//!   counted against the budget). An access to them takes no lock: the
+//!   mapping's bounds and a liveness bit per page are checked with one
+//!   atomic load, and a freed page faults from then on;
+//! - **external ranges** of the application's own memory, added with the
+//!   unsafe [`ProcessMemory::register_external`] and removed with
 //!   [`ProcessMemory::unregister_external`] (not counted against the
-//!   budget, never freed by `ProcessMemory`).
+//!   budget, never freed by `ProcessMemory`), checked against a registry
+//!   under its lock.
+//!
+//! What follows is about the external ranges; the shared memory's own
+//! rules are in [`crate::shm`].
 //!
 //! # How accesses stay sound
 //!
 //! - The registry lock is held across the range check *and* the access,
-//!   and a range only leaves the registry (and an allocation is only
-//!   deallocated) while that lock is held, so a concurrent `free` or
-//!   `unregister_external` cannot pull memory away mid-access.
+//!   and a range only leaves the registry while that lock is held, so a
+//!   concurrent `unregister_external` cannot pull memory away mid-access.
 //! - Each range keeps the pointer it came from, and an access uses that
 //!   pointer offset inside its bounds, so accesses carry the provenance of
 //!   the allocation they touch.
@@ -40,22 +45,12 @@
 //!
 //! [`SimMemory`]: uroce_device::mem::SimMemory
 
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+use crate::shm::{SharedMemory, ShmError};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault};
-
-/// Where a range came from.
-#[derive(Debug, Clone, Copy)]
-enum Origin {
-    /// Made by [`HostMemory::allocate`], with the layout to free it with.
-    Owned(Layout),
-    /// The application's memory, added by
-    /// [`ProcessMemory::register_external`].
-    External,
-}
 
 /// One known range of process memory.
 #[derive(Debug)]
@@ -64,24 +59,19 @@ struct Range {
     base: NonNull<u8>,
     /// Its length in bytes (at least 1, at most `isize::MAX`).
     len: usize,
-    origin: Origin,
 }
 
-// SAFETY: a `Range` is a description of memory (a pointer, a length and a
-// layout), not a borrow of it. The pointer is only dereferenced by
-// `ProcessMemory` while the registry lock is held, after the range check,
-// with raw-pointer copies and atomic instructions that are valid from any
-// thread; the memory it points to is either owned by the `ProcessMemory`
-// (global allocator memory, which any thread may access and free) or
-// guaranteed by the caller of `register_external` to stay valid for
-// device access until unregistered.
+// SAFETY: a `Range` is a description of memory (a pointer and a length),
+// not a borrow of it. The pointer is only dereferenced by `ProcessMemory`
+// while the registry lock is held, after the range check, with raw-pointer
+// copies and atomic instructions that are valid from any thread; the
+// memory it points to is guaranteed by the caller of `register_external`
+// to stay valid for device access until unregistered.
 unsafe impl Send for Range {}
 
 struct Registry {
-    /// Known ranges by start address; they never overlap.
+    /// External ranges by start address; they never overlap.
     ranges: BTreeMap<u64, Range>,
-    /// Bytes of own allocations currently live.
-    allocated_bytes: u64,
     /// Bytes of external ranges currently registered.
     external_bytes: u64,
 }
@@ -120,34 +110,40 @@ impl Registry {
 /// `Send + Sync`: the HCA may use it from any thread while the application
 /// allocates and frees from others.
 pub struct ProcessMemory {
+    /// Where allocations (rings, buffers the library allocates) live.
+    arena: SharedMemory,
+    /// The application's own ranges.
     registry: Mutex<Registry>,
-    budget_bytes: u64,
+    /// Faults of accesses outside the arena.
     faults: AtomicU64,
 }
 
 impl ProcessMemory {
     /// Empty memory that allocates at most `budget_bytes` in all (external
     /// ranges do not count).
-    pub fn new(budget_bytes: u64) -> ProcessMemory {
-        ProcessMemory {
-            registry: Mutex::new(Registry {
-                ranges: BTreeMap::new(),
-                allocated_bytes: 0,
-                external_bytes: 0,
-            }),
-            budget_bytes,
+    pub fn new(budget_bytes: u64) -> Result<ProcessMemory, ShmError> {
+        Ok(ProcessMemory {
+            arena: SharedMemory::create(budget_bytes)?,
+            registry: Mutex::new(Registry { ranges: BTreeMap::new(), external_bytes: 0 }),
             faults: AtomicU64::new(0),
-        }
+        })
     }
 
     /// How many faults were reported.
     pub fn faults(&self) -> u64 {
-        self.faults.load(Ordering::Relaxed)
+        self.faults.load(Ordering::Relaxed) + self.arena.faults()
     }
 
-    /// Bytes currently allocated by [`HostMemory::allocate`].
+    /// Bytes currently allocated by [`DriverMemory::allocate`] (whole
+    /// pages).
     pub fn allocated_bytes(&self) -> u64 {
-        self.lock().allocated_bytes
+        self.arena.allocated_bytes()
+    }
+
+    /// The shared memory allocations come from (a memfd another process
+    /// could map).
+    pub fn arena(&self) -> &SharedMemory {
+        &self.arena
     }
 
     /// Bytes of application memory currently registered.
@@ -187,11 +183,15 @@ impl ProcessMemory {
         if start.checked_add(len64).is_none() {
             return Err(AllocError::BadRequest);
         }
+        if self.arena.contains(start) || self.arena.contains(start + len64 - 1) {
+            // Memory the library allocated is reachable already.
+            return Err(AllocError::BadRequest);
+        }
         let mut registry = self.lock();
         if registry.overlaps(start, len64) {
             return Err(AllocError::BadRequest);
         }
-        registry.ranges.insert(start, Range { base, len, origin: Origin::External });
+        registry.ranges.insert(start, Range { base, len });
         registry.external_bytes += len64;
         Ok(start)
     }
@@ -203,11 +203,7 @@ impl ProcessMemory {
     /// [`HostMemory::free`].
     pub fn unregister_external(&self, addr: u64) -> bool {
         let mut registry = self.lock();
-        match registry.ranges.get(&addr) {
-            Some(Range { origin: Origin::External, .. }) => {}
-            _ => return false,
-        }
-        let range = registry.ranges.remove(&addr).expect("range just found");
+        let Some(range) = registry.ranges.remove(&addr) else { return false };
         registry.external_bytes -= range.len as u64;
         true
     }
@@ -250,21 +246,13 @@ impl ProcessMemory {
     }
 }
 
-impl Default for ProcessMemory {
-    /// Memory with no budget limit.
-    fn default() -> ProcessMemory {
-        ProcessMemory::new(u64::MAX)
-    }
-}
-
 impl core::fmt::Debug for ProcessMemory {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let registry = self.lock();
         f.debug_struct("ProcessMemory")
             .field("ranges", &registry.ranges.len())
-            .field("allocated_bytes", &registry.allocated_bytes)
+            .field("allocated_bytes", &self.arena.allocated_bytes())
             .field("external_bytes", &registry.external_bytes)
-            .field("budget_bytes", &self.budget_bytes)
             .field("faults", &self.faults())
             .finish()
     }
@@ -278,6 +266,59 @@ fn overlapping(a: *const u8, b: *const u8, len: usize) -> bool {
 
 impl HostMemory for ProcessMemory {
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.read(addr, dst),
+            false => self.external_read(addr, dst),
+        }
+    }
+
+    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.write(addr, src),
+            false => self.external_write(addr, src),
+        }
+    }
+
+    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.load_acquire_u32(addr),
+            false => self.external_load_acquire_u32(addr),
+        }
+    }
+
+    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.store_release_u32(addr, value),
+            false => self.external_store_release_u32(addr, value),
+        }
+    }
+
+    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.compare_swap_u64(addr, compare, swap),
+            false => self.external_compare_swap_u64(addr, compare, swap),
+        }
+    }
+
+    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.fetch_add_u64(addr, add),
+            false => self.external_fetch_add_u64(addr, add),
+        }
+    }
+
+    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+        match self.arena.contains(addr) {
+            true => self.arena.store_u64(addr, value),
+            false => self.external_store_u64(addr, value),
+        }
+    }
+}
+
+/// Accesses to the application's own (external) ranges, under the
+/// registry lock.
+impl ProcessMemory {
+    fn external_read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
         let len = dst.len();
         self.with_range(addr, len as u64, 1, |src| {
             let dst = dst.as_mut_ptr();
@@ -296,7 +337,7 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+    fn external_write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
         let len = src.len();
         self.with_range(addr, len as u64, 1, |dst| {
             let src = src.as_ptr();
@@ -314,7 +355,7 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+    fn external_load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
         self.with_range(addr, 4, 4, |ptr| {
             // SAFETY: `ptr` is valid for 4 bytes of reads and writes (range
             // check under the registry lock, which is held; ranges are only
@@ -326,7 +367,7 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+    fn external_store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
         self.with_range(addr, 4, 4, |ptr| {
             // SAFETY: as in `load_acquire_u32`: valid for 4 bytes under the
             // held registry lock, and 4-byte aligned.
@@ -335,7 +376,12 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+    fn external_compare_swap_u64(
+        &self,
+        addr: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, MemFault> {
         self.with_range(addr, 8, 8, |ptr| {
             // SAFETY: `ptr` is valid for 8 bytes of reads and writes (range
             // check under the registry lock, which is held; ranges are only
@@ -347,7 +393,7 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+    fn external_fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
         self.with_range(addr, 8, 8, |ptr| {
             // SAFETY: as in `compare_swap_u64`: valid for 8 bytes under the
             // held registry lock, and 8-byte aligned.
@@ -356,7 +402,7 @@ impl HostMemory for ProcessMemory {
         })
     }
 
-    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+    fn external_store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
         self.with_range(addr, 8, 8, |ptr| {
             // SAFETY: as in `compare_swap_u64`: valid for 8 bytes under the
             // held registry lock, and 8-byte aligned.
@@ -378,66 +424,11 @@ impl DriverMemory for ProcessMemory {
     }
 
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
-        if len == 0 || !align.is_power_of_two() || len > self.budget_bytes {
-            return Err(AllocError::BadRequest);
-        }
-        let size = usize::try_from(len).map_err(|_| AllocError::BadRequest)?;
-        let align = usize::try_from(align).map_err(|_| AllocError::BadRequest)?;
-        // Rejects a size that, rounded up to `align`, passes `isize::MAX`.
-        let layout = Layout::from_size_align(size, align).map_err(|_| AllocError::BadRequest)?;
-        let mut registry = self.lock();
-        if registry.allocated_bytes.saturating_add(len) > self.budget_bytes {
-            return Err(AllocError::OutOfMemory);
-        }
-        // SAFETY: `layout` has a non-zero size (`len > 0`).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let base = NonNull::new(ptr).ok_or(AllocError::OutOfMemory)?;
-        let start = ptr.addr() as u64;
-        if registry.overlaps(start, len) {
-            // Fresh allocator memory overlaps a registered external range:
-            // that range was freed while registered, breaking
-            // `register_external`'s contract.
-            // SAFETY: `ptr` was just allocated with `layout`, and is not
-            // registered anywhere.
-            unsafe { dealloc(ptr, layout) };
-            drop(registry);
-            panic!("ProcessMemory: an external range was freed while registered (0x{start:x})");
-        }
-        registry.ranges.insert(start, Range { base, len: size, origin: Origin::Owned(layout) });
-        registry.allocated_bytes += len;
-        Ok(start)
+        self.arena.allocate(len, align)
     }
 
     fn free(&self, addr: u64) -> bool {
-        let mut registry = self.lock();
-        let layout = match registry.ranges.get(&addr) {
-            Some(Range { origin: Origin::Owned(layout), .. }) => *layout,
-            _ => return false,
-        };
-        let range = registry.ranges.remove(&addr).expect("range just found");
-        registry.allocated_bytes -= range.len as u64;
-        // SAFETY: `range.base` was returned by `alloc_zeroed(layout)` and is
-        // freed only here or in `drop`, once, since its range has just been
-        // removed from the registry. The lock is still held, so no access
-        // through the range is in progress or can start.
-        unsafe { dealloc(range.base.as_ptr(), layout) };
-        true
-    }
-}
-
-impl Drop for ProcessMemory {
-    fn drop(&mut self) {
-        let registry = self.registry.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        for (_, range) in std::mem::take(&mut registry.ranges) {
-            if let Origin::Owned(layout) = range.origin {
-                // SAFETY: `range.base` was returned by `alloc_zeroed(layout)`
-                // and not freed (`free` removes a range before freeing it);
-                // `&mut self` means no access is in progress.
-                unsafe { dealloc(range.base.as_ptr(), layout) };
-            }
-        }
-        registry.allocated_bytes = 0;
-        registry.external_bytes = 0;
+        self.arena.free(addr)
     }
 }
 

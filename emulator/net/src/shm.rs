@@ -273,8 +273,8 @@ impl Books {
     /// `align_pages`.
     fn take(&mut self, count: u64, align_pages: u64) -> Option<u64> {
         let (run, run_len, start) = self.free.iter().find_map(|(&run, &len)| {
-            let start = run.next_multiple_of(align_pages);
-            (start + count <= run + len).then_some((run, len, start))
+            let start = run.checked_next_multiple_of(align_pages)?;
+            (start.checked_add(count)? <= run + len).then_some((run, len, start))
         })?;
         self.free.remove(&run);
         if start > run {
@@ -392,7 +392,8 @@ impl HostMemory for SharedMemory {
 
 impl DriverMemory for SharedMemory {
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
-        if len == 0 || !align.is_power_of_two() || len > self.map.pages * PAGE {
+        let data_len = self.map.pages * PAGE;
+        if len == 0 || !align.is_power_of_two() || len > data_len || align > data_len {
             return Err(AllocError::BadRequest);
         }
         let count = len.div_ceil(PAGE);

@@ -11,16 +11,16 @@ use uroce_net::process_mem::ProcessMemory;
 fn is_send_and_sync_and_a_host_memory() {
     fn host<T: HostMemory + Send + Sync + 'static>() {}
     host::<ProcessMemory>();
-    let _shared: Arc<dyn HostMemory> = Arc::new(ProcessMemory::new(1 << 20));
+    let _shared: Arc<dyn HostMemory> = Arc::new(ProcessMemory::new(1 << 20).unwrap());
 }
 
 #[test]
 fn allocations_are_zeroed_aligned_and_read_back() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let a = mem.allocate(100, 64).unwrap();
     assert_eq!(a % 64, 0);
     assert_ne!(a, 0);
-    assert_eq!(mem.allocated_bytes(), 100);
+    assert_eq!(mem.allocated_bytes(), 4096, "whole pages");
     let mut all = [0xffu8; 100];
     mem.read(a, &mut all).unwrap();
     assert_eq!(all, [0u8; 100], "allocations are zeroed");
@@ -47,16 +47,18 @@ fn allocations_are_zeroed_aligned_and_read_back() {
 }
 
 #[test]
-fn accesses_outside_known_ranges_fault() {
-    let mem = ProcessMemory::new(1 << 20);
+fn accesses_outside_allocated_pages_fault() {
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let a = mem.allocate(100, 8).unwrap();
+    assert_eq!(a % 4096, 0, "allocations are whole pages");
+    let end = a + 4096;
     let mut buf = [0u8; 8];
     // Before, straddling the start, straddling the end, just after.
     assert_eq!(mem.read(a - 1, &mut buf[..1]), Err(MemFault { addr: a - 1, len: 1 }));
     assert!(mem.read(a - 4, &mut buf).is_err());
-    assert_eq!(mem.read(a + 96, &mut buf), Err(MemFault { addr: a + 96, len: 8 }));
-    assert!(mem.write(a + 100, &buf[..1]).is_err());
-    assert!(mem.write(a + 50, &[0u8; 51]).is_err());
+    assert_eq!(mem.read(end - 4, &mut buf), Err(MemFault { addr: end - 4, len: 8 }));
+    assert!(mem.write(end, &buf[..1]).is_err());
+    assert!(mem.write(a + 50, &[0u8; 4096]).is_err());
     // Address 0, the top of the address space, and wrapping.
     assert!(mem.read(0, &mut buf).is_err());
     assert!(mem.read(0, &mut []).is_err());
@@ -66,11 +68,12 @@ fn accesses_outside_known_ranges_fault() {
     assert!(mem.load_acquire_u32(0).is_err());
     assert!(mem.fetch_add_u64(u64::MAX - 7, 1).is_err());
     assert!(mem.compare_swap_u64(0, 0, 1).is_err());
-    assert!(mem.store_u64(a + 96, 1).is_err(), "word straddles the end");
-    assert!(mem.store_release_u32(a + 100, 1).is_err());
+    assert!(mem.store_u64(end - 4, 1).is_err(), "word straddles the end (and is unaligned)");
+    assert!(mem.store_release_u32(end, 1).is_err());
     assert_eq!(mem.faults(), 15);
-    // Inside is still fine.
+    // Inside the page is fine, past the 100 bytes asked for too.
     assert!(mem.read(a + 92, &mut buf).is_ok());
+    assert!(mem.read(end - 8, &mut buf).is_ok());
     assert_eq!(mem.faults(), 15);
 
     // After free.
@@ -86,24 +89,23 @@ fn accesses_outside_known_ranges_fault() {
 
 #[test]
 fn budget_and_bad_requests() {
-    let mem = ProcessMemory::new(1000);
+    let mem = ProcessMemory::new(2 * 4096).unwrap();
     let a = mem.allocate(600, 8).unwrap();
-    assert_eq!(mem.allocate(600, 8), Err(AllocError::OutOfMemory));
-    assert_eq!(mem.allocate(1001, 8), Err(AllocError::BadRequest));
+    let b = mem.allocate(4000, 8).unwrap();
+    assert_eq!(mem.allocate(1, 8), Err(AllocError::OutOfMemory), "two pages, both taken");
+    assert_eq!(mem.allocate(2 * 4096 + 1, 8), Err(AllocError::BadRequest));
     assert_eq!(mem.allocate(0, 8), Err(AllocError::BadRequest));
     assert_eq!(mem.allocate(8, 3), Err(AllocError::BadRequest));
     assert_eq!(mem.allocate(8, 0), Err(AllocError::BadRequest));
-    assert!(mem.free(a));
-    assert!(mem.allocate(1000, 8).is_ok(), "freed bytes return to the budget");
-
-    let unlimited = ProcessMemory::default();
-    assert_eq!(unlimited.allocate(u64::MAX, 8), Err(AllocError::BadRequest));
-    assert_eq!(unlimited.allocate(8, 1 << 63), Err(AllocError::BadRequest));
+    assert_eq!(mem.allocate(u64::MAX, 8), Err(AllocError::BadRequest));
+    assert_eq!(mem.allocate(8, 1 << 63), Err(AllocError::BadRequest));
+    assert!(mem.free(a) && mem.free(b));
+    assert!(mem.allocate(2 * 4096, 8).is_ok(), "freed pages return to the budget");
 }
 
 #[test]
 fn external_ranges_are_the_applications_memory() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let mut app: Vec<u8> = (0..64).collect();
     let ptr = app.as_mut_ptr();
     // SAFETY: `app` is neither touched, grown nor dropped until the range
@@ -144,7 +146,7 @@ fn external_ranges_are_the_applications_memory() {
 
 #[test]
 fn atomics_on_external_words() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     // A `Vec<u64>`'s buffer is 8-byte aligned.
     let mut words: Vec<u64> = vec![10, 20, 30, 40];
     let len = words.len() * 8;
@@ -164,7 +166,7 @@ fn atomics_on_external_words() {
 
 #[test]
 fn external_registration_is_checked() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let own = mem.allocate(64, 8).unwrap();
     let mut app = vec![0u8; 64];
     let ptr = app.as_mut_ptr();
@@ -196,7 +198,7 @@ fn external_registration_is_checked() {
 #[test]
 fn dropping_keeps_external_memory() {
     let mut app = vec![5u8; 16];
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     for _ in 0..8 {
         mem.allocate(256, 16).unwrap();
     }
@@ -211,7 +213,7 @@ fn dropping_keeps_external_memory() {
 
 #[test]
 fn rdma_atomics_on_aligned_words() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let a = mem.allocate(16, 8).unwrap();
     assert_eq!(mem.fetch_add_u64(a, 5).unwrap(), 0);
     assert_eq!(mem.fetch_add_u64(a, u64::MAX).unwrap(), 5, "wraps");
@@ -242,7 +244,7 @@ fn rdma_atomics_on_aligned_words() {
 
 #[test]
 fn ring_indices_acquire_release() {
-    let mem = ProcessMemory::new(1 << 20);
+    let mem = ProcessMemory::new(1 << 20).unwrap();
     let a = mem.allocate(8, 8).unwrap();
     mem.store_release_u32(a, 0xdead_beef).unwrap();
     mem.store_release_u32(a + 4, 7).unwrap();
@@ -261,7 +263,7 @@ fn ring_indices_acquire_release() {
 
 #[test]
 fn a_ring_index_publishes_data_across_threads() {
-    let mem = Arc::new(ProcessMemory::new(1 << 20));
+    let mem = Arc::new(ProcessMemory::new(1 << 20).unwrap());
     let ring = mem.allocate(64, 8).unwrap();
     let index = mem.allocate(4, 4).unwrap();
     let producer = {
@@ -292,7 +294,7 @@ fn a_ring_index_publishes_data_across_threads() {
 fn fetch_add_from_many_threads_while_others_allocate_and_free() {
     const THREADS: u64 = 8;
     const ADDS: u64 = 20_000;
-    let mem = Arc::new(ProcessMemory::new(64 << 20));
+    let mem = Arc::new(ProcessMemory::new(64 << 20).unwrap());
     let word = mem.allocate(8, 8).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(THREADS as usize + 2));
@@ -364,6 +366,6 @@ fn fetch_add_from_many_threads_while_others_allocate_and_free() {
 
     let expected = ADDS * (1..=THREADS).sum::<u64>();
     assert_eq!(mem.fetch_add_u64(word, 0).unwrap(), expected);
-    assert_eq!(mem.allocated_bytes(), 8, "only the counter word is left");
+    assert_eq!(mem.allocated_bytes(), 4096, "only the counter word's page is left");
     assert!(mem.free(word));
 }

@@ -506,7 +506,10 @@ impl UdpDevice {
             }
         };
         let gids = vec![Gid::link_local_from_mac(mac_for(addr)), Gid::from_ip(addr)];
-        let memory = Arc::new(ProcessMemory::new(config.memory_budget_bytes));
+        let memory = Arc::new(
+            ProcessMemory::new(config.memory_budget_bytes)
+                .map_err(|e| UdpError::Config(format!("device memory: {e}")))?,
+        );
         let hca = Hca::new(hca_config, gids, memory.clone())
             .map_err(|e| UdpError::Config(e.to_string()))?;
         let hca = SharedHca::new(hca, memory);
