@@ -10,6 +10,7 @@
 
 use crate::error::{Error, Result};
 use crate::events::EventState;
+use crate::ring;
 use std::sync::Arc;
 use uroce_device::command::{Command, DeviceAttr, Gid, PortAttr, Reply};
 use uroce_device::mem::HostMemory;
@@ -96,18 +97,19 @@ impl Context {
         }
     }
 
-    /// The device's host memory.
+    /// The device's host memory (used by `ring.rs` and `mr.rs` only).
     pub(crate) fn host(&self) -> &Arc<dyn HostMemory> {
         &self.events.host
     }
 
     /// Allocates a ring of `shape` in host memory.
     pub(crate) fn alloc_ring(&self, shape: RingDesc) -> Result<RingDesc> {
-        let base = self
-            .host()
-            .allocate(shape.bytes(), 4096)
-            .map_err(|_| Error::NoMemory("ring memory"))?;
-        Ok(RingDesc { base, ..shape })
+        ring::alloc(self.host().as_ref(), shape)
+    }
+
+    /// Frees a ring the HCA no longer uses.
+    pub(crate) fn free_ring(&self, desc: RingDesc) {
+        ring::free(self.host().as_ref(), desc);
     }
 
     /// `ibv_query_device`.

@@ -3,11 +3,9 @@
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::events::CompChannel;
+use crate::ring::CqRing;
 use crate::WorkCompletion;
-use std::cell::Cell;
 use uroce_device::command::{Command, Reply};
-use uroce_device::cqe::{Cqe, CQE_LEN};
-use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use uroce_device::Doorbell;
 use uroce_hca::hca::cq_ring_shape;
 
@@ -34,12 +32,10 @@ impl Context {
         }
         let ring = self.alloc_ring(cq_ring_shape(cqe))?;
         match self.command(Command::CreateCq { ring }) {
-            Ok(Reply::Index(index)) => {
-                Ok(Cq { ctx: self.clone(), index, ring, consumer: Cell::new(0) })
-            }
+            Ok(Reply::Index(index)) => Ok(Cq { ctx: self.clone(), index, ring: CqRing::new(ring) }),
             Ok(_) => unreachable!("CreateCq answers Index"),
             Err(e) => {
-                self.host().free(ring.base);
+                self.free_ring(ring);
                 Err(e)
             }
         }
@@ -50,8 +46,7 @@ impl Context {
 pub struct Cq {
     ctx: Context,
     pub(crate) index: u32,
-    ring: RingDesc,
-    consumer: Cell<u32>,
+    ring: CqRing,
 }
 
 impl Cq {
@@ -64,22 +59,7 @@ impl Cq {
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
         self.ctx.check_open()?;
         self.ctx.progress();
-        let host = self.ctx.host();
-        let producer = host.load_acquire_u32(self.ring.base + PRODUCER_OFFSET)?;
-        let mut out = Vec::new();
-        let mut consumer = self.consumer.get();
-        while consumer != producer && out.len() < max {
-            let mut bytes = [0u8; CQE_LEN];
-            host.read(self.ring.entry_addr(consumer), &mut bytes)?;
-            let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
-            out.push(cqe);
-            consumer = consumer.wrapping_add(1);
-        }
-        if !out.is_empty() {
-            self.consumer.set(consumer);
-            host.store_release_u32(self.ring.base + CONSUMER_OFFSET, consumer)?;
-        }
-        Ok(out)
+        self.ring.poll(self.ctx.host().as_ref(), max)
     }
 
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one)
@@ -94,7 +74,7 @@ impl Cq {
         match self.ctx.command(Command::DestroyCq { cq: self.index }) {
             Ok(_) => {
                 self.ctx.events.set_channel(self.index, None);
-                self.ctx.host().free(self.ring.base);
+                self.ctx.free_ring(self.ring.desc());
                 Ok(())
             }
             Err(e) => Err((self, e)),

@@ -57,3 +57,8 @@ impl From<MemFault> for Error {
 
 /// A verbs result.
 pub type Result<T> = core::result::Result<T, Error>;
+
+/// The result of posting a chain of work requests: on failure, the index
+/// of the WR that failed (libibverbs' `bad_wr`; the ones before it were
+/// posted, it and the ones after it were not) and why.
+pub type PostResult = core::result::Result<(), (usize, Error)>;

@@ -28,9 +28,10 @@
 //! | `cq.rs` | [`Cq`]: create, poll, arm, destroy |
 //! | `qp.rs` | [`Qp`], [`QpInitAttr`]: create, modify, post send and receive chains |
 //! | `srq.rs` | [`Srq`] |
-//! | `wr.rs` | [`SendWr`], [`RecvWr`], [`RemoteTarget`] |
+//! | `wr.rs` | [`SendWr`], [`RecvWr`], [`RemoteTarget`], and the WQE bytes written for them |
+//! | `ring.rs` | the driver's side of the rings: produces WQEs, consumes CQEs |
 //! | `connect.rs` | [`connect`]: the usual RESET → INIT → RTR → RTS steps |
-//! | `error.rs` | [`Error`], [`Result`] |
+//! | `error.rs` | [`Error`], [`Result`], [`PostResult`] |
 
 pub mod connect;
 mod context;
@@ -40,12 +41,13 @@ mod events;
 mod mr;
 mod pd;
 mod qp;
+mod ring;
 mod srq;
 mod wr;
 
 pub use context::Context;
 pub use cq::Cq;
-pub use error::{Error, Result};
+pub use error::{Error, PostResult, Result};
 pub use events::CompChannel;
 pub use mr::{Mr, Mw};
 pub use pd::{Ah, Pd};

@@ -2,16 +2,15 @@
 
 use crate::context::Context;
 use crate::cq::Cq;
-use crate::error::{Error, Result};
+use crate::error::{Error, PostResult, Result};
 use crate::mr::{Mr, Mw};
 use crate::pd::Pd;
+use crate::ring::WorkRing;
 use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use std::cell::Cell;
 use uroce_device::command::{Command, DeviceAttr, QpAttr, QpCap, QpInit, Reply};
-use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use uroce_device::types::{Access, AttrMask, QpState, QpType, Qpn, Rkey};
-use uroce_device::wqe::{RecvWqe, SendWqe};
 use uroce_device::Doorbell;
 use uroce_hca::hca::{recv_ring_shape, send_ring_shape};
 
@@ -62,18 +61,15 @@ impl Pd {
                 qpn,
                 qp_type: init.qp_type,
                 cap,
-                sq,
-                rq,
-                sq_producer: Cell::new(0),
-                rq_producer: Cell::new(0),
+                sq: WorkRing::new(sq, cap.max_send_wr, "send queue full"),
+                rq: rq.map(|rq| WorkRing::new(rq, cap.max_recv_wr, "receive queue full")),
                 state: Cell::new(QpState::Reset),
             }),
             Ok(_) => unreachable!("CreateQp answers Qp"),
             Err(e) => {
-                let host = self.ctx.host();
-                host.free(sq.base);
+                self.ctx.free_ring(sq);
                 if let Some(rq) = rq {
-                    host.free(rq.base);
+                    self.ctx.free_ring(rq);
                 }
                 Err(e)
             }
@@ -106,10 +102,9 @@ pub struct Qp {
     qpn: Qpn,
     qp_type: QpType,
     cap: QpCap,
-    sq: RingDesc,
-    rq: Option<RingDesc>,
-    sq_producer: Cell<u32>,
-    rq_producer: Cell<u32>,
+    sq: WorkRing,
+    /// None when the QP receives from an SRQ.
+    rq: Option<WorkRing>,
     state: Cell<QpState>,
 }
 
@@ -130,12 +125,11 @@ impl Qp {
         if mask.contains(AttrMask::STATE) {
             if let Some(state) = attr.qp_state {
                 if state == QpState::Reset {
-                    self.sq_producer.set(0);
-                    self.rq_producer.set(0);
-                    let host = self.ctx.host();
-                    for ring in std::iter::once(self.sq).chain(self.rq) {
-                        host.store_release_u32(ring.base + PRODUCER_OFFSET, 0)?;
-                        host.store_release_u32(ring.base + CONSUMER_OFFSET, 0)?;
+                    // The HCA considers the rings empty again.
+                    let host = self.ctx.host().as_ref();
+                    self.sq.reset(host)?;
+                    if let Some(rq) = &self.rq {
+                        rq.reset(host)?;
                     }
                 }
                 self.state.set(state);
@@ -158,37 +152,18 @@ impl Qp {
     }
 
     /// `ibv_post_send`: posts a chain; on failure, the index of the WR that
-    /// failed (the ones before it were posted) and why. One doorbell for
-    /// the whole chain.
-    pub fn post_send(&self, wrs: &[SendWr]) -> core::result::Result<(), (usize, Error)> {
+    /// failed (the ones before it were posted) and why. The WQEs are
+    /// published together and one doorbell is rung for the whole chain.
+    pub fn post_send(&self, wrs: &[SendWr]) -> PostResult {
         self.ctx.check_open().map_err(|e| (0, e))?;
-        let host = self.ctx.host();
-        let state = self.state.get();
-        let mut posted = 0;
-        let result = (|| {
-            if matches!(state, QpState::Reset | QpState::Init | QpState::Rtr) {
-                return Err((0, Error::Invalid("post_send on a QP that is not ready to send")));
-            }
-            let mut producer = self.sq_producer.get();
-            for (i, wr) in wrs.iter().enumerate() {
-                let wqe = self.build_send_wqe(wr).map_err(|e| (i, e))?;
-                let consumer = host
-                    .load_acquire_u32(self.sq.base + CONSUMER_OFFSET)
-                    .map_err(|e| (i, e.into()))?;
-                if producer.wrapping_sub(consumer) >= self.cap.max_send_wr {
-                    return Err((i, Error::NoMemory("send queue full")));
-                }
-                let mut slot = vec![0u8; self.sq.stride as usize];
-                wqe.encode(&mut slot);
-                host.write(self.sq.entry_addr(producer), &slot).map_err(|e| (i, e.into()))?;
-                producer = producer.wrapping_add(1);
-                self.sq_producer.set(producer);
-                host.store_release_u32(self.sq.base + PRODUCER_OFFSET, producer)
-                    .map_err(|e| (i, e.into()))?;
-                posted += 1;
-            }
+        if matches!(self.state.get(), QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err((0, Error::Invalid("post_send on a QP that is not ready to send")));
+        }
+        let (posted, result) = self.sq.post_chain(self.ctx.host().as_ref(), wrs, |wr, slot| {
+            self.check_send_wr(wr)?;
+            wr.write_wqe(slot);
             Ok(())
-        })();
+        });
         if posted > 0 {
             self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
             self.ctx.flush();
@@ -196,7 +171,9 @@ impl Qp {
         result
     }
 
-    fn build_send_wqe(&self, wr: &SendWr) -> Result<SendWqe> {
+    /// The QP's checks of a send WR: opcode, SGE and inline limits, UD
+    /// address (the HCA checks the rest when the WR runs).
+    fn check_send_wr(&self, wr: &SendWr) -> Result<()> {
         if !wr.opcode.allowed_on(self.qp_type) {
             return Err(Error::Invalid("opcode not allowed on this QP type"));
         }
@@ -212,44 +189,27 @@ impl Qp {
         if self.qp_type == QpType::Ud && wr.ud.is_none() {
             return Err(Error::Invalid("a UD send needs an address handle"));
         }
-        Ok(wr.to_wqe())
+        Ok(())
     }
 
     /// `ibv_post_recv`: posts a chain; on failure, the index of the WR that
-    /// failed and why.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), (usize, Error)> {
-        let Some(rq) = self.rq else {
+    /// failed (the ones before it were posted) and why. The WQEs are
+    /// published together and one doorbell is rung for the whole chain.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> PostResult {
+        let Some(rq) = &self.rq else {
             return Err((0, Error::Invalid("the QP receives from an SRQ")));
         };
         if self.state.get() == QpState::Reset {
             return Err((0, Error::Invalid("post_recv on a QP in RESET")));
         }
         self.ctx.check_open().map_err(|e| (0, e))?;
-        let host = self.ctx.host();
-        let mut producer = self.rq_producer.get();
-        let mut posted = 0;
-        let result = (|| {
-            for (i, wr) in wrs.iter().enumerate() {
-                if wr.sg_list.len() > self.cap.max_recv_sge as usize {
-                    return Err((i, Error::Invalid("more SGEs than max_recv_sge")));
-                }
-                let consumer =
-                    host.load_acquire_u32(rq.base + CONSUMER_OFFSET).map_err(|e| (i, e.into()))?;
-                if producer.wrapping_sub(consumer) >= self.cap.max_recv_wr {
-                    return Err((i, Error::NoMemory("receive queue full")));
-                }
-                let wqe = RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.clone() };
-                let mut slot = vec![0u8; rq.stride as usize];
-                wqe.encode(&mut slot);
-                host.write(rq.entry_addr(producer), &slot).map_err(|e| (i, e.into()))?;
-                producer = producer.wrapping_add(1);
-                self.rq_producer.set(producer);
-                host.store_release_u32(rq.base + PRODUCER_OFFSET, producer)
-                    .map_err(|e| (i, e.into()))?;
-                posted += 1;
+        let (posted, result) = rq.post_chain(self.ctx.host().as_ref(), wrs, |wr, slot| {
+            if wr.sg_list.len() > self.cap.max_recv_sge as usize {
+                return Err(Error::Invalid("more SGEs than max_recv_sge"));
             }
+            wr.write_wqe(slot);
             Ok(())
-        })();
+        });
         if posted > 0 {
             self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
             self.ctx.posted_receive();
@@ -282,10 +242,9 @@ impl Qp {
     /// `ibv_destroy_qp`.
     pub fn destroy(self) -> Result<()> {
         self.ctx.command(Command::DestroyQp { qpn: self.qpn })?;
-        let host = self.ctx.host();
-        host.free(self.sq.base);
-        if let Some(rq) = self.rq {
-            host.free(rq.base);
+        self.ctx.free_ring(self.sq.desc());
+        if let Some(rq) = &self.rq {
+            self.ctx.free_ring(rq.desc());
         }
         Ok(())
     }

@@ -1,13 +1,11 @@
 //! Shared receive queues ([`Srq`]).
 
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, PostResult, Result};
 use crate::pd::Pd;
+use crate::ring::WorkRing;
 use crate::wr::RecvWr;
-use std::cell::Cell;
 use uroce_device::command::{Command, Reply};
-use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
-use uroce_device::wqe::RecvWqe;
 use uroce_device::Doorbell;
 use uroce_hca::hca::recv_ring_shape;
 
@@ -21,12 +19,16 @@ impl Pd {
         let ring = self.ctx.alloc_ring(recv_ring_shape(max_wr, max_sge))?;
         let cmd = Command::CreateSrq { pd: self.index, ring, max_sge, limit };
         match self.ctx.command(cmd) {
-            Ok(Reply::Index(index)) => {
-                Ok(Srq { ctx: self.ctx.clone(), index, ring, max_sge, producer: Cell::new(0) })
-            }
+            Ok(Reply::Index(index)) => Ok(Srq {
+                ctx: self.ctx.clone(),
+                index,
+                max_sge,
+                // The SRQ takes as many WQEs as its ring holds.
+                ring: WorkRing::new(ring, ring.entries, "SRQ full"),
+            }),
             Ok(_) => unreachable!("CreateSrq answers Index"),
             Err(e) => {
-                self.ctx.host().free(ring.base);
+                self.ctx.free_ring(ring);
                 Err(e)
             }
         }
@@ -37,39 +39,28 @@ impl Pd {
 pub struct Srq {
     ctx: Context,
     pub(crate) index: u32,
-    ring: RingDesc,
     max_sge: u32,
-    producer: Cell<u32>,
+    ring: WorkRing,
 }
 
 impl Srq {
-    /// `ibv_post_srq_recv`.
-    pub fn post_recv(&self, wrs: &[RecvWr]) -> core::result::Result<(), (usize, Error)> {
+    /// `ibv_post_srq_recv`: posts a chain; on failure, the index of the WR
+    /// that failed (the ones before it were posted) and why. One doorbell
+    /// for the whole chain.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> PostResult {
         self.ctx.check_open().map_err(|e| (0, e))?;
-        let host = self.ctx.host();
-        let mut producer = self.producer.get();
-        for (i, wr) in wrs.iter().enumerate() {
+        let (posted, result) = self.ring.post_chain(self.ctx.host().as_ref(), wrs, |wr, slot| {
             if wr.sg_list.len() > self.max_sge as usize {
-                return Err((i, Error::Invalid("more SGEs than max_sge")));
+                return Err(Error::Invalid("more SGEs than max_sge"));
             }
-            let consumer = host
-                .load_acquire_u32(self.ring.base + CONSUMER_OFFSET)
-                .map_err(|e| (i, e.into()))?;
-            if producer.wrapping_sub(consumer) >= self.ring.entries {
-                return Err((i, Error::NoMemory("SRQ full")));
-            }
-            let wqe = RecvWqe { wr_id: wr.wr_id, sges: wr.sg_list.clone() };
-            let mut slot = vec![0u8; self.ring.stride as usize];
-            wqe.encode(&mut slot);
-            host.write(self.ring.entry_addr(producer), &slot).map_err(|e| (i, e.into()))?;
-            producer = producer.wrapping_add(1);
-            self.producer.set(producer);
-            host.store_release_u32(self.ring.base + PRODUCER_OFFSET, producer)
-                .map_err(|e| (i, e.into()))?;
+            wr.write_wqe(slot);
+            Ok(())
+        });
+        if posted > 0 {
+            self.ctx.doorbell(Doorbell::Srq(self.index));
+            self.ctx.posted_receive();
         }
-        self.ctx.doorbell(Doorbell::Srq(self.index));
-        self.ctx.posted_receive();
-        Ok(())
+        result
     }
 
     /// `ibv_modify_srq` with IBV_SRQ_LIMIT.
