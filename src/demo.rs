@@ -27,12 +27,13 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use uroce_device::command::{AhAttr, QpCap};
-use uroce_device::types::{Access, Qkey, QpType, Rkey, SendFlags, WcFlags, WcStatus, WrOpcode};
 use uroce_hca::counters::Counters;
 use uroce_net::udp::{FaultSpec, UdpConfig, UdpStats};
 use uroce_verbs::connect::Tuning;
-use uroce_verbs::{Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
+use uroce_verbs::{
+    Access, AhAttr, Mr, Qkey, Qp, QpCap, QpInitAttr, QpType, RecvWr, RemoteTarget, Rkey, SendFlags,
+    SendWr, WcFlags, WcOpcode as Wc, WcStatus, WorkCompletion, WrOpcode,
+};
 use uroce_wire::bth;
 use uroce_wire::frame::{classify, Classified};
 use uroce_wire::pcap::{CaptureReader, PcapSink};
@@ -727,11 +728,7 @@ fn wait_both(p: &Phase, at_b: usize, at_a: usize) -> (Vec<WorkCompletion>, Vec<W
 }
 
 /// Checks completions: how many, and each one's status and opcode.
-fn expect(
-    who: &str,
-    got: &[WorkCompletion],
-    want: &[(WcStatus, uroce_device::types::WcOpcode)],
-) -> Result<(), String> {
+fn expect(who: &str, got: &[WorkCompletion], want: &[(WcStatus, Wc)]) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!(
             "{who}: {} of {} completions within {:?}",
@@ -817,8 +814,6 @@ fn rdma_wr(wr_id: u64, opcode: WrOpcode, local: (&Mr, u64, u32), remote: (u64, R
     wr.remote = RemoteTarget { addr: remote.0, rkey: remote.1 };
     wr
 }
-
-use uroce_device::types::WcOpcode as Wc;
 
 // ---------------------------------------------------------------- steps
 

@@ -30,13 +30,11 @@ use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_device::command::{AhAttr, Gid, QpCap};
-use uroce_device::types::{Qkey, QpType, Qpn, SendFlags, WrOpcode};
 use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
-    Access, CompChannel, Context, Cq, Mr, Mtu, Pd, Qp, QpInitAttr, RecvWr, SendWr, WcStatus,
-    WorkCompletion,
+    Access, AhAttr, CompChannel, Context, Cq, Gid, Mr, Mtu, Pd, Qkey, Qp, QpCap, QpInitAttr,
+    QpType, Qpn, RecvWr, SendFlags, SendWr, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// The `wr_id` of every receive (as in the C tools).

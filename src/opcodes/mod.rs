@@ -25,13 +25,12 @@ use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 use steps::{QpKind, Step, Target, STEPS};
-use uroce_device::command::{AhAttr, Gid, QpCap};
-use uroce_device::types::{Qkey, QpType, Qpn, Rkey, SendFlags, WrOpcode};
 use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
-    Access, Context, Cq, Mr, Mtu, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion,
+    Access, AhAttr, Context, Cq, Gid, Mr, Mtu, Mw, Pd, Qkey, Qp, QpCap, QpInitAttr, QpType, Qpn,
+    RecvWr, RemoteTarget, Rkey, SendFlags, SendWr, WcFlags, WcOpcode, WcStatus, WorkCompletion,
+    WrOpcode,
 };
 
 /// How long the client waits for one step's completion.

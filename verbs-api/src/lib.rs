@@ -17,6 +17,11 @@
 //! [`Mr::write`]): the safe API hands out no reference into it, so the
 //! application can never race the device.
 //!
+//! Everything an application names is exported here, each under one name:
+//! the objects, the work requests, and the device interface's vocabulary
+//! (opcodes, flags, states, statuses, keys, attributes, events), so that
+//! an application depends on this crate alone.
+//!
 //! The files, by object:
 //!
 //! | file | what |
@@ -55,9 +60,15 @@ pub use qp::{Qp, QpInitAttr};
 pub use srq::Srq;
 pub use wr::{RecvWr, RemoteTarget, SendWr};
 
-pub use uroce_device::command::{AhAttr as AddressHandleAttr, QpAttr as QueuePairAttr};
-pub use uroce_device::types::{Access, AttrMask, EventType, Mtu, WcFlags, WcOpcode, WcStatus};
-pub use uroce_device::wqe::Sge as ScatterGatherEntry;
+// The device interface's vocabulary, as applications use it.
 
-/// A work completion (`ibv_wc`).
-pub type WorkCompletion = uroce_device::cqe::Cqe;
+pub use uroce_device::command::{AhAttr, CmdError, DeviceAttr, Gid, PortAttr, QpAttr, QpCap};
+/// A work completion (`ibv_wc`): the CQE the HCA wrote, decoded.
+pub use uroce_device::cqe::Cqe as WorkCompletion;
+pub use uroce_device::mem::MemFault;
+pub use uroce_device::types::{
+    Access, AttrMask, EventType, Lkey, Mtu, Psn, Qkey, QpState, QpType, Qpn, Rkey, SendFlags,
+    WcFlags, WcOpcode, WcStatus, WrOpcode,
+};
+pub use uroce_device::wqe::Sge;
+pub use uroce_device::Event;

@@ -5,13 +5,13 @@
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use uroce_device::command::{Gid, QpCap};
-use uroce_device::mem::{AllocError, HostMemory, MemFault, SimMemory};
-use uroce_device::types::{QpType, WrOpcode};
+use uroce_device::mem::{AllocError, HostMemory, SimMemory};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Hca, SharedHca};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, Context, Error, Mtu, QpInitAttr, RecvWr, SendWr};
+use uroce_verbs::{
+    Access, Context, Error, Gid, MemFault, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, WrOpcode,
+};
 
 /// Host memory that counts the driver's index publications.
 struct Counting {
