@@ -24,6 +24,10 @@ const CHILD_ENV: &str = "UROCE_SPOOFED_NAKS_CHILD";
 const CHILD_LIMIT: Duration = Duration::from_secs(120);
 /// Forged NAKs per run.
 const FORGED: u32 = 300;
+/// Iterations of each run: enough for the forger's 0.4 s in this build
+/// (the child is this test binary, so a release build runs ten times
+/// faster).
+const ITERATIONS: &str = if cfg!(debug_assertions) { "3000" } else { "30000" };
 
 #[test]
 fn spoofed_naks_child() {
@@ -85,10 +89,11 @@ fn syndrome(i: u32) -> Syndrome {
     }
 }
 
-/// Sends [`FORGED`] NAKs to the client's QP over about 0.6 s, from the
-/// server's address: odd ones behind the client's first PSN (1 to 2^22
-/// back, the 2^20 among them), even ones at PSNs the client sent
-/// and had acknowledged (its first 64, once it has run for 100 ms).
+/// Sends [`FORGED`] NAKs to the client's QP, one a millisecond from 100 ms
+/// after it connected, from the server's address: odd ones behind the
+/// client's first PSN (1 to 2^22 back, the 2^20 among them), even
+/// ones at PSNs the client sent and had acknowledged (its first 64: by
+/// then it has done hundreds of iterations).
 /// Stops early when `stop` is set; returns how many it sent.
 fn forge_naks(
     server: Ipv4Addr,
@@ -115,7 +120,7 @@ fn forge_naks(
         let packet = forged_nak(server, sport, client, qpn, psn, syndrome(i));
         socket.send_to(&packet, to).expect("send");
         sent += 1;
-        std::thread::sleep(Duration::from_millis(2));
+        std::thread::sleep(Duration::from_millis(1));
     }
     sent
 }
@@ -172,11 +177,7 @@ fn check_attacked(name: &str, clean: &Run, attacked: &Run, client_ip: &str) {
     for (side, end) in [("server", &attacked.server), ("client", &attacked.client)] {
         assert_eq!(end.code, Some(0), "{name} {side} under attack:\n{}", end.output());
     }
-    assert!(
-        attacked.forged >= FORGED / 2,
-        "{name}: the forger sent {} NAKs during the run",
-        attacked.forged
-    );
+    assert_eq!(attacked.forged, FORGED, "{name}: the run ended before the forger was done");
     let ghosts = client_counter(attacked, client_ip, "rcvd_ghost_response");
     assert!(
         ghosts >= u64::from(attacked.forged),
@@ -205,7 +206,7 @@ fn check_attacked(name: &str, clean: &Run, attacked: &Run, client_ip: &str) {
 
 #[test]
 fn pingpong_with_data_checks_survives_300_stale_naks() {
-    let args = ["pingpong", "-g", "1", "-n", "3000", "-s", "4096", "-c"];
+    let args = ["pingpong", "-g", "1", "-n", ITERATIONS, "-s", "4096", "-c"];
     let clean = run([127, 83, 42], 18642, &args, false);
     assert_eq!(clean.client.code, Some(0), "{}", clean.client.output());
     let attacked = run([127, 83, 43], 18643, &args, true);
@@ -214,7 +215,7 @@ fn pingpong_with_data_checks_survives_300_stale_naks() {
 
 #[test]
 fn bench_write_bw_survives_300_stale_naks() {
-    let args = ["bench", "write", "bw", "-s", "65536", "-n", "3000"];
+    let args = ["bench", "write", "bw", "-s", "65536", "-n", ITERATIONS];
     let clean = run([127, 83, 44], 18644, &args, false);
     assert_eq!(clean.client.code, Some(0), "{}", clean.client.output());
     let attacked = run([127, 83, 45], 18645, &args, true);
