@@ -130,9 +130,13 @@
 
 mod adversary;
 mod arena;
+mod checker;
+mod liveness;
 mod model;
 mod plan;
 mod run;
+mod workload;
+mod world;
 
 pub use adversary::{AdversaryStats, Kind as AdversaryKind, KINDS as ADVERSARY_KINDS};
 pub use plan::{
