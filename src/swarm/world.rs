@@ -10,17 +10,18 @@ use super::plan::Plan;
 use super::run::*;
 use super::workload::Knobs;
 use super::{Log, Stats};
+use crate::world::{Host, World, WorldBuilder};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use uroce_device::command::{Gid, QpCap};
-use uroce_device::mem::{HostMemory, SimMemory};
+use uroce_device::mem::SimMemory;
 use uroce_device::types::QpType;
 use uroce_hca::config::HcaConfig;
-use uroce_hca::{Endpoint, Hca, Instant, SharedHca, Transmit};
-use uroce_sim::{Fabric, FabricConfig, FaultConfig, NodeId, SimRng};
+use uroce_hca::{Endpoint, Instant, SharedHca, Transmit};
+use uroce_sim::{FabricConfig, FaultConfig, NodeId, SimRng};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, Context, QpInitAttr};
+use uroce_verbs::{Access, QpInitAttr};
 
 /// A node of the fabric: an HCA, or the adversary on the mirror port.
 pub(super) enum Member {
@@ -77,25 +78,6 @@ pub(super) fn pick_psn(rng: &mut SimRng) -> u32 {
 impl Sim {
     pub(super) fn new(plan: Plan) -> Sim {
         let mtu = plan.mtu;
-        let mut hcas = Vec::new();
-        let mut built = Vec::new();
-        for i in 0..plan.nodes {
-            let ip = Ipv4Addr::new(10, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8);
-            let mac = [0x02, 0, 0, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8];
-            let gids = vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(ip))];
-            let mem = Arc::new(SimMemory::new(1 << 40));
-            let config = HcaConfig {
-                active_mtu: mtu,
-                max_unacked_psns: plan.max_unacked_psns,
-                max_pkt_per_ack: plan.max_pkt_per_ack,
-                max_packets_per_turn: plan.max_packets_per_turn,
-                ..HcaConfig::default()
-            };
-            let host: Arc<dyn HostMemory> = mem.clone();
-            let hca = SharedHca::new(Hca::new(config, gids, host).expect("HCA configuration"));
-            hcas.push(hca.clone());
-            built.push((hca, ip, mem));
-        }
         let faults = FaultConfig {
             loss: plan.loss,
             duplicate: plan.dup,
@@ -113,22 +95,36 @@ impl Sim {
             faults,
             ..FabricConfig::new(plan.seed)
         };
-        let mut members: Vec<Member> = hcas.iter().cloned().map(Member::Hca).collect();
-        let adversary = (!plan.adversary.is_never()).then(|| {
-            let id = NodeId(members.len());
-            let adversary = Adversary::new(id, plan.adversary, plan.seed, hcas.clone());
-            members.push(Member::Adversary(Box::new(adversary)));
-            id
-        });
-        let mut fabric = Fabric::new(config, members);
+        let hca_config = HcaConfig {
+            active_mtu: mtu,
+            max_unacked_psns: plan.max_unacked_psns,
+            max_pkt_per_ack: plan.max_pkt_per_ack,
+            max_packets_per_turn: plan.max_packets_per_turn,
+            ..HcaConfig::default()
+        };
+        let mems: Vec<Arc<SimMemory>> =
+            (0..plan.nodes).map(|_| Arc::new(SimMemory::new(1 << 40))).collect();
+        // The adversary, when it runs, is the endpoint after the HCAs'.
+        let adversary = (!plan.adversary.is_never()).then_some(NodeId(plan.nodes as usize));
+        let World { mut fabric, hosts } = WorldBuilder::new(plan.nodes as usize, config)
+            .hca_config(hca_config)
+            .memory(|i| mems[i].clone())
+            .build_with(
+                |host| Member::Hca(host.hca.clone()),
+                |hosts| {
+                    let Some(id) = adversary else { return Vec::new() };
+                    let hcas = hosts.iter().map(|h| h.hca.clone()).collect();
+                    let adversary = Adversary::new(id, plan.adversary, plan.seed, hcas);
+                    vec![Member::Adversary(Box::new(adversary))]
+                },
+            );
         fabric.set_mirror(adversary);
         let mut rng = fabric.fork_rng();
 
         let mut nodes = Vec::new();
         let mut fa = Vec::new();
         let mut cas = Vec::new();
-        for (hca, ip, mem) in built {
-            let ctx = Context::open(&hca);
+        for (Host { hca, ctx, ip }, mem) in hosts.into_iter().zip(mems) {
             let pd = ctx.alloc_pd().expect("PD");
             let src = pd.alloc_mr(SRC_LEN, Access::REMOTE_READ).expect("source MR");
             let src_data = random_bytes(&mut rng, SRC_LEN as usize);

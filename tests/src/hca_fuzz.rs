@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::{Arc, Mutex, MutexGuard};
+use uroce::world::{node_gids, Host, World, WorldBuilder};
 use uroce_device::command::{AhAttr, CmdError, Command, Gid, QpAttr, QpCap, Reply};
 use uroce_device::cqe::Cqe;
 use uroce_device::mem::{AllocError, HostMemory, MemFault, SimMemory};
@@ -31,7 +32,7 @@ use uroce_device::{Doorbell, Event};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::endpoint::MAX_PACKET_LEN;
 use uroce_hca::hca::{cq_ring_shape, recv_ring_shape};
-use uroce_hca::{Endpoint, Hca, Instant, SharedHca, Transmit};
+use uroce_hca::{Endpoint, Instant, SharedHca, Transmit};
 use uroce_sim::{Fabric, FabricConfig, Probability};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{Context, Cq, Mw, Pd, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, Srq};

@@ -182,19 +182,19 @@ impl Node {
     /// Node `n` at 10.0.0.(n+1): an HCA with two PDs, a big and a tiny CQ,
     /// the regions of [`MR_SPECS`] (pattern-filled), two memory windows and
     /// an SRQ. QPs come later.
-    pub(super) fn new(n: u8) -> Node {
-        let ip = Ipv4Addr::new(10, 0, 0, 1 + n);
-        let mac = [0x02, 0, 0, 0, 0, 1 + n];
-        let link_local = Gid::link_local_from_mac(mac);
-        let gids = vec![link_local, Gid::from_ip(IpAddr::V4(ip))];
-        let ip6 = match link_local.to_ip() {
+    pub(super) fn new(n: usize) -> Node {
+        let guard = Arc::new(GuardedMemory::new(64 << 20));
+        Node::on(n, Host::new(n, config(), guard.clone()), guard)
+    }
+
+    /// [`Node::new`] on a host already built (node `n` of a
+    /// [`uroce::world::World`] whose memory is `guard`).
+    pub(super) fn on(n: usize, host: Host, guard: Arc<GuardedMemory>) -> Node {
+        let Host { hca, ctx, ip } = host;
+        let ip6 = match node_gids(n)[0].to_ip() {
             IpAddr::V6(v6) => v6,
             IpAddr::V4(_) => unreachable!("a link-local GID is IPv6"),
         };
-        let guard = Arc::new(GuardedMemory::new(64 << 20));
-        let hca = Hca::new(config(), gids, guard.clone()).expect("HCA config");
-        let hca = SharedHca::new(hca);
-        let ctx = Context::open(&hca);
         let pd = ctx.alloc_pd().expect("PD");
         let other_pd = ctx.alloc_pd().expect("second PD");
         guard.set_mode(AllocKind::Ring);

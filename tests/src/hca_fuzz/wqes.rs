@@ -114,7 +114,6 @@ pub fn hca_wqes_report(data: &[u8]) -> RunReport {
 
 impl Wqes {
     pub(super) fn new(inp: &mut Input<'_>) -> Wqes {
-        let mut nodes = vec![Node::new(0), Node::new(1)];
         let mut config = FabricConfig::new(u64::from(inp.u32()));
         let faults = inp.u8();
         if faults & 3 == 3 {
@@ -123,6 +122,25 @@ impl Wqes {
             config.faults.reorder = Probability::from_percent(u32::from(inp.u8() % 16));
             config.faults.reorder_max_delay_ns = 1 + u64::from(inp.u16()) * 64;
         }
+        let guards: Vec<Arc<GuardedMemory>> =
+            (0..2).map(|_| Arc::new(GuardedMemory::new(64 << 20))).collect();
+        let World { fabric, hosts } = WorldBuilder::new(2, config)
+            .hca_config(super::node::config())
+            .memory(|i| guards[i].clone())
+            .build_with(
+                |host| CheckedHca {
+                    hca: host.hca.clone(),
+                    addresses: host.hca.addresses().to_vec(),
+                    sent: 0,
+                },
+                |_| Vec::new(),
+            );
+        let mut nodes: Vec<Node> = hosts
+            .into_iter()
+            .zip(guards.iter().cloned())
+            .enumerate()
+            .map(|(n, (host, guard))| Node::on(n, host, guard))
+            .collect();
         for node in nodes.iter_mut() {
             for (qp_type, cq, srq) in WQE_QPS {
                 node.add_qp(qp_type, cq, srq, cap(8, 3, 48));
@@ -176,15 +194,6 @@ impl Wqes {
                 add(RingKind::Cq(ci), cq.ring);
             }
         }
-        let endpoints = nodes
-            .iter()
-            .map(|n| CheckedHca {
-                hca: n.hca.clone(),
-                addresses: n.hca.addresses().to_vec(),
-                sent: 0,
-            })
-            .collect();
-        let fabric = Fabric::new(config, endpoints);
         let mut run =
             Wqes { fabric, nodes, rings, seq: 0, completions: BTreeMap::new(), ran_ns: 0 };
         // Receives to start with, posted properly.
