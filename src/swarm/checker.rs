@@ -17,6 +17,9 @@ use uroce_verbs::{EventType, WcFlags, WcOpcode, WcStatus};
 impl Sim {
     pub(super) fn poll_all(&mut self) {
         for n in 0..self.nodes.len() {
+            if self.paused(n) {
+                continue;
+            }
             for c in 0..self.nodes[n].cqs.len() {
                 loop {
                     let cqes = match self.nodes[n].cqs[c].0.poll(256) {
@@ -143,8 +146,10 @@ impl Sim {
         let allowed = match c.status {
             // Seven go-backs in a row without progress: a legitimate end
             // only where the fault rates make it plausible.
+            // So is a cut of its path that outlasted the retries.
             WcStatus::RetryExcErr => {
-                side.ty == QpType::Rc && self.plan.retry_exhaustion_plausible()
+                side.ty == QpType::Rc
+                    && (self.plan.retry_exhaustion_plausible() || self.path_cut(s))
             }
             WcStatus::WrFlushErr => side.torn_down,
             _ => false,
@@ -537,7 +542,8 @@ impl Sim {
             }
             // On a fault-free fabric, with a receive reserved for each,
             // UC and UD lose nothing.
-            let exact = ty != QpType::Rc && !self.plan.faulty();
+            // (Unless it went to a paused node.)
+            let exact = ty != QpType::Rc && !self.plan.lossy() && !msg.may_lose;
             if exact && msg.deliverable && msg.deliveries != 1 {
                 self.log.mismatch(format!(
                     "message {id} ({:?} to {}) was delivered {} times on a fault-free fabric",

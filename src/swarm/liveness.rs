@@ -11,6 +11,7 @@ impl Sim {
     /// Heals the fabric and runs until every WR has completed or flushed.
     pub(super) fn liveness(&mut self) {
         self.fabric.heal();
+        self.resume_all();
         self.healed_at = self.now();
         let deadline = self.healed_at.plus_nanos(LIVENESS_NS);
         loop {

@@ -8,12 +8,13 @@
 
 use super::adversary::Adversary;
 use super::arena::{Arena, Layout};
+use super::disrupt::Disruption;
 use super::model::{Counter, Window};
 use super::plan::Plan;
 use super::workload::{Knobs, Op};
 use super::world::Member;
 use super::{Log, Stats, SwarmReport};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -141,6 +142,8 @@ pub(super) struct Msg {
     /// UD only: sent with the right Q_Key.
     pub(super) deliverable: bool,
     pub(super) deliveries: u32,
+    /// UC and UD: sent to a paused node, whose receive may come too late.
+    pub(super) may_lose: bool,
 }
 
 /// (source side, WRITE with immediate, length, immediate, data hash).
@@ -231,6 +234,12 @@ pub(super) struct Sim {
     pub(super) log: Log,
     pub(super) healed_at: Instant,
     pub(super) done_at: Option<Instant>,
+    /// Disruptions not started yet.
+    pub(super) disruptions: VecDeque<Disruption>,
+    /// Until when each node's application is paused.
+    pub(super) paused_until: Vec<Instant>,
+    /// Node pairs (lower first) an outage or a partition ever cut.
+    pub(super) cut_paths: BTreeSet<(usize, usize)>,
 }
 
 pub(super) fn pick<T: Copy>(rng: &mut SimRng, items: &[T]) -> T {
@@ -259,6 +268,7 @@ impl Sim {
         let mut iterations = 0u64;
         loop {
             iterations += 1;
+            self.disrupt();
             self.poll_all();
             self.replace_lost();
             if self.adversary.is_some()
@@ -359,6 +369,7 @@ impl Sim {
                 .iter()
                 .filter_map(|s| s.pending.front().map(|n| n.not_before))
                 .filter(|&t| t > now)
+                .chain(self.next_resume())
                 .min();
             let next = match (self.fabric.next_event(), due) {
                 (Some(a), Some(b)) => Some(a.min(b)),

@@ -101,7 +101,10 @@ impl Sim {
             let s = self.rng.below(self.sides.len() as u64) as usize;
             // Dead QPs get a WR now and then: it must flush.
             let side = &self.sides[s];
-            if side.qp.is_some() && (!side.dead() || self.rng.chance(percent(10))) {
+            if side.qp.is_some()
+                && !self.paused(side.node)
+                && (!side.dead() || self.rng.chance(percent(10)))
+            {
                 return Some(s);
             }
         }
@@ -213,7 +216,7 @@ impl Sim {
                     (peer, QKEY)
                 };
                 let consumes = op != Op::Write;
-                if consumes && ty != QpType::Rc && qkey == QKEY && !self.plan.faulty() {
+                if consumes && ty != QpType::Rc && qkey == QKEY && !self.plan.lossy() {
                     let d = &self.sides[dest];
                     if d.rq.len() + d.pending.len() + d.reserved >= d.recv_slots {
                         return None;
@@ -266,6 +269,7 @@ impl Sim {
                         data: (ty == QpType::Rc && op != Op::WriteImm).then_some(data),
                         deliverable: qkey == QKEY,
                         deliveries: 0,
+                        may_lose: false,
                     };
                     msg = Some((m, (s, op == Op::WriteImm, len as u32, imm, hash)));
                 }
@@ -365,10 +369,12 @@ impl Sim {
                 }
             }
         }
-        if let Some((msg, key)) = p.msg {
+        if let Some((mut msg, key)) = p.msg {
             let id = self.msgs.len();
+            // A receive for it is posted when its node's application runs.
+            msg.may_lose = self.paused(self.sides[msg.dest].node);
             let dest = msg.dest;
-            let faulty = self.plan.faulty();
+            let lossy = self.plan.lossy();
             let now = self.now();
             let d = &mut self.sides[dest];
             let r = &mut self.rng;
@@ -397,7 +403,7 @@ impl Sim {
                 _ => {
                     if msg.deliverable {
                         let capacity = if d.ty == QpType::Ud { 40 + d.max_msg } else { d.max_msg };
-                        let late = faulty && r.chance(self.knobs.late_recv);
+                        let late = lossy && r.chance(self.knobs.late_recv);
                         let not_before = if late { now.plus_nanos(r.below(500_000)) } else { now };
                         d.pending.push_back(RecvNeed { capacity, expect: Expect::Any, not_before });
                     }
@@ -411,7 +417,7 @@ impl Sim {
 
     pub(super) fn post_receives_all(&mut self) {
         for s in 0..self.sides.len() {
-            if !self.sides[s].pending.is_empty() {
+            if !self.sides[s].pending.is_empty() && !self.paused(self.sides[s].node) {
                 self.post_receives(s);
             }
         }

@@ -5,13 +5,14 @@
 
 use super::adversary::Adversary;
 use super::arena::{random_bytes, Arena};
+use super::disrupt;
 use super::model::{Counter, Window};
 use super::plan::Plan;
 use super::run::*;
 use super::workload::Knobs;
 use super::{Log, Stats};
 use crate::world::{Host, World, WorldBuilder};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use uroce_device::command::{Gid, QpCap};
@@ -175,6 +176,8 @@ impl Sim {
             late_recv: percent(pick(&mut rng, &[0, 5, 20])),
         };
 
+        let disruptions = disrupt::draw(&plan);
+        let paused_until = vec![Instant::ZERO; plan.nodes as usize];
         let mut sim = Sim {
             plan,
             fabric,
@@ -194,6 +197,9 @@ impl Sim {
             log: Log::default(),
             healed_at: Instant::ZERO,
             done_at: None,
+            disruptions,
+            paused_until,
+            cut_paths: BTreeSet::new(),
         };
         sim.connect_all();
         sim
@@ -295,7 +301,14 @@ impl Sim {
             let conn = &self.conns[c];
             let (a, b) = conn.sides;
             let drained = |s: &Side| s.sq.is_empty() && s.rq.is_empty();
-            if conn.lost && !conn.replaced && drained(&self.sides[a]) && drained(&self.sides[b]) {
+            let (na, nb) = (self.sides[a].node, self.sides[b].node);
+            let running = !self.paused(na) && !self.paused(nb);
+            if conn.lost
+                && !conn.replaced
+                && running
+                && drained(&self.sides[a])
+                && drained(&self.sides[b])
+            {
                 self.conns[c].replaced = true;
                 self.stats.rc_replaced += 1;
                 for s in [a, b] {
@@ -311,7 +324,6 @@ impl Sim {
                         }
                     }
                 }
-                let (na, nb) = (self.sides[a].node, self.sides[b].node);
                 self.connect_pair(QpType::Rc, na, nb);
             }
         }
@@ -327,6 +339,8 @@ impl Sim {
                 let (a, b) = self.conns[c].sides;
                 !self.conns[c].lost
                     && self.sides[a].ty == QpType::Rc
+                    && !self.paused(self.sides[a].node)
+                    && !self.paused(self.sides[b].node)
                     && !self.sides[a].dead()
                     && !self.sides[b].dead()
             })
