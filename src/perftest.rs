@@ -19,7 +19,8 @@
 //! Not supported: bidirectional (`-b`), duration (`-D`), rdma_cm (`-R`),
 //! SRQ, XRC/DC, latency tests.
 
-mod report;
+pub(crate) mod engine;
+pub(crate) mod report;
 mod session;
 mod traffic;
 mod wire;
