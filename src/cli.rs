@@ -67,7 +67,9 @@ enum Command {
     /// The seed also decides whether an adversary runs, and at what rate
     /// (`--adversary`): a node on the fabric's mirror port that replays
     /// captured RC packets and injects stale responses and duplicate
-    /// requests, which must change no completion and no byte.
+    /// requests, which must change no completion and no byte. And it draws
+    /// link outages, partitions and pauses of a node's application
+    /// (`--outages`, `--partitions`, `--pauses`) while the workload runs.
     ///
     /// The last line printed is `seed=<n> ops=<n> completed=<n>
     /// mismatches=<n> retransmits=<n> trace_hash=<hex> adversary=<n>`: ops
