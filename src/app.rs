@@ -8,11 +8,11 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use uroce_device::command::{Gid, QpCap};
-use uroce_device::types::{QpType, Qpn};
 use uroce_net::udp::{DeviceObserver, DeviceSummary, UdpConfig, UdpDevice, UdpError};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
+use uroce_verbs::{
+    Access, Context, Cq, Gid, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, WorkCompletion,
+};
 
 /// Every access right (local write, remote write/read/atomic, bind).
 pub const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8 | 16);

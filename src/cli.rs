@@ -6,8 +6,8 @@ use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use uroce_device::types::Mtu;
 use uroce_sim::Probability;
+use uroce_verbs::Mtu;
 
 /// uroce: a software RoCEv2 RDMA NIC in user space.
 #[derive(Debug, Parser)]

@@ -10,9 +10,7 @@
 
 use crate::app::{NetArgs, Opened};
 use std::io::Write;
-use uroce_device::command::{DeviceAttr, Gid, PortAttr};
-use uroce_device::types::Mtu;
-use uroce_verbs::Context;
+use uroce_verbs::{Context, DeviceAttr, Gid, Mtu, PortAttr};
 
 /// The name the device goes by (`hca_id`, `-d`).
 pub const DEVICE_NAME: &str = "uroce0";

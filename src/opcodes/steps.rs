@@ -6,7 +6,7 @@
 //! the exchange, so a difference between the two stops the run before any
 //! RDMA instead of showing up as a data mismatch; `-L` prints it.
 
-use uroce_device::types::{WcStatus, WrOpcode};
+use uroce_verbs::{WcStatus, WrOpcode};
 
 /// Bytes of the one MR each side registers.
 pub const BUF_SIZE: u64 = 1 << 20;

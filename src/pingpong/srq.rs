@@ -16,12 +16,11 @@ use crate::oob::{self, OobListener, OobStream};
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
-use uroce_device::command::{Gid, QpCap};
-use uroce_device::types::{QpType, Qpn, SendFlags, WrOpcode};
 use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote};
 use uroce_verbs::{
-    Access, CompChannel, Context, Cq, Mr, Pd, Qp, QpInitAttr, RecvWr, SendWr, Srq, WcStatus,
+    Access, CompChannel, Context, Cq, Gid, Mr, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, RecvWr,
+    SendFlags, SendWr, Srq, WcStatus, WrOpcode,
 };
 
 /// The C tool's `MAX_QP`: the number of address messages each way, and

@@ -8,10 +8,9 @@
 
 use std::sync::Arc;
 use uroce_device::mem::SimMemory;
-use uroce_device::types::{QpType, WrOpcode};
 use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{Mr, Qp, RecvWr, RemoteTarget, SendWr, WcStatus};
+use uroce_verbs::{Mr, Qp, QpType, RecvWr, RemoteTarget, SendWr, WcStatus, WrOpcode};
 
 const MS: u64 = 1_000_000;
 const MR_LEN: u64 = 64 * 1024;

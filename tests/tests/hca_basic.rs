@@ -1,9 +1,8 @@
 //! First end-to-end checks of the HCA on a lossless simulated fabric.
 
-use uroce_device::types::{QpType, SendFlags, WrOpcode};
 use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{RecvWr, RemoteTarget, SendWr, WcOpcode, WcStatus};
+use uroce_verbs::{QpType, RecvWr, RemoteTarget, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
 
 #[test]
 fn rc_send_write_read_and_atomics() {

@@ -13,9 +13,7 @@ use proptest::test_runner::RngSeed;
 use std::net::Ipv4Addr;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use uroce_device::command::Gid;
 use uroce_device::mem::{HostMemory, SimMemory};
-use uroce_device::types::{QpType, Rkey, WrOpcode};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
 use uroce_tests::hca_fuzz::{
@@ -23,7 +21,7 @@ use uroce_tests::hca_fuzz::{
 };
 use uroce_tests::world::{cap, tuning, ALL_ACCESS};
 use uroce_verbs::connect::{self, Remote};
-use uroce_verbs::{Context, QpInitAttr, RemoteTarget, SendWr};
+use uroce_verbs::{Context, Gid, QpInitAttr, QpType, RemoteTarget, Rkey, SendWr, WrOpcode};
 use uroce_wire::frame::FrameRepr;
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{aeth, bth, Opcode, Psn, Qpn};

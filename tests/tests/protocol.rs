@@ -1,10 +1,12 @@
 //! One named scenario per protocol rule, on the simulated fabric with
 //! targeted faults. Each test reads as the rule it checks.
 
-use uroce_device::types::{QpState, QpType, SendFlags, WrOpcode};
 use uroce_sim::{Action, FabricConfig, Matcher, NodeId, Rule};
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{Mr, Qp, RecvWr, RemoteTarget, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use uroce_verbs::{
+    Mr, Qp, QpState, QpType, RecvWr, RemoteTarget, SendFlags, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
+};
 use uroce_wire::aeth::{NakCode, Syndrome};
 use uroce_wire::{Mask, Opcode, Psn};
 
@@ -210,7 +212,7 @@ fn a_bad_rkey_gives_rem_access_err_both_qps_go_to_error_and_later_wrs_flush() {
     let mut p = rc_pair(|_| {});
     p.b.post_recv(&[recv(20, &p.mr_b, 0, 64)]).unwrap();
     let mut bad = write(1, &p.mr_a, 0, 64, &p.mr_b, 0);
-    bad.remote.rkey = uroce_device::types::Rkey(p.mr_b.rkey().0 ^ 0x55);
+    bad.remote.rkey = uroce_verbs::Rkey(p.mr_b.rkey().0 ^ 0x55);
     p.a.post_send(&[bad, send(2, &p.mr_a, 0, 8)]).unwrap();
     let done = p.w.wait(0, 2, 100 * MS);
     assert_eq!(statuses(&done), vec![(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)]);
@@ -497,8 +499,7 @@ fn uc_drops_a_message_that_lost_a_packet_and_takes_the_next() {
 
 #[test]
 fn ud_send_delivers_the_grh_and_checks_the_qkey() {
-    use uroce_device::command::{AhAttr, Gid};
-    use uroce_verbs::connect;
+    use uroce_verbs::{connect, AhAttr, Gid};
     let mut w = World::new(2, FabricConfig::new(5));
     let a = w.qp(0, QpType::Ud, cap(16, 1, 64));
     let b = w.qp(1, QpType::Ud, cap(16, 1, 64));
@@ -518,11 +519,11 @@ fn ud_send_delivers_the_grh_and_checks_the_qkey() {
     b.post_recv(&[recv(1, &mr_b, 0, 40 + 1024), recv(2, &mr_b, 2048, 40 + 1024)]).unwrap();
     let mut wrong = SendWr::new(1, WrOpcode::Send);
     wrong.sg_list = vec![mr_a.sge(0, 512)];
-    wrong.ud = Some((ah.index(), b.qpn(), uroce_device::types::Qkey(0x9999)));
+    wrong.ud = Some((ah.index(), b.qpn(), uroce_verbs::Qkey(0x9999)));
     let mut right = SendWr::new(2, WrOpcode::SendWithImm);
     right.sg_list = vec![mr_a.sge(0, 512)];
     right.imm_or_inv = 77;
-    right.ud = Some((ah.index(), b.qpn(), uroce_device::types::Qkey(0x2222)));
+    right.ud = Some((ah.index(), b.qpn(), uroce_verbs::Qkey(0x2222)));
     a.post_send(&[wrong, right]).unwrap();
     let at_a = w.wait(0, 2, 10 * MS);
     assert_eq!(statuses(&at_a), vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
@@ -531,7 +532,7 @@ fn ud_send_delivers_the_grh_and_checks_the_qkey() {
     assert_eq!(at_b[0].byte_len, 40 + 512);
     assert_eq!(at_b[0].src_qp, a.qpn());
     assert_eq!(at_b[0].imm_or_inv, 77);
-    assert!(at_b[0].flags.contains(uroce_device::types::WcFlags::GRH));
+    assert!(at_b[0].flags.contains(uroce_verbs::WcFlags::GRH));
     let grh = mr_b.read_vec(0, 40).unwrap();
     assert_eq!(grh[20] >> 4, 4, "an IPv4 header at byte 20 of the GRH");
     assert_eq!(&grh[32..36], &w.nodes[0].ip.octets(), "its source address");
@@ -574,10 +575,7 @@ fn srq_feeds_several_qps_and_raises_the_limit_event() {
     assert!(
         events.iter().any(|e| matches!(
             e,
-            uroce_device::Event::Async {
-                event: uroce_device::types::EventType::SrqLimitReached,
-                ..
-            }
+            uroce_verbs::Event::Async { event: uroce_verbs::EventType::SrqLimitReached, .. }
         )),
         "SRQ limit event: {events:?}"
     );
@@ -597,7 +595,7 @@ fn cq_arming_raises_one_event_and_solicited_only_waits_for_a_solicited_send() {
     p.a.post_send(&[solicited]).unwrap();
     p.w.wait(1, 1, 10 * MS);
     let cq = p.w.nodes[1].cq.index();
-    assert_eq!(p.w.nodes[1].ctx.next_event(), Some(uroce_device::Event::Completion { cq }));
+    assert_eq!(p.w.nodes[1].ctx.next_event(), Some(uroce_verbs::Event::Completion { cq }));
     p.a.post_send(&[send(3, &p.mr_a, 0, 10)]).unwrap();
     p.w.wait(1, 1, 10 * MS);
     assert_eq!(p.w.nodes[1].ctx.next_event(), None, "disarmed after one event");
@@ -615,7 +613,7 @@ fn local_invalidate_and_send_with_invalidate_revoke_keys() {
     p.a.post_send(&[inv]).unwrap();
     let at_b = p.w.wait(1, 1, 10 * MS);
     assert_eq!(at_b[0].imm_or_inv, victim.rkey().0);
-    assert!(at_b[0].flags.contains(uroce_device::types::WcFlags::WITH_INV));
+    assert!(at_b[0].flags.contains(uroce_verbs::WcFlags::WITH_INV));
     p.w.wait(0, 1, 10 * MS);
     // A WRITE with the invalidated key now fails with a remote access error.
     p.a.post_send(&[write(2, &p.mr_a, 0, 16, &victim, 0)]).unwrap();
@@ -651,8 +649,7 @@ fn type_2_window_bound_by_a_wr_gives_remote_access_to_part_of_a_region() {
 
 #[test]
 fn qp_state_machine_refuses_wrong_masks_and_transitions() {
-    use uroce_device::command::QpAttr;
-    use uroce_verbs::{AttrMask, Error};
+    use uroce_verbs::{AttrMask, Error, QpAttr};
     let w = World::new(1, FabricConfig::new(8));
     let qp = w.qp(0, QpType::Rc, cap(4, 1, 0));
     let to_rts = QpAttr { qp_state: Some(QpState::Rts), ..QpAttr::default() };
@@ -725,7 +722,7 @@ fn cq_overrun_raises_cq_err_and_the_qp_goes_to_error() {
     assert!(
         events.iter().any(|e| matches!(
             e,
-            uroce_device::Event::Async { event: uroce_device::types::EventType::CqErr, .. }
+            uroce_verbs::Event::Async { event: uroce_verbs::EventType::CqErr, .. }
         )),
         "CQ_ERR: {events:?}"
     );
@@ -810,8 +807,8 @@ fn a_producer_index_jumping_past_the_ring_is_fatal_for_the_qp_only() {
     p.w.settle(10 * MS);
     assert_eq!(qp_state(&p.w, 0, &p.a), QpState::Err);
     let events: Vec<_> = std::iter::from_fn(|| p.w.nodes[0].ctx.next_event()).collect();
-    assert!(events.contains(&uroce_device::Event::Async {
-        event: uroce_device::types::EventType::QpFatal,
+    assert!(events.contains(&uroce_verbs::Event::Async {
+        event: uroce_verbs::EventType::QpFatal,
         element: p.a.qpn().value()
     }));
     // Another QP of the same device still works.
@@ -825,8 +822,8 @@ fn a_producer_index_jumping_past_the_ring_is_fatal_for_the_qp_only() {
 
 #[test]
 fn rc_over_ipv6_link_local_gids() {
-    use uroce_device::command::Gid;
     use uroce_verbs::connect::{self, Remote};
+    use uroce_verbs::Gid;
     let mut w = World::new(2, FabricConfig::new(11));
     let a = w.qp(0, QpType::Rc, cap(8, 1, 0));
     let b = w.qp(1, QpType::Rc, cap(8, 1, 0));
@@ -925,8 +922,7 @@ fn send_with_invalidate_is_refused_on_uc() {
 
 #[test]
 fn sqd_still_retransmits_and_reports_the_drain() {
-    use uroce_device::command::QpAttr;
-    use uroce_verbs::AttrMask;
+    use uroce_verbs::{AttrMask, QpAttr};
     let mut p = rc_pair(|_| {});
     p.w.fabric
         .add_rule(Rule::new(Matcher::any().opcode(Opcode::RC_ACKNOWLEDGE), Action::Drop).nth(1));
@@ -945,16 +941,15 @@ fn sqd_still_retransmits_and_reports_the_drain() {
     let done = p.w.wait(0, 1, 100 * MS);
     assert_eq!(statuses(&done), vec![(1, WcStatus::Success)], "the lost ACK was recovered in SQD");
     let events: Vec<_> = std::iter::from_fn(|| p.w.nodes[0].ctx.next_event()).collect();
-    assert!(events.contains(&uroce_device::Event::Async {
-        event: uroce_device::types::EventType::SqDrained,
+    assert!(events.contains(&uroce_verbs::Event::Async {
+        event: uroce_verbs::EventType::SqDrained,
         element: p.a.qpn().value()
     }));
 }
 
 #[test]
 fn an_idle_qp_entering_sqd_reports_the_drain_at_once() {
-    use uroce_device::command::QpAttr;
-    use uroce_verbs::AttrMask;
+    use uroce_verbs::{AttrMask, QpAttr};
     let p = rc_pair(|_| {});
     while p.w.nodes[0].ctx.next_event().is_some() {}
     let sqd =
@@ -962,8 +957,8 @@ fn an_idle_qp_entering_sqd_reports_the_drain_at_once() {
     p.a.modify(&sqd, AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY).unwrap();
     assert_eq!(
         p.w.nodes[0].ctx.next_event(),
-        Some(uroce_device::Event::Async {
-            event: uroce_device::types::EventType::SqDrained,
+        Some(uroce_verbs::Event::Async {
+            event: uroce_verbs::EventType::SqDrained,
             element: p.a.qpn().value()
         })
     );

@@ -4,12 +4,10 @@
 //! rxe), never after allocating and zeroing gigabytes.
 
 use std::time::{Duration, Instant};
-use uroce_device::command::QpCap;
-use uroce_device::types::QpType;
 use uroce_sim::FabricConfig;
 use uroce_tests::child;
 use uroce_tests::world::{cap, World};
-use uroce_verbs::QpInitAttr;
+use uroce_verbs::{QpCap, QpInitAttr, QpType};
 
 const EINVAL: i32 = 22;
 const CHILD_ENV: &str = "UROCE_QUEUE_LIMITS_CHILD";

@@ -9,10 +9,11 @@
 //! the drops must show in `rcvd_ghost_response`.
 
 use std::net::IpAddr;
-use uroce_device::types::{QpState, QpType, WrOpcode};
 use uroce_sim::{FabricConfig, NodeId};
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{Mr, Qp, RemoteTarget, SendWr, WcStatus, WorkCompletion};
+use uroce_verbs::{
+    Mr, Qp, QpState, QpType, RemoteTarget, SendWr, WcStatus, WorkCompletion, WrOpcode,
+};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
 use uroce_wire::frame::FrameRepr;
 use uroce_wire::{atomic_ack_eth, bth, roce, Opcode, Psn};

@@ -21,14 +21,12 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uroce::app::{bring_up, default_tuning, wait_cq, Node, ALL_ACCESS};
-use uroce_device::command::{AhAttr, Gid, QpCap};
-use uroce_device::cqe::Cqe;
-use uroce_device::types::{
-    Qkey, QpState, QpType, Qpn, Rkey, WcFlags, WcOpcode, WcStatus, WrOpcode,
-};
 use uroce_net::udp::{FaultSpec, UdpConfig};
 use uroce_verbs::connect::Tuning;
-use uroce_verbs::{Mr, Qp, RecvWr, RemoteTarget, SendWr};
+use uroce_verbs::{
+    AhAttr, Gid, Mr, Qkey, Qp, QpCap, QpState, QpType, Qpn, RecvWr, RemoteTarget, Rkey, SendWr,
+    WcFlags, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
 
 /// Set (to `peer`) in the environment of a re-executed test binary.
 const CHILD_ENV: &str = "UROCE_TEST_CHILD";
@@ -83,7 +81,7 @@ fn unhex(text: &str) -> Result<Vec<u8>, String> {
 }
 
 /// A completion as one word: `wr_id:status:opcode:flags:byte_len:imm:src_qp:qp_num`.
-fn wc_to_word(wc: &Cqe) -> String {
+fn wc_to_word(wc: &WorkCompletion) -> String {
     format!(
         "{}:{}:{}:{}:{}:{}:{}:{}",
         wc.wr_id,
@@ -97,12 +95,12 @@ fn wc_to_word(wc: &Cqe) -> String {
     )
 }
 
-fn wc_from_word(word: &str) -> Cqe {
+fn wc_from_word(word: &str) -> WorkCompletion {
     let f: Vec<u64> = word.split(':').map(|n| n.parse().expect("completion field")).collect();
     assert_eq!(f.len(), 8, "completion `{word}`");
     let status = WcStatus::from_raw(f[1] as u8).expect("status");
     let opcode = WcOpcode::from_raw(f[2] as u8).expect("opcode");
-    let mut wc = Cqe::new(f[0], status, opcode, Qpn::new(f[7] as u32));
+    let mut wc = WorkCompletion::new(f[0], status, opcode, Qpn::new(f[7] as u32));
     wc.flags = WcFlags(f[3] as u32);
     wc.byte_len = f[4] as u32;
     wc.imm_or_inv = f[5] as u32;
@@ -432,7 +430,7 @@ impl Peer {
     }
 
     /// Up to `count` completions from the peer's CQ, waiting up to `timeout`.
-    fn poll(&mut self, count: usize, timeout: Duration) -> Vec<Cqe> {
+    fn poll(&mut self, count: usize, timeout: Duration) -> Vec<WorkCompletion> {
         let ms = timeout.as_millis();
         let words = self.call_within(&format!("poll {count} {ms}"), timeout + ANSWER_TIMEOUT);
         words.iter().map(|w| wc_from_word(w)).collect()
@@ -535,7 +533,7 @@ fn remote(peer: &Peer, offset: u64) -> RemoteTarget {
     RemoteTarget { addr: peer.mr_addr + offset, rkey: peer.rkey }
 }
 
-fn statuses(wcs: &[Cqe]) -> Vec<(u64, WcStatus)> {
+fn statuses(wcs: &[WorkCompletion]) -> Vec<(u64, WcStatus)> {
     wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect()
 }
 
@@ -1083,7 +1081,7 @@ fn a_killed_peer_gives_retry_exceeded_in_bounded_time_and_every_other_wr_flushes
 
     // Keep a stream of WRITEs outstanding, then kill the peer mid-stream.
     let mut posted = 0u64;
-    let mut done: Vec<Cqe> = Vec::new();
+    let mut done: Vec<WorkCompletion> = Vec::new();
     let mut last_success = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(3);
     while done.len() < 64 {

@@ -7,11 +7,11 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 use uroce::app::{bring_up, connect_pair, default_tuning, qp_on, wait_cq, Node, ALL_ACCESS};
-use uroce_device::command::{AhAttr, Gid, QpCap};
-use uroce_device::types::{Qkey, QpState, QpType, Qpn, SendFlags, WcStatus, WrOpcode};
-use uroce_device::Event;
 use uroce_net::udp::{FaultSpec, ProgressMode, UdpConfig};
-use uroce_verbs::{AttrMask, CompChannel, QueuePairAttr, RecvWr, SendWr};
+use uroce_verbs::{
+    AhAttr, AttrMask, CompChannel, Event, Gid, Qkey, QpAttr, QpCap, QpState, QpType, Qpn, RecvWr,
+    SendFlags, SendWr, WcStatus, WrOpcode,
+};
 
 fn cap() -> QpCap {
     QpCap {
@@ -150,7 +150,7 @@ fn a_flush_raised_by_a_command_wakes_the_channel() {
     qa.post_recv(&[RecvWr { wr_id: 5, sg_list: vec![ma.sge(0, 64)] }]).unwrap();
     std::thread::sleep(Duration::from_millis(5));
     cq.req_notify(false);
-    let err = QueuePairAttr { qp_state: Some(QpState::Err), ..Default::default() };
+    let err = QpAttr { qp_state: Some(QpState::Err), ..Default::default() };
     qa.modify(&err, AttrMask::STATE).unwrap();
     let took = wait_readable(&channel, Duration::from_secs(3));
     assert!(took < PROMPT, "the flush's completion event took {took:?}");
@@ -174,7 +174,7 @@ fn a_cq_reusing_a_destroyed_cqs_index_does_not_inherit_its_channel() {
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
     qa.post_recv(&[RecvWr { wr_id: 1, sg_list: vec![ma.sge(0, 64)] }]).unwrap();
     cq.req_notify(false);
-    let err = QueuePairAttr { qp_state: Some(QpState::Err), ..Default::default() };
+    let err = QpAttr { qp_state: Some(QpState::Err), ..Default::default() };
     qa.modify(&err, AttrMask::STATE).unwrap();
     assert_eq!(wait_cq(&cq, 1, Duration::from_secs(1)).len(), 1);
     assert_eq!(channel.get_cq_event(), None, "the old channel stays silent");

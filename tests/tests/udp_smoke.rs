@@ -3,10 +3,8 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 use uroce::app::{connect_pair, default_tuning, Node, ALL_ACCESS};
-use uroce_device::command::QpCap;
-use uroce_device::types::{QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_net::udp::UdpConfig;
-use uroce_verbs::{RecvWr, RemoteTarget, SendWr};
+use uroce_verbs::{QpCap, QpType, RecvWr, RemoteTarget, SendFlags, SendWr, WcStatus, WrOpcode};
 
 fn cap() -> QpCap {
     QpCap {

@@ -1,0 +1,83 @@
+//! Completion queues ([`Cq`]).
+
+use crate::context::Context;
+use crate::error::{Error, Result};
+use crate::events::CompChannel;
+use crate::ring::CqRing;
+use crate::WorkCompletion;
+use uroce_device::command::{Command, Reply};
+use uroce_device::Doorbell;
+use uroce_hca::hca::cq_ring_shape;
+
+impl Context {
+    /// `ibv_create_cq` for at least `cqe` completions.
+    pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
+        let cq = self.create_cq_unbound(cqe)?;
+        // Its index may be a destroyed CQ's: no channel of that one's.
+        self.events.set_channel(cq.index, None);
+        Ok(cq)
+    }
+
+    /// `ibv_create_cq` with a completion channel.
+    pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
+        let cq = self.create_cq_unbound(cqe)?;
+        self.events.set_channel(cq.index, Some(channel));
+        Ok(cq)
+    }
+
+    fn create_cq_unbound(&self, cqe: u32) -> Result<Cq> {
+        // rxe's rxe_cq_chk_attr: 1 ..= max_cqe, else EINVAL.
+        if cqe == 0 || cqe > self.limits.max_cqe {
+            return Err(Error::Invalid("CQ depth: cqe must be 1 to the device's max_cqe"));
+        }
+        let ring = self.alloc_ring(cq_ring_shape(cqe))?;
+        match self.command(Command::CreateCq { ring }) {
+            Ok(Reply::Index(index)) => Ok(Cq { ctx: self.clone(), index, ring: CqRing::new(ring) }),
+            Ok(_) => unreachable!("CreateCq answers Index"),
+            Err(e) => {
+                self.free_ring(ring);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A completion queue (`ibv_cq`).
+pub struct Cq {
+    ctx: Context,
+    pub(crate) index: u32,
+    ring: CqRing,
+}
+
+impl Cq {
+    /// The CQ's index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// `ibv_poll_cq`: up to `max` completions, oldest first.
+    pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        self.ctx.check_open()?;
+        self.ctx.progress();
+        self.ring.poll(self.ctx.host().as_ref(), max)
+    }
+
+    /// `ibv_req_notify_cq`: the next completion (or the next solicited one)
+    /// raises an [`Event::Completion`](crate::Event::Completion).
+    pub fn req_notify(&self, solicited_only: bool) {
+        self.ctx.doorbell(Doorbell::ArmCq { cq: self.index, solicited_only });
+        self.ctx.app_sleeping();
+    }
+
+    /// `ibv_destroy_cq`: refused (EBUSY) while QPs use it.
+    pub fn destroy(self) -> core::result::Result<(), (Cq, Error)> {
+        match self.ctx.command(Command::DestroyCq { cq: self.index }) {
+            Ok(_) => {
+                self.ctx.events.set_channel(self.index, None);
+                self.ctx.free_ring(self.ring.desc());
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The driver's side of the rings: it produces WQEs into work rings (SQ,
+//! RQ, SRQ: [`WorkRing`]) and consumes CQEs from completion rings
+//! ([`CqRing`]). The HCA's side is `uroce_hca::ring` (`ConsumerRing`,
+//! `ProducerRing`); the layout both follow is the device interface's,
+//! [`uroce_device::ring`] (`docs/device-interface.md`, section 2).
+//!
+//! Every access the driver makes to ring memory is in this file: allocate
+//! and free a ring ([`alloc`], [`free`]), write or read an entry, load or
+//! publish an index. As on the HCA's side, the host memory is handed to
+//! each call rather than kept in the ring.
+
+use crate::error::{Error, PostResult, Result};
+use std::cell::{Cell, RefCell};
+use uroce_device::cqe::{Cqe, CQE_LEN};
+use uroce_device::mem::{HostMemory, MemFault};
+use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET};
+
+/// Allocates host memory for a ring of `shape` (its `base` is ignored).
+pub(crate) fn alloc(host: &dyn HostMemory, shape: RingDesc) -> Result<RingDesc> {
+    let base = host.allocate(shape.bytes(), 4096).map_err(|_| Error::NoMemory("ring memory"))?;
+    Ok(RingDesc { base, ..shape })
+}
+
+/// Hands a ring's memory back, once the HCA no longer uses the ring (its
+/// queue was destroyed, or its creation refused).
+pub(crate) fn free(host: &dyn HostMemory, ring: RingDesc) {
+    host.free(ring.base);
+}
+
+/// Loads one of the ring's indices (acquire: what it covers is visible).
+fn load(host: &dyn HostMemory, ring: RingDesc, offset: u64) -> core::result::Result<u32, MemFault> {
+    host.load_acquire_u32(ring.base + offset)
+}
+
+/// Publishes one of the ring's indices (release: what it covers is
+/// written).
+fn publish(
+    host: &dyn HostMemory,
+    ring: RingDesc,
+    offset: u64,
+    index: u32,
+) -> core::result::Result<(), MemFault> {
+    host.store_release_u32(ring.base + offset, index)
+}
+
+/// The driver's side of a work ring (SQ, RQ, SRQ): it writes WQEs and
+/// publishes the producer index (the doorbell record); the HCA consumes
+/// them and hands the slots back through the consumer index.
+pub(crate) struct WorkRing {
+    desc: RingDesc,
+    /// WQEs that may be outstanding at once (`max_send_wr`, `max_recv_wr`,
+    /// or the SRQ's entries): a post beyond it is refused.
+    depth: u32,
+    /// What a post on a full ring is refused with ("send queue full", ...).
+    full: &'static str,
+    /// The next index the driver will produce (its own copy: the truth).
+    producer: Cell<u32>,
+    /// The consumer index last read. Only the HCA advances it, so the real
+    /// one is never behind this copy: the ring is read again only when the
+    /// copy says it is full.
+    consumer_seen: Cell<u32>,
+    /// One slot, where each WQE is built before it is copied into the ring
+    /// (reused: nothing is allocated per WR).
+    slot: RefCell<Vec<u8>>,
+}
+
+impl WorkRing {
+    /// The driver's side of the new, empty ring `desc`.
+    pub(crate) fn new(desc: RingDesc, depth: u32, full: &'static str) -> WorkRing {
+        WorkRing {
+            desc,
+            depth,
+            full,
+            producer: Cell::new(0),
+            consumer_seen: Cell::new(0),
+            slot: RefCell::new(vec![0; desc.stride as usize]),
+        }
+    }
+
+    /// Where the ring is.
+    pub(crate) fn desc(&self) -> RingDesc {
+        self.desc
+    }
+
+    /// Posts a chain: for each item, `fill` checks it and writes its WQE
+    /// into a zeroed slot, which is copied into the ring if there is room.
+    /// The producer index is then published once (release) for every WQE
+    /// written. Returns how many WQEs were posted and, if an item failed,
+    /// its index and why: the items before it are posted, it and the ones
+    /// after it are not (libibverbs' `bad_wr`).
+    pub(crate) fn post_chain<T>(
+        &self,
+        host: &dyn HostMemory,
+        chain: &[T],
+        mut fill: impl FnMut(&T, &mut [u8]) -> Result<()>,
+    ) -> (usize, PostResult) {
+        let start = self.producer.get();
+        let mut producer = start;
+        let mut failed = None;
+        let mut slot = self.slot.borrow_mut();
+        for (i, item) in chain.iter().enumerate() {
+            slot.fill(0);
+            let written = fill(item, &mut slot)
+                .and_then(|()| self.check_room(host, producer))
+                .and_then(|()| Ok(host.write(self.desc.entry_addr(producer), &slot)?));
+            if let Err(e) = written {
+                failed = Some((i, e));
+                break;
+            }
+            producer = producer.wrapping_add(1);
+        }
+        let posted = producer.wrapping_sub(start) as usize;
+        if posted > 0 {
+            if let Err(fault) = publish(host, self.desc, PRODUCER_OFFSET, producer) {
+                // The HCA cannot see any of them: none was posted.
+                return (0, Err((0, fault.into())));
+            }
+            self.producer.set(producer);
+        }
+        (posted, failed.map_or(Ok(()), Err))
+    }
+
+    /// Whether a WQE may be written at `producer`: fewer than `depth`
+    /// outstanding.
+    fn check_room(&self, host: &dyn HostMemory, producer: u32) -> Result<()> {
+        if producer.wrapping_sub(self.consumer_seen.get()) < self.depth {
+            return Ok(());
+        }
+        let consumer = load(host, self.desc, CONSUMER_OFFSET)?;
+        self.consumer_seen.set(consumer);
+        if producer.wrapping_sub(consumer) < self.depth {
+            Ok(())
+        } else {
+            Err(Error::NoMemory(self.full))
+        }
+    }
+
+    /// Empties the ring after its QP went to RESET (the HCA considers it
+    /// empty again): both indices back to 0.
+    pub(crate) fn reset(&self, host: &dyn HostMemory) -> Result<()> {
+        self.producer.set(0);
+        self.consumer_seen.set(0);
+        publish(host, self.desc, PRODUCER_OFFSET, 0)?;
+        publish(host, self.desc, CONSUMER_OFFSET, 0)?;
+        Ok(())
+    }
+}
+
+/// The driver's side of a completion ring: the HCA writes CQEs and
+/// publishes the producer index; the driver reads them and hands the slots
+/// back through the consumer index.
+pub(crate) struct CqRing {
+    desc: RingDesc,
+    /// The next index the driver will consume.
+    consumer: Cell<u32>,
+}
+
+impl CqRing {
+    /// The driver's side of the new, empty ring `desc`.
+    pub(crate) fn new(desc: RingDesc) -> CqRing {
+        CqRing { desc, consumer: Cell::new(0) }
+    }
+
+    /// Where the ring is.
+    pub(crate) fn desc(&self) -> RingDesc {
+        self.desc
+    }
+
+    /// Up to `max` completions, oldest first; their slots are handed back
+    /// (one release of the consumer index). A CQE that does not decode
+    /// fails the poll, and nothing is consumed.
+    pub(crate) fn poll(&self, host: &dyn HostMemory, max: usize) -> Result<Vec<Cqe>> {
+        let producer = load(host, self.desc, PRODUCER_OFFSET)?;
+        let mut out = Vec::new();
+        let mut consumer = self.consumer.get();
+        while consumer != producer && out.len() < max {
+            let mut bytes = [0u8; CQE_LEN];
+            host.read(self.desc.entry_addr(consumer), &mut bytes)?;
+            let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
+            out.push(cqe);
+            consumer = consumer.wrapping_add(1);
+        }
+        if !out.is_empty() {
+            self.consumer.set(consumer);
+            publish(host, self.desc, CONSUMER_OFFSET, consumer)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uroce_device::mem::SimMemory;
+    use uroce_device::types::{Qpn, WcOpcode, WcStatus};
+
+    fn ring(host: &SimMemory, entries: u32, stride: u32) -> RingDesc {
+        alloc(host, RingDesc { base: 0, entries, stride }).unwrap()
+    }
+
+    fn index(host: &SimMemory, ring: RingDesc, offset: u64) -> u32 {
+        load(host, ring, offset).unwrap()
+    }
+
+    #[test]
+    fn a_chain_is_published_once_up_to_the_failing_item() {
+        let host = SimMemory::strict(1 << 20);
+        let sq = WorkRing::new(ring(&host, 8, 32), 8, "full");
+        let fill = |item: &u8, slot: &mut [u8]| {
+            if *item == 0 {
+                return Err(Error::Invalid("zero"));
+            }
+            slot[0] = *item;
+            Ok(())
+        };
+        assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
+        assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 2);
+        let (posted, result) = sq.post_chain(&host, &[3, 0, 4], fill);
+        assert_eq!((posted, result), (1, Err((1, Error::Invalid("zero")))));
+        assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 3, "the WR before the bad one");
+        let mut entry = [0u8; 32];
+        host.read(sq.desc.entry_addr(2), &mut entry).unwrap();
+        assert_eq!(entry[0], 3);
+        assert_eq!(sq.post_chain(&host, &[0], fill), (0, Err((0, Error::Invalid("zero")))));
+        assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 3);
+    }
+
+    #[test]
+    fn a_full_ring_refuses_until_the_consumer_moves() {
+        let host = SimMemory::strict(1 << 20);
+        let rq = WorkRing::new(ring(&host, 4, 32), 3, "receive queue full");
+        let fill = |_: &u8, _: &mut [u8]| Ok(());
+        let (posted, result) = rq.post_chain(&host, &[0; 5], fill);
+        assert_eq!((posted, result), (3, Err((3, Error::NoMemory("receive queue full")))));
+        // The HCA consumes two: the driver sees it when it next looks.
+        publish(&host, rq.desc, CONSUMER_OFFSET, 2).unwrap();
+        assert_eq!(rq.post_chain(&host, &[0; 3], fill).0, 2);
+        assert_eq!(index(&host, rq.desc, PRODUCER_OFFSET), 5);
+        rq.reset(&host).unwrap();
+        assert_eq!(index(&host, rq.desc, PRODUCER_OFFSET), 0);
+        assert_eq!(index(&host, rq.desc, CONSUMER_OFFSET), 0);
+        assert_eq!(rq.post_chain(&host, &[0; 4], fill).0, 3, "empty again after a reset");
+    }
+
+    #[test]
+    fn each_wqe_gets_a_zeroed_slot_across_the_wrap() {
+        let host = SimMemory::strict(1 << 20);
+        let srq = WorkRing::new(ring(&host, 2, 16), 2, "full");
+        for round in 0..5u8 {
+            let used = usize::from(16 - round);
+            let fill = |_: &u8, slot: &mut [u8]| {
+                slot[..used].fill(round + 1);
+                Ok(())
+            };
+            assert_eq!(srq.post_chain(&host, &[0], fill), (1, Ok(())));
+            let mut entry = [0xffu8; 16];
+            host.read(srq.desc.entry_addr(u32::from(round)), &mut entry).unwrap();
+            assert!(entry[..used].iter().all(|&b| b == round + 1));
+            assert!(entry[used..].iter().all(|&b| b == 0), "the rest of the slot is zero");
+            publish(&host, srq.desc, CONSUMER_OFFSET, u32::from(round) + 1).unwrap();
+        }
+    }
+
+    #[test]
+    fn completions_are_read_in_order_and_handed_back() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        assert!(cq.poll(&host, 4).unwrap().is_empty());
+        for n in 0..3u32 {
+            let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Send, Qpn::new(16));
+            host.write(cq.desc.entry_addr(n), &cqe.encode()).unwrap();
+        }
+        publish(&host, cq.desc, PRODUCER_OFFSET, 3).unwrap();
+        let got = cq.poll(&host, 2).unwrap();
+        assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(index(&host, cq.desc, CONSUMER_OFFSET), 2);
+        assert_eq!(cq.poll(&host, 4).unwrap()[0].wr_id, 2);
+        assert_eq!(index(&host, cq.desc, CONSUMER_OFFSET), 3);
+    }
+}
