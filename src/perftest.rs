@@ -31,7 +31,7 @@ use report::Unit;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_device::types::Mtu;
+use uroce_verbs::Mtu;
 use wire::{Channel, Role};
 
 /// perftest's `DEF_PORT`.

@@ -12,12 +12,11 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uroce_device::command::Gid;
 use uroce_device::mem::{HostMemory, SimMemory};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
 use uroce_sim::{Fabric, FabricConfig};
-use uroce_verbs::Context;
+use uroce_verbs::{Context, Gid};
 
 /// The IPv4 address of node `i`.
 pub fn node_ip(i: usize) -> Ipv4Addr {

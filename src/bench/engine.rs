@@ -9,10 +9,11 @@ use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
 use crate::perftest::engine::{self, BwPlan, Requester};
 use crate::perftest::report::Measured;
 use std::time::{Duration, Instant};
-use uroce_device::command::{Gid, QpCap};
-use uroce_device::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
 use uroce_hca::hca::{recv_ring_shape, send_ring_shape};
-use uroce_verbs::{Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
+use uroce_verbs::{
+    Cq, Error, Gid, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, Qpn, RecvWr, RemoteTarget, Rkey,
+    SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
 
 /// Send queue depth of the latency tests (one WR is outstanding at a time;
 /// room for a late ACK).
@@ -231,7 +232,7 @@ impl Side {
         };
         let mut wr = SendWr::new(0, opcode);
         wr.sg_list = vec![self.mr.sge(self.tx_offset, size)];
-        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: uroce_device::types::Rkey(peer.rkey) };
+        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: Rkey(peer.rkey) };
         if op == Op::Atomic {
             wr.compare_add = 1;
         }

@@ -14,8 +14,8 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_device::command::Gid;
 use uroce_net::udp::UdpConfig;
+use uroce_verbs::Gid;
 
 /// Work for the peak search (posts x completions) before it samples posts.
 const PEAK_BUDGET: u64 = 200_000_000;

@@ -18,12 +18,10 @@ use super::wire::{BwReport, Dest, Role};
 use super::{AtomicType, Connection, Plan, Verb, PEAK_LIMIT, UD_QKEY};
 use crate::app::{Node, ALL_ACCESS};
 use std::time::Instant;
-use uroce_device::command::{AhAttr, Gid, QpAttr, QpCap};
-use uroce_device::types::{
-    Access, Mtu, Qkey, QpState, QpType, Qpn, Rkey, SendFlags, WcOpcode, WcStatus, WrOpcode,
-};
 use uroce_verbs::{
-    Ah, AttrMask, Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion,
+    Access, Ah, AhAttr, AttrMask, Cq, Error, Gid, Mr, Mtu, Qkey, Qp, QpAttr, QpCap, QpInitAttr,
+    QpState, QpType, Qpn, RecvWr, RemoteTarget, Rkey, SendFlags, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 /// Bytes of GRH in front of every UD receive (`UD_ADDITION`).

@@ -7,12 +7,9 @@ use super::model::AtomicState;
 use super::run::*;
 use super::workload::Op;
 use std::net::Ipv4Addr;
-use uroce_device::cqe::Cqe;
-use uroce_device::types::QpType;
-use uroce_device::Event;
 use uroce_sim::Fnv64;
 use uroce_verbs::connect;
-use uroce_verbs::{EventType, WcFlags, WcOpcode, WcStatus};
+use uroce_verbs::{Event, EventType, QpType, WcFlags, WcOpcode, WcStatus, WorkCompletion};
 
 impl Sim {
     pub(super) fn poll_all(&mut self) {
@@ -47,7 +44,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn on_cqe(&mut self, n: usize, c: usize, cqe: &Cqe) {
+    pub(super) fn on_cqe(&mut self, n: usize, c: usize, cqe: &WorkCompletion) {
         let Some(&s) = self.nodes[n].sides.get(&cqe.qp_num.value()) else {
             self.log.mismatch(format!("node{n}: completion for unknown QP: {cqe:?}"));
             return;
@@ -67,7 +64,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn on_send_cqe(&mut self, s: usize, c: &Cqe) {
+    pub(super) fn on_send_cqe(&mut self, s: usize, c: &WorkCompletion) {
         if self.sides[s].sq_failed {
             // After the first error every WR completes, flushed, in order.
             let Some(rec) = self.sides[s].sq.pop_front() else {
@@ -277,7 +274,7 @@ impl Sim {
         }
     }
 
-    pub(super) fn on_recv_cqe(&mut self, s: usize, c: &Cqe) {
+    pub(super) fn on_recv_cqe(&mut self, s: usize, c: &WorkCompletion) {
         let Some(rec) = self.sides[s].rq.pop_front() else {
             let msg = format!("{}: receive completion with no receive posted: {c:?}", self.name(s));
             self.log.mismatch(msg);
@@ -335,7 +332,7 @@ impl Sim {
         &mut self,
         s: usize,
         rec: &RecvRec,
-        c: &Cqe,
+        c: &WorkCompletion,
         id: usize,
     ) -> Option<String> {
         let msg = &mut self.msgs[id];
@@ -385,7 +382,12 @@ impl Sim {
     }
 
     /// UC and UD: the receive holds, whole, some message sent to this QP.
-    pub(super) fn check_datagram(&mut self, s: usize, rec: &RecvRec, c: &Cqe) -> Option<String> {
+    pub(super) fn check_datagram(
+        &mut self,
+        s: usize,
+        rec: &RecvRec,
+        c: &WorkCompletion,
+    ) -> Option<String> {
         let side = &self.sides[s];
         let ud = side.ty == QpType::Ud;
         let write_imm = c.opcode == WcOpcode::RecvRdmaWithImm;

@@ -3,9 +3,8 @@
 //! to ERR, leftover receives must flush, and the final checks run.
 
 use super::run::*;
-use uroce_device::types::QpType;
 use uroce_hca::Instant;
-use uroce_verbs::connect;
+use uroce_verbs::{connect, QpType};
 
 impl Sim {
     /// Heals the fabric and runs until every WR has completed or flushed.

@@ -1,8 +1,8 @@
 //! What a run does: the flags the user gave, and every other choice drawn
 //! from the seed.
 
-use uroce_device::types::Mtu;
 use uroce_sim::{Probability, SimRng};
+use uroce_verbs::Mtu;
 
 /// Send work requests a run posts when `--ops` is not given.
 pub const DEFAULT_OPS: u64 = 1_000;

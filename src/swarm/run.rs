@@ -18,12 +18,10 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 use std::sync::Arc;
-use uroce_device::command::QpCap;
 use uroce_device::mem::SimMemory;
-use uroce_device::types::{QpType, Qpn};
 use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{Fabric, NodeId, Probability, SimRng};
-use uroce_verbs::{Ah, Context, Cq, Mr, Pd, Qp};
+use uroce_verbs::{Ah, Context, Cq, Mr, Pd, Qp, QpCap, QpType, Qpn};
 
 /// Q_Key of every UD QP.
 pub(super) const QKEY: u32 = 0x1111_2222;

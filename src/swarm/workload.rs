@@ -8,10 +8,10 @@ use super::model::{AtomicOp, AtomicState};
 use super::run::*;
 use std::net::IpAddr;
 use std::rc::Rc;
-use uroce_device::command::{AhAttr, Gid};
-use uroce_device::types::{Qkey, QpType, SendFlags, WrOpcode};
 use uroce_sim::{Fnv64, Probability, SimRng};
-use uroce_verbs::{Ah, RecvWr, RemoteTarget, SendWr};
+use uroce_verbs::{
+    Ah, AhAttr, Gid, Qkey, QpType, RecvWr, RemoteTarget, SendFlags, SendWr, WrOpcode,
+};
 
 /// An operation of the workload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

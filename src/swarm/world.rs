@@ -15,14 +15,12 @@ use crate::world::{Host, World, WorldBuilder};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uroce_device::command::{Gid, QpCap};
 use uroce_device::mem::SimMemory;
-use uroce_device::types::QpType;
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Endpoint, Instant, SharedHca, Transmit};
 use uroce_sim::{FabricConfig, FaultConfig, NodeId, SimRng};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, QpInitAttr};
+use uroce_verbs::{Access, Gid, QpCap, QpInitAttr, QpType};
 
 /// A node of the fabric: an HCA, or the adversary on the mirror port.
 pub(super) enum Member {

@@ -6,13 +6,13 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use uroce::world::{Host, WorldBuilder};
-use uroce_device::command::{Gid, QpCap};
 use uroce_device::mem::SimMemory;
-use uroce_device::types::{QpType, Qpn};
 use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{Fabric, FabricConfig, NodeId};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
+use uroce_verbs::{
+    Access, Context, Cq, Gid, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, WorkCompletion,
+};
 
 /// One node: its HCA and the application's handles.
 pub struct Node {
