@@ -27,8 +27,8 @@
 //! state and drives its phases; `world.rs` builds nodes and connections
 //! (on [`crate::world`], the world builder the scenario tests and the
 //! fuzzers use too); `workload.rs` posts; `checker.rs` checks every
-//! completion and the final state against the model of `model.rs`;
-//! `liveness.rs` heals and drains; `disrupt.rs` draws and starts the
+//! completion, and `checker/audit.rs` the final state, against the model
+//! of `model.rs`; `liveness.rs` heals and drains; `disrupt.rs` draws and starts the
 //! disruptions; `adversary.rs` is the node on the mirror port
 //! (`adversary/watch.rs` judges what lands, `adversary/forge.rs` builds
 //! what it sends).
