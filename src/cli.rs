@@ -67,7 +67,9 @@ enum Command {
     /// The seed also decides whether an adversary runs, and at what rate
     /// (`--adversary`): a node on the fabric's mirror port that replays
     /// captured RC packets and injects stale responses and duplicate
-    /// requests, which must change no completion and no byte.
+    /// requests, which must change no completion and no byte. And it draws
+    /// link outages, partitions and pauses of a node's application
+    /// (`--outages`, `--partitions`, `--pauses`) while the workload runs.
     ///
     /// The last line printed is `seed=<n> ops=<n> completed=<n>
     /// mismatches=<n> retransmits=<n> trace_hash=<hex> adversary=<n>`: ops
@@ -123,6 +125,18 @@ enum Command {
         /// replayed or stale RC request or response (0 = no adversary).
         #[arg(long, value_parser = swarm::parse_fraction)]
         adversary: Option<Probability>,
+        /// Link outages while the workload is posted (both ways or one
+        /// way; RC retransmits, and may spend its retries if the cut lasts).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=swarm::MAX_DISRUPTIONS as i64))]
+        outages: Option<u32>,
+        /// Partitions while the workload is posted (some nodes cut off from
+        /// the others, or one node isolated).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=swarm::MAX_DISRUPTIONS as i64))]
+        partitions: Option<u32>,
+        /// Times a node's application stops posting and polling for a while
+        /// (CQs fill, receives come late: RNR NAKs, backpressure).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=swarm::MAX_DISRUPTIONS as i64))]
+        pauses: Option<u32>,
     },
 }
 
@@ -163,6 +177,9 @@ where
             no_fence,
             allow_retry_exhaustion,
             adversary,
+            outages,
+            partitions,
+            pauses,
         } => {
             let config = SwarmConfig {
                 seed: seed.unwrap_or_else(random_seed),
@@ -177,6 +194,9 @@ where
                 no_fence,
                 allow_retry_exhaustion,
                 adversary,
+                outages,
+                partitions,
+                pauses,
             };
             sim(&config, seed.is_none(), out, err)
         }

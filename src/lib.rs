@@ -12,3 +12,4 @@ pub mod opcodes;
 pub mod perftest;
 pub mod pingpong;
 pub mod swarm;
+pub mod world;

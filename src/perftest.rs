@@ -19,7 +19,8 @@
 //! Not supported: bidirectional (`-b`), duration (`-D`), rdma_cm (`-R`),
 //! SRQ, XRC/DC, latency tests.
 
-mod report;
+pub(crate) mod engine;
+pub(crate) mod report;
 mod session;
 mod traffic;
 mod wire;
@@ -30,7 +31,7 @@ use report::Unit;
 use std::io::Write;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use uroce_device::types::Mtu;
+use uroce_verbs::Mtu;
 use wire::{Channel, Role};
 
 /// perftest's `DEF_PORT`.

@@ -6,11 +6,32 @@
 //! with immediate, RDMA READ, FETCH_ADD and COMPARE_SWAP; sizes from 0 to
 //! 64 KiB biased to MTU boundaries; chains of up to 8 WRs per post; some
 //! unsignaled, some inline, some fenced, spread over several SGEs with
-//! gaps), the faults (loss, duplication, reordering, bit corruption) and
-//! the adversary's rate (see below; off for about a third of the seeds).
+//! gaps), the faults (loss, duplication, reordering, bit corruption), the
+//! adversary's rate (see below; off for about a third of the seeds) and
+//! the disruptions (off for about 40 % of the seeds): link outages (both
+//! ways or one way), partitions (some nodes cut off from the others, or
+//! one node isolated) and pauses of a node's application (it stops posting
+//! and polling for a while), each started once so many WRs are posted.
 //! Flags override the seed's choices. Everything runs in one thread in
 //! virtual time, so a run is a pure function of its [`Plan`]: the same
 //! seed gives the same fabric trace hash.
+//!
+//! The disruptions came after the rest, and are drawn after everything
+//! else (their schedule from a generator of their own): a seed that draws
+//! none of them, or a run with `--outages 0 --partitions 0 --pauses 0`,
+//! gives the trace hash it gave before they existed; the others changed.
+//!
+//! # The code
+//!
+//! `plan.rs` resolves the flags and the seed; `run.rs` holds the run's
+//! state and drives its phases; `world.rs` builds nodes and connections
+//! (on [`crate::world`], the world builder the scenario tests and the
+//! fuzzers use too); `workload.rs` posts; `checker.rs` checks every
+//! completion, and `checker/audit.rs` the final state, against the model
+//! of `model.rs`; `liveness.rs` heals and drains; `disrupt.rs` draws and starts the
+//! disruptions; `adversary.rs` is the node on the mirror port
+//! (`adversary/watch.rs` judges what lands, `adversary/forge.rs` builds
+//! what it sends).
 //!
 //! # The reference model
 //!
@@ -45,6 +66,14 @@
 //!   successful swaps from the initial to the final value, every failed
 //!   swap must have seen a value of that chain, and each QP saw it in
 //!   order.
+//! * **Disruptions** — an outage or a partition is loss: an RC QP whose
+//!   path was ever cut may fail with RETRY_EXC_ERR whatever the fault
+//!   rates (the cut may outlast its retries; the connection is then
+//!   replaced), and a run with one is lossy (UC and UD delivery is not
+//!   exact). A paused application posts no receive, so a UC or UD message
+//!   sent to its node then may be lost; its RC peers meet RNR NAKs and
+//!   wait (RNR retries are infinite), and its CQs fill but never overrun
+//!   (each CQ has room for every WR of the queues attached to it).
 //! * **Counters** — no CQ overrun, malformed WQE, DMA fault, malformed
 //!   packet, host memory fault, unexpected asynchronous event, or packet
 //!   above the path MTU.
@@ -70,7 +99,8 @@
 //!
 //! # Liveness
 //!
-//! Once every operation is posted the fabric heals; every send WR (and
+//! Once every operation is posted the fabric heals (outages and partitions
+//! end, paused applications resume); every send WR (and
 //! every receive on a live RC connection) must then complete or flush
 //! within two seconds of virtual time. At the end every QP goes to ERR and
 //! every receive still posted must flush. The adversary does not heal: it
@@ -130,14 +160,19 @@
 
 mod adversary;
 mod arena;
+mod checker;
+mod disrupt;
+mod liveness;
 mod model;
 mod plan;
 mod run;
+mod workload;
+mod world;
 
 pub use adversary::{AdversaryStats, Kind as AdversaryKind, KINDS as ADVERSARY_KINDS};
 pub use plan::{
-    fraction, parse_fraction, parse_mtu, Plan, SwarmConfig, DEFAULT_OPS, MAX_NODES, MAX_OPS,
-    MAX_QPS,
+    fraction, parse_fraction, parse_mtu, Plan, SwarmConfig, DEFAULT_OPS, MAX_DISRUPTIONS,
+    MAX_NODES, MAX_OPS, MAX_QPS,
 };
 
 use std::io::Write;
@@ -184,6 +219,12 @@ pub struct Stats {
     pub ud_delivered: u64,
     /// UC/UD deliveries of a message already delivered once.
     pub dup_delivered: u64,
+    /// Link outages started (both ways or one way).
+    pub outages: u64,
+    /// Partitions started (isolations included).
+    pub partitions: u64,
+    /// Application pauses started.
+    pub pauses: u64,
 }
 
 #[derive(Debug, Default)]
@@ -330,6 +371,20 @@ impl SwarmReport {
             self.counter("rcvd_seq_err"),
             self.counter("rcvd_rnr_err")
         )?;
+        if s.outages + s.partitions + s.pauses > 0 {
+            writeln!(
+                out,
+                "disruptions: {} link outages, {} partitions, {} application pauses started \
+                 (of {}, {}, {} planned); {} packets cut",
+                s.outages,
+                s.partitions,
+                s.pauses,
+                self.plan.outages,
+                self.plan.partitions,
+                self.plan.pauses,
+                self.fabric.dropped_partition
+            )?;
+        }
         let a = &self.adversary;
         if a.injected > 0 || !self.plan.adversary.is_never() {
             let kinds: Vec<String> = ADVERSARY_KINDS
@@ -398,7 +453,8 @@ pub fn describe(plan: &Plan) -> String {
     }
     format!(
         "uroce sim: seed={} ops={} qps={} nodes={} mtu={} loss={} dup={} reorder={} corrupt={} \
-         adversary={}{knobs} (latency {} ns, ports {rate}, reorder delay up to {} ns)",
+         adversary={} outages={} partitions={} pauses={}{knobs} (latency {} ns, ports {rate}, \
+         reorder delay up to {} ns)",
         plan.seed,
         plan.ops,
         plan.qps,
@@ -409,6 +465,9 @@ pub fn describe(plan: &Plan) -> String {
         fraction(plan.reorder),
         fraction(plan.corrupt),
         fraction(plan.adversary),
+        plan.outages,
+        plan.partitions,
+        plan.pauses,
         plan.latency_ns,
         plan.reorder_max_delay_ns
     )

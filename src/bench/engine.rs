@@ -1,15 +1,19 @@
 //! The verbs side of `uroce bench`: one side's QPs, buffer and CQ, and the
 //! measurement loops of the requester (client) and the responder (server).
 
+mod latency;
+
 use super::oob::Endpoint;
-use super::report::BwSamples;
 use super::{Op, Params, Test};
 use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
+use crate::perftest::engine::{self, BwPlan, Requester};
+use crate::perftest::report::Measured;
 use std::time::{Duration, Instant};
-use uroce_device::command::{Gid, QpCap};
 use uroce_device::ring::{recv_ring_shape, send_ring_shape};
-use uroce_device::types::{Mtu, QpType, Qpn, SendFlags, WcOpcode, WcStatus, WrOpcode};
-use uroce_verbs::{Cq, Error, Mr, Qp, QpInitAttr, RecvWr, RemoteTarget, SendWr, WorkCompletion};
+use uroce_verbs::{
+    Cq, Error, Gid, Mr, Mtu, Qp, QpCap, QpInitAttr, QpType, Qpn, RecvWr, RemoteTarget, Rkey,
+    SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+};
 
 /// Send queue depth of the latency tests (one WR is outstanding at a time;
 /// room for a late ACK).
@@ -228,7 +232,7 @@ impl Side {
         };
         let mut wr = SendWr::new(0, opcode);
         wr.sg_list = vec![self.mr.sge(self.tx_offset, size)];
-        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: uroce_device::types::Rkey(peer.rkey) };
+        wr.remote = RemoteTarget { addr: peer.vaddr, rkey: Rkey(peer.rkey) };
         if op == Op::Atomic {
             wr.compare_add = 1;
         }
@@ -249,11 +253,12 @@ impl Side {
         self.qps[q].post_recv(&wrs).map_err(|(i, e)| format!("post_recv #{i} on QP #{q}: {e}"))
     }
 
-    /// The bandwidth loop of the requester: every QP keeps up to `tx_depth`
-    /// WRs outstanding, signals every `cq_mod`-th WR and its last one, and
-    /// posts what its window allows as one chain; all QPs together keep at
-    /// most `max_inflight_packets` packets' worth of WRs outstanding (0: no
-    /// limit). Timed from the first post to the last completion.
+    /// The bandwidth loop of the requester ([`engine::bandwidth`]): every
+    /// QP keeps up to `tx_depth` WRs outstanding, signals every `cq_mod`-th
+    /// WR and its last one, and posts what its window allows as one chain;
+    /// all QPs together keep at most `max_inflight_packets` packets' worth
+    /// of WRs outstanding (0: no limit). Timed from the first post to the
+    /// last completion.
     pub fn client_bw(
         &self,
         p: &Params,
@@ -261,100 +266,35 @@ impl Side {
         peer: &Endpoint,
         record_posts: bool,
         max_inflight_packets: u32,
-    ) -> Result<BwSamples, String> {
-        let nq = self.qps.len();
+    ) -> Result<Measured, String> {
         let iters = u64::from(p.iters);
-        let tx = u64::from(p.tx_depth);
-        let cq_mod = u64::from(p.cq_mod);
-        let total = nq as u64 * iters;
-        let template = self.template(p.op, size, peer, p.inline);
-        let mut scnt = vec![0u64; nq];
-        let mut ccnt = vec![0u64; nq];
-        let mut samples = BwSamples { total, ..BwSamples::default() };
-        if record_posts {
-            samples.posted.reserve(total as usize);
-        }
         // Packets one WR puts on the wire (READ: its responses).
         let packets_per_wr = u64::from(size.max(1).div_ceil(p.mtu));
-        let global_cap = match max_inflight_packets {
+        let max_inflight = match max_inflight_packets {
             0 => u64::MAX,
             cap => (u64::from(cap) / packets_per_wr).max(1),
         };
-        let mut inflight = 0u64;
-        let mut next_q = 0usize;
-        let mut done = 0u64;
-        let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
-        let start = Instant::now();
-        let mut last_progress = start;
-        let mut first = true;
-        while done < total {
-            // Start where the last pass stopped: with a global cap, every
-            // QP gets its turn.
-            for k in 0..nq {
-                if inflight >= global_cap {
-                    break;
-                }
-                let q = (next_q + k) % nq;
-                let window = (tx - (scnt[q] - ccnt[q])).min(iters - scnt[q]);
-                let room = window.min(global_cap - inflight);
-                if room == 0 {
-                    continue;
-                }
-                // A chain the global cap cut short ends signaled: what it
-                // leaves outstanding must complete even if the QP's window
-                // never fills up to a cq_mod boundary.
-                let cut = room < window;
-                next_q = (q + 1) % nq;
-                batch.clear();
-                for k in 1..=room {
-                    let n = scnt[q] + k;
-                    let mut wr = template.clone();
-                    wr.wr_id = ((q as u64) << 32) | n;
-                    wr.flags = if n % cq_mod == 0 || n == iters || (cut && k == room) {
-                        SendFlags::SIGNALED
-                    } else {
-                        SendFlags::EMPTY
-                    };
-                    batch.push(wr);
-                }
-                let now = start.elapsed().as_nanos() as u64;
-                if first {
-                    samples.first_post = now;
-                    first = false;
-                }
-                let posted = match self.qps[q].post_send(&batch) {
-                    Ok(()) => room,
-                    // The ring is full until the device catches up.
-                    Err((i, Error::NoMemory(_))) => i as u64,
-                    Err((i, e)) => return Err(format!("post_send #{i} on QP #{q}: {e}")),
-                };
-                if record_posts {
-                    samples.posted.extend(std::iter::repeat_n(now, posted as usize));
-                }
-                scnt[q] += posted;
-                inflight += posted;
-            }
-            let wcs = self.poll()?;
-            if wcs.is_empty() {
-                self.stalled(last_progress, "waiting for completions")?;
-                continue;
-            }
-            let now = start.elapsed().as_nanos() as u64;
-            last_progress = Instant::now();
-            for wc in wcs {
-                let q = (wc.wr_id >> 32) as usize;
-                let n = wc.wr_id & 0xffff_ffff;
-                if q >= nq || n <= ccnt[q] || n > scnt[q] {
-                    return Err(format!("unexpected completion wr_id {:#x}", wc.wr_id));
-                }
-                done += n - ccnt[q];
-                inflight -= (n - ccnt[q]).min(inflight);
-                ccnt[q] = n;
-                samples.completed.push((done, now));
-            }
-            samples.last_completion = now;
-        }
-        Ok(samples)
+        let plan = BwPlan {
+            iters,
+            tx_depth: u64::from(p.tx_depth),
+            max_inflight,
+            rotate: true,
+            record_posts,
+        };
+        let mut client = ClientBw {
+            side: self,
+            template: self.template(p.op, size, peer, p.inline),
+            iters,
+            cq_mod: u64::from(p.cq_mod),
+        };
+        let run = engine::bandwidth(&mut client, &plan)?;
+        Ok(Measured {
+            size,
+            iters: self.qps.len() as u64 * iters,
+            elapsed_ns: run.last_completion.saturating_sub(run.first_post),
+            posted_ns: run.posted,
+            completed_ns: run.completed,
+        })
     }
 
     /// The SEND bandwidth target: keeps receives posted (up to `rx_depth`
@@ -396,237 +336,57 @@ impl Side {
         }
         Ok(())
     }
-
-    /// The client's latency loop; returns the post times (ns).
-    pub fn client_lat(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
-        match p.op {
-            Op::Write => {
-                self.reset_tag(size)?;
-                self.write_lat(p, size, peer, Role::Client)
-            }
-            Op::Send => self.send_lat_client(p, size, peer),
-            Op::Read | Op::Atomic => self.single_op_lat(p, size, peer),
-        }
-    }
-
-    /// What the server does before it says GO: SEND latency posts its
-    /// receives, WRITE latency clears its tag byte. Returns the receives
-    /// posted.
-    pub fn server_lat_prepare(&self, p: &Params, size: u32) -> Result<u64, String> {
-        match p.op {
-            Op::Send => {
-                let count = u64::from(self.rx_depth).min(u64::from(p.iters));
-                self.post_receives(0, count, size)?;
-                Ok(count)
-            }
-            Op::Write => {
-                self.reset_tag(size)?;
-                Ok(0)
-            }
-            Op::Read | Op::Atomic => Ok(0),
-        }
-    }
-
-    /// The server's side of a latency run (after GO); READ and atomics
-    /// need nothing from it.
-    pub fn server_lat(
-        &self,
-        p: &Params,
-        size: u32,
-        peer: &Endpoint,
-        posted_rx: u64,
-    ) -> Result<(), String> {
-        match p.op {
-            Op::Write => self.write_lat(p, size, peer, Role::Server).map(drop),
-            Op::Send => self.send_lat_server(p, size, peer, posted_rx),
-            Op::Read | Op::Atomic => Ok(()),
-        }
-    }
-
-    /// Clears the tag byte (stale tags from an earlier size must not
-    /// count).
-    fn reset_tag(&self, size: u32) -> Result<(), String> {
-        self.mr.write(u64::from(size - 1), &[0]).map_err(|e| e.to_string())
-    }
-
-    /// WRITE ping-pong: each side writes the peer's receive half with the
-    /// iteration's tag in the last byte and watches its own last byte for
-    /// the peer's answer.
-    fn write_lat(
-        &self,
-        p: &Params,
-        size: u32,
-        peer: &Endpoint,
-        role: Role,
-    ) -> Result<Vec<u64>, String> {
-        let last = u64::from(size - 1);
-        let mut template = self.template(Op::Write, size, peer, p.inline);
-        let mut posts = Vec::with_capacity(p.iters as usize);
-        let start = Instant::now();
-        let mut outstanding = 0u64;
-        for i in 0..p.iters {
-            let tag = (i % 255 + 1) as u8;
-            if role == Role::Server {
-                self.wait_tag(last, tag, &mut outstanding)?;
-            }
-            posts.push(start.elapsed().as_nanos() as u64);
-            match template.inline_data.as_mut() {
-                Some(data) => {
-                    if let Some(b) = data.last_mut() {
-                        *b = tag;
-                    }
-                }
-                None => self.mr.write(self.tx_offset + last, &[tag]).map_err(|e| e.to_string())?,
-            }
-            template.wr_id = u64::from(i);
-            self.post_one(&template, &mut outstanding)?;
-            if role == Role::Client {
-                self.wait_tag(last, tag, &mut outstanding)?;
-            }
-        }
-        self.drain(&mut outstanding)?;
-        Ok(posts)
-    }
-
-    /// Posts one signaled WR on QP 0, waiting for room.
-    fn post_one(&self, wr: &SendWr, outstanding: &mut u64) -> Result<(), String> {
-        let mut last_progress = Instant::now();
-        loop {
-            match self.qps[0].post_send(std::slice::from_ref(wr)) {
-                Ok(()) => {
-                    *outstanding += 1;
-                    return Ok(());
-                }
-                Err((_, Error::NoMemory(_))) => {
-                    let wcs = self.poll()?;
-                    if wcs.is_empty() {
-                        self.stalled(last_progress, "waiting for send queue room")?;
-                    } else {
-                        last_progress = Instant::now();
-                    }
-                    *outstanding -= count_sends(&wcs).min(*outstanding);
-                }
-                Err((_, e)) => return Err(format!("post_send: {e}")),
-            }
-        }
-    }
-
-    /// Spins until the last byte of the receive half is `tag`, driving the
-    /// device through the CQ meanwhile.
-    fn wait_tag(&self, last: u64, tag: u8, outstanding: &mut u64) -> Result<(), String> {
-        let mut byte = [0u8];
-        let started = Instant::now();
-        loop {
-            let wcs = self.poll()?;
-            *outstanding -= count_sends(&wcs).min(*outstanding);
-            self.mr.read(last, &mut byte).map_err(|e| e.to_string())?;
-            if byte[0] == tag {
-                return Ok(());
-            }
-            self.stalled(started, "waiting for the peer's WRITE")?;
-        }
-    }
-
-    /// Waits for every outstanding signaled send.
-    fn drain(&self, outstanding: &mut u64) -> Result<(), String> {
-        let mut last_progress = Instant::now();
-        while *outstanding > 0 {
-            let wcs = self.poll()?;
-            if wcs.is_empty() {
-                self.stalled(last_progress, "waiting for the last completions")?;
-            } else {
-                last_progress = Instant::now();
-            }
-            *outstanding -= count_sends(&wcs).min(*outstanding);
-        }
-        Ok(())
-    }
-
-    /// SEND ping-pong, client side: send, then wait for the answer.
-    fn send_lat_client(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
-        let iters = u64::from(p.iters);
-        let mut wr = self.template(Op::Send, size, peer, p.inline);
-        // The server posted its receives before it said GO.
-        let mut posted_rx = u64::from(self.rx_depth).min(iters);
-        self.post_receives(0, posted_rx, size)?;
-        let mut posts = Vec::with_capacity(p.iters as usize);
-        let start = Instant::now();
-        let mut outstanding = 0u64;
-        for i in 0..iters {
-            posts.push(start.elapsed().as_nanos() as u64);
-            wr.wr_id = i;
-            self.post_one(&wr, &mut outstanding)?;
-            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
-        }
-        self.drain(&mut outstanding)?;
-        Ok(posts)
-    }
-
-    /// SEND ping-pong, server side: wait for a message, answer it.
-    fn send_lat_server(
-        &self,
-        p: &Params,
-        size: u32,
-        peer: &Endpoint,
-        posted_rx: u64,
-    ) -> Result<(), String> {
-        let iters = u64::from(p.iters);
-        let mut wr = self.template(Op::Send, size, peer, p.inline);
-        let mut posted_rx = posted_rx;
-        let mut outstanding = 0u64;
-        for i in 0..iters {
-            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
-            wr.wr_id = i;
-            self.post_one(&wr, &mut outstanding)?;
-        }
-        self.drain(&mut outstanding)
-    }
-
-    /// Waits for one receive completion, reposting a receive while fewer
-    /// than `iters` were posted.
-    fn wait_receive(
-        &self,
-        outstanding: &mut u64,
-        posted_rx: &mut u64,
-        iters: u64,
-        size: u32,
-    ) -> Result<(), String> {
-        let started = Instant::now();
-        loop {
-            let wcs = self.poll()?;
-            *outstanding -= count_sends(&wcs).min(*outstanding);
-            let got = wcs.iter().filter(|wc| wc.opcode == WcOpcode::Recv).count() as u64;
-            if got > 0 {
-                let more = got.min(iters - (*posted_rx).min(iters));
-                self.post_receives(0, more, size)?;
-                *posted_rx += more;
-                if got > 1 {
-                    return Err("more than one message arrived in a ping-pong".into());
-                }
-                return Ok(());
-            }
-            self.stalled(started, "waiting for the peer's SEND")?;
-        }
-    }
-
-    /// READ or atomic latency: one operation outstanding, timed from post
-    /// to post.
-    fn single_op_lat(&self, p: &Params, size: u32, peer: &Endpoint) -> Result<Vec<u64>, String> {
-        let mut wr = self.template(p.op, size, peer, 0);
-        let mut posts = Vec::with_capacity(p.iters as usize);
-        let start = Instant::now();
-        let mut outstanding = 0u64;
-        for i in 0..p.iters {
-            posts.push(start.elapsed().as_nanos() as u64);
-            wr.wr_id = u64::from(i);
-            self.post_one(&wr, &mut outstanding)?;
-            self.drain(&mut outstanding)?;
-        }
-        Ok(posts)
-    }
 }
 
-/// Send-side completions among `wcs`.
-fn count_sends(wcs: &[WorkCompletion]) -> u64 {
-    wcs.iter().filter(|wc| wc.opcode != WcOpcode::Recv).count() as u64
+/// The client's side of the bandwidth engine: the measured WR, signaled
+/// every `cq_mod`-th, at each QP's last and where the cap cut a chain.
+struct ClientBw<'a> {
+    side: &'a Side,
+    template: SendWr,
+    iters: u64,
+    cq_mod: u64,
+}
+
+impl Requester for ClientBw<'_> {
+    fn qps(&self) -> &[Qp] {
+        &self.side.qps
+    }
+
+    fn work_request(&mut self, q: usize, n: u64, close: bool) -> SendWr {
+        let mut wr = self.template.clone();
+        wr.wr_id = ((q as u64) << 32) | n;
+        wr.flags = if n % self.cq_mod == 0 || n == self.iters || close {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::EMPTY
+        };
+        wr
+    }
+
+    fn post_error(&self, q: usize, i: usize, _scnt: u64, e: Error) -> String {
+        format!("post_send #{i} on QP #{q}: {e}")
+    }
+
+    fn poll(&mut self) -> Result<Vec<WorkCompletion>, String> {
+        self.side.poll()
+    }
+
+    fn stalled(&self, since: Instant, _done: u64, _total: u64) -> Result<(), String> {
+        self.side.stalled(since, "waiting for completions")
+    }
+
+    fn completed(
+        &mut self,
+        wc: &WorkCompletion,
+        _q: usize,
+        _prev: u64,
+        _n: u64,
+        known: bool,
+    ) -> Result<(), String> {
+        if known {
+            Ok(())
+        } else {
+            Err(format!("unexpected completion wr_id {:#x}", wc.wr_id))
+        }
+    }
 }

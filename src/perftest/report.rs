@@ -1,9 +1,12 @@
 //! What perftest prints: the test description (`ctx_print_test_info`),
-//! the QP addresses (`ctx_print_pingpong_data`) and the bandwidth table
-//! (`print_report_bw`, `print_full_bw_report`), and the arithmetic behind
-//! its numbers.
+//! the QP addresses (`ctx_print_pingpong_data`), the bandwidth table
+//! (`print_report_bw`, `print_full_bw_report`) and the latency table
+//! (`print_report_lat`), and the arithmetic behind their numbers. The one
+//! report of `uroce perftest` and `uroce bench` (which adds its `metric=`
+//! lines and its own banner).
 
-use super::wire::{BwReport, Dest};
+pub(crate) use super::wire::BwReport;
+use super::wire::Dest;
 use super::{Connection, Plan, Verb};
 
 /// perftest's `RESULT_LINE`.
@@ -15,6 +18,12 @@ pub const RESULT_FMT: &str =
 /// perftest's `RESULT_FMT_G` (`--report_gbits`, Gb = 10^9 bits).
 pub const RESULT_FMT_G: &str =
     " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]";
+/// perftest's `RESULT_FMT_LAT`.
+pub const RESULT_FMT_LAT: &str = " #bytes #iterations    t_min[usec]    t_max[usec]  \
+     t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   \
+     99.9% percentile[usec] ";
+/// perftest's `LAT_MEASURE_TAIL`: the largest samples left out.
+const LAT_MEASURE_TAIL: usize = 2;
 
 /// Bandwidth unit of the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,8 +53,8 @@ impl Unit {
 }
 
 /// Work for the peak search (posts x completion points) before it samples
-/// the posts.
-const PEAK_BUDGET: u64 = 100_000_000;
+/// the posts (`uroce bench` allows more: [`Measured::report_with_budget`]).
+pub const PEAK_BUDGET: u64 = 100_000_000;
 
 /// One size's measurement, in nanoseconds.
 #[derive(Debug, Clone, Default)]
@@ -68,10 +77,16 @@ impl Measured {
     /// rate, and the peak (the best time per message over any run of
     /// messages from a post to a completion; 0 when not measured).
     pub fn report(&self, unit: Unit) -> BwReport {
+        self.report_with_budget(unit, PEAK_BUDGET)
+    }
+
+    /// [`Measured::report`], the peak search sampling the posts past
+    /// `peak_budget` posts x completion points.
+    pub fn report_with_budget(&self, unit: Unit, peak_budget: u64) -> BwReport {
         let span = self.elapsed_ns.max(1) as f64;
         let factor = unit.bytes_per_second();
         let size = f64::from(self.size);
-        let peak = self.peak_ns_per_msg().map_or(0.0, |ns| size * 1e9 / ns / factor);
+        let peak = self.peak_ns_per_msg(peak_budget).map_or(0.0, |ns| size * 1e9 / ns / factor);
         BwReport {
             size: u64::from(self.size),
             iters: self.iters,
@@ -81,13 +96,23 @@ impl Measured {
         }
     }
 
-    fn peak_ns_per_msg(&self) -> Option<f64> {
+    /// The average in GB/s of 10^9 bytes (bytes per nanosecond).
+    pub fn gigabytes_per_second(&self) -> f64 {
+        let bytes = f64::from(self.size) * self.iters as f64;
+        bytes / self.elapsed_ns.max(1) as f64
+    }
+
+    /// perftest's peak: the shortest time per message over any run of
+    /// messages from a post to a completion (`(tcompleted[j] - tposted[i])
+    /// / (j - i + 1)`). Posts are sampled when the search would be longer
+    /// than `budget`.
+    fn peak_ns_per_msg(&self, budget: u64) -> Option<f64> {
         let posts = self.posted_ns.len() as u64;
         let points = self.completed_ns.len() as u64;
         if posts == 0 || points == 0 {
             return None;
         }
-        let step = (posts * points).div_ceil(PEAK_BUDGET).max(1) as usize;
+        let step = (posts * points).div_ceil(budget).max(1) as usize;
         let mut best: Option<f64> = None;
         for (i, &posted) in self.posted_ns.iter().enumerate().step_by(step) {
             let i = i as u64;
@@ -110,6 +135,83 @@ pub fn row(r: &BwReport) -> String {
         " {:<7}    {:<10}       {:<7.2}            {:<7.2}\t\t   {:<7.6}",
         r.size, r.iters, r.peak, r.average, r.msg_rate
     )
+}
+
+/// A latency row, in microseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct LatRow {
+    /// Message size.
+    pub size: u32,
+    /// Iterations.
+    pub iters: u64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest (after the tail perftest drops).
+    pub max: f64,
+    /// Median.
+    pub typical: f64,
+    /// Mean.
+    pub avg: f64,
+    /// Standard deviation.
+    pub stdev: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// 99.9th percentile.
+    pub p999: f64,
+}
+
+impl LatRow {
+    /// perftest's arithmetic over the post times of `iters` iterations
+    /// (nanoseconds): the gaps between consecutive posts, divided by
+    /// `rtt_factor` (2 for SEND and WRITE ping-pong, 1 for READ and
+    /// atomics). `None` with fewer than 5 posts.
+    pub fn compute(size: u32, posted: &[u64], rtt_factor: f64) -> Option<LatRow> {
+        if posted.len() < 5 {
+            return None;
+        }
+        let mut delta: Vec<f64> =
+            posted.windows(2).map(|w| w[1].saturating_sub(w[0]) as f64 / 1e3).collect();
+        delta.sort_by(f64::total_cmp);
+        let cnt = delta.len() - LAT_MEASURE_TAIL;
+        let q = |v: f64| v / rtt_factor;
+        let median = if (cnt - 1) % 2 == 1 {
+            (delta[cnt / 2] + delta[cnt / 2 - 1]) / 2.0
+        } else {
+            delta[cnt / 2]
+        };
+        let avg = delta[..cnt].iter().map(|&d| q(d)).sum::<f64>() / cnt as f64;
+        let var = delta[..cnt].iter().map(|&d| (avg - q(d)).powi(2)).sum::<f64>() / cnt as f64;
+        let i99 = ((cnt as f64) * 0.99).ceil() as usize;
+        let i999 = ((cnt as f64) * 0.999).ceil() as usize;
+        Some(LatRow {
+            size,
+            iters: posted.len() as u64,
+            min: q(delta[0]),
+            max: q(delta[cnt]),
+            typical: q(median),
+            avg,
+            stdev: var.sqrt(),
+            p99: q(delta[i99.min(cnt)]),
+            p999: q(delta[i999.min(cnt)]),
+        })
+    }
+
+    /// perftest's `REPORT_FMT_LAT` line.
+    pub fn line(&self) -> String {
+        format!(
+            " {:<7} {}          {:<7.2}        {:<7.2}      {:<7.2}  \t       {:<7.2}     \t\
+             {:<7.2}\t\t{:<7.2} \t\t{:<7.2}",
+            self.size,
+            self.iters,
+            self.min,
+            self.max,
+            self.typical,
+            self.avg,
+            self.stdev,
+            self.p99,
+            self.p999
+        )
+    }
 }
 
 /// C's `%#0Nx`: `0x` and zero-padded hex to `width` characters, but a
@@ -225,7 +327,27 @@ mod tests {
         assert!((r.msg_rate - 0.001).abs() < 1e-12);
         let g = m.report(Unit::Gigabits);
         assert!((g.average - 1000.0 * 1_048_576.0 / 125_000_000.0).abs() < 1e-9);
+        assert!((m.gigabytes_per_second() - 1.048576).abs() < 1e-12);
         let no_peak = Measured { posted_ns: vec![], ..m };
         assert_eq!(no_peak.report(Unit::MegaBytes).peak, 0.0);
+    }
+
+    #[test]
+    fn latency_statistics_follow_perftest() {
+        // Gaps of 2, 4, ..., 20 us (10 gaps), reported as one-way (halved).
+        let mut t = 0;
+        let mut posted = vec![0];
+        for k in 1..=10u64 {
+            t += 2_000 * k;
+            posted.push(t);
+        }
+        let row = LatRow::compute(64, &posted, 2.0).unwrap();
+        assert_eq!(row.iters, 11);
+        assert!((row.min - 1.0).abs() < 1e-9);
+        // Two largest gaps dropped: 8 remain (1..8 us one-way), max = 9.
+        assert!((row.max - 9.0).abs() < 1e-9);
+        assert!((row.typical - 4.5).abs() < 1e-9);
+        assert!((row.avg - 4.5).abs() < 1e-9);
+        assert!(LatRow::compute(64, &posted[..4], 2.0).is_none());
     }
 }

@@ -20,7 +20,7 @@ use super::report::{self, Measured, RESULT_LINE};
 use super::wire::{self, BwReport, Channel, Dest, Role};
 use super::{Plan, Verb};
 use std::io::Write;
-use uroce_device::types::Mtu;
+use uroce_verbs::Mtu;
 
 /// What both ends agreed on before the QPs exist.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,7 +233,7 @@ mod tests {
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
     use std::time::Duration;
-    use uroce_device::command::Gid;
+    use uroce_verbs::Gid;
 
     #[derive(Parser)]
     struct Flags {

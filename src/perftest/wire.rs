@@ -14,7 +14,7 @@
 use crate::oob::OobStream;
 use std::io::{ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
-use uroce_device::command::Gid;
+use uroce_verbs::Gid;
 
 /// The version this exchange is perftest's (`VERSION` in perftest 4.5-0.17).
 pub const VERSION: &str = "6.06";
@@ -116,14 +116,14 @@ fn parse_power_of_two(msg: &[u8], min: u32, max: u32, what: &str) -> Result<u32,
 
 /// The MTU message: the `ibv_mtu` value (1 = 256 ... 5 = 4096) as one
 /// decimal digit and a NUL (`sprintf("%d")`, 2 bytes sent).
-pub fn mtu_message(mtu: uroce_device::types::Mtu) -> [u8; MTU_LEN] {
+pub fn mtu_message(mtu: uroce_verbs::Mtu) -> [u8; MTU_LEN] {
     [b'0' + mtu.raw(), 0]
 }
 
 /// Reads the peer's MTU message.
-pub fn parse_mtu(msg: &[u8]) -> Result<uroce_device::types::Mtu, String> {
+pub fn parse_mtu(msg: &[u8]) -> Result<uroce_verbs::Mtu, String> {
     match msg {
-        [digit @ b'1'..=b'5', 0] => uroce_device::types::Mtu::from_raw(digit - b'0')
+        [digit @ b'1'..=b'5', 0] => uroce_verbs::Mtu::from_raw(digit - b'0')
             .ok_or_else(|| format!("the peer's MTU message is {}", escape(msg))),
         _ => Err(format!(
             "the peer's MTU message is {}: a digit from 1 (256) to 5 (4096) and a NUL was \
@@ -418,7 +418,7 @@ fn is_timeout(e: &std::io::Error) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use uroce_device::types::Mtu;
+    use uroce_verbs::Mtu;
 
     /// A test vector: (client?, bytes) per captured segment, and the
     /// report lines.

@@ -3,9 +3,8 @@
 //! wherever the HCA has no business writing.
 
 use std::collections::VecDeque;
-use uroce_device::wqe::Sge;
 use uroce_sim::{Probability, SimRng};
-use uroce_verbs::Mr;
+use uroce_verbs::{Mr, Sge};
 
 /// A FIFO allocator over one memory region. A work queue retires its WRs
 /// in posting order, so its buffers are freed in allocation order: a ring.

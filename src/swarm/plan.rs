@@ -1,8 +1,8 @@
 //! What a run does: the flags the user gave, and every other choice drawn
 //! from the seed.
 
-use uroce_device::types::Mtu;
 use uroce_sim::{Probability, SimRng};
+use uroce_verbs::Mtu;
 
 /// Send work requests a run posts when `--ops` is not given.
 pub const DEFAULT_OPS: u64 = 1_000;
@@ -12,6 +12,9 @@ pub const MAX_OPS: u64 = 10_000_000;
 pub const MAX_QPS: u32 = 1_000;
 /// The most nodes (`--nodes`) a run may build.
 pub const MAX_NODES: u32 = 16;
+/// The most link outages, partitions or application pauses (each) a run
+/// may draw.
+pub const MAX_DISRUPTIONS: u32 = 16;
 
 /// What the user asked for; `None` lets the seed choose.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,6 +46,15 @@ pub struct SwarmConfig {
     /// The adversary's rate: the chance that a delivered packet makes it
     /// inject one of its own (never: no adversary).
     pub adversary: Option<Probability>,
+    /// Link outages during the faulty phase (both ways or one way), up to
+    /// [`MAX_DISRUPTIONS`].
+    pub outages: Option<u32>,
+    /// Partitions during the faulty phase (a set of nodes cut off from
+    /// the rest, or one node isolated), up to [`MAX_DISRUPTIONS`].
+    pub partitions: Option<u32>,
+    /// Times a node's application stops posting and polling for a while,
+    /// up to [`MAX_DISRUPTIONS`].
+    pub pauses: Option<u32>,
 }
 
 /// A resolved run: every choice made. Two runs with equal plans do the
@@ -88,6 +100,12 @@ pub struct Plan {
     /// The adversary's rate: for each packet the fabric delivers, the
     /// chance that it injects one (never: no adversary node at all).
     pub adversary: Probability,
+    /// Link outages in the faulty phase.
+    pub outages: u32,
+    /// Partitions in the faulty phase.
+    pub partitions: u32,
+    /// Application pauses in the faulty phase.
+    pub pauses: u32,
 }
 
 const MTUS: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
@@ -151,6 +169,13 @@ impl Plan {
             let d = r.below(1_000_001);
             Probability::from_ppm((u64::from(low) + d * u64::from(high - low) / 1_000_000) as u32)
         };
+        // Drawn after the adversary, for the same reason: a seed whose
+        // draws give none of them runs as it did before they existed.
+        let disrupted = r.below(100) >= 40;
+        let (outages, partitions, pauses) = (r.below(4), r.below(3), r.below(5));
+        let (outages, partitions, pauses) =
+            if disrupted { (outages as u32, partitions as u32, pauses as u32) } else { (0, 0, 0) };
+        let disruptions = |given: Option<u32>, drawn| given.unwrap_or(drawn).min(MAX_DISRUPTIONS);
         Plan {
             seed: config.seed,
             ops: config.ops.unwrap_or(DEFAULT_OPS).min(MAX_OPS),
@@ -170,12 +195,21 @@ impl Plan {
             max_pkt_per_ack,
             max_packets_per_turn,
             adversary: config.adversary.unwrap_or(adversary),
+            outages: disruptions(config.outages, outages),
+            partitions: disruptions(config.partitions, partitions),
+            pauses: disruptions(config.pauses, pauses),
         }
     }
 
     /// Whether any probabilistic fault is on.
     pub fn faulty(&self) -> bool {
         [self.loss, self.dup, self.reorder, self.corrupt].iter().any(|p| !p.is_never())
+    }
+
+    /// Whether the fabric may lose packets: a probabilistic fault, a link
+    /// outage or a partition (with two nodes at least).
+    pub fn lossy(&self) -> bool {
+        self.faulty() || (self.nodes > 1 && self.outages + self.partitions > 0)
     }
 
     /// Whether an RC QP may legitimately spend all seven transport
@@ -199,7 +233,7 @@ impl Plan {
     pub fn command_line(&self) -> String {
         format!(
             "uroce sim --seed {} --ops {} --qps {} --nodes {} --loss {} --dup {} --reorder {} \
-             --corrupt {} --mtu {} --adversary {}{}{}",
+             --corrupt {} --mtu {} --adversary {} --outages {} --partitions {} --pauses {}{}{}",
             self.seed,
             self.ops,
             self.qps,
@@ -210,6 +244,9 @@ impl Plan {
             fraction(self.corrupt),
             self.mtu.bytes(),
             fraction(self.adversary),
+            self.outages,
+            self.partitions,
+            self.pauses,
             if self.fence { "" } else { " --no-fence" },
             if self.allow_retry_exhaustion { " --allow-retry-exhaustion" } else { "" }
         )
@@ -287,6 +324,9 @@ mod tests {
                 no_fence: false,
                 allow_retry_exhaustion: false,
                 adversary: Some(parse_fraction(value("--adversary")).unwrap()),
+                outages: Some(value("--outages").parse().unwrap()),
+                partitions: Some(value("--partitions").parse().unwrap()),
+                pauses: Some(value("--pauses").parse().unwrap()),
             };
             assert_eq!(Plan::resolve(&config), plan, "seed {seed}");
         }

@@ -1,17 +1,18 @@
-//! A small simulated world for scenario tests: HCAs on the simulated
-//! fabric, each with a verbs context, and helpers to connect QPs and run
+//! A small simulated world for scenario tests: the nodes of
+//! [`uroce::world`] (HCAs on the simulated fabric, each with a verbs
+//! context), each with a PD and a CQ, and helpers to connect QPs and run
 //! the fabric until completions arrive.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
-use uroce_device::command::{Gid, QpCap};
+use uroce::world::{Host, WorldBuilder};
 use uroce_device::mem::SimMemory;
-use uroce_device::types::{QpType, Qpn};
-use uroce_hca::config::HcaConfig;
-use uroce_hca::{Hca, Instant, SharedHca};
+use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{Fabric, FabricConfig, NodeId};
 use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{Access, Context, Cq, Mtu, Pd, Qp, QpInitAttr, WorkCompletion};
+use uroce_verbs::{
+    Access, Context, Cq, Gid, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, WorkCompletion,
+};
 
 /// One node: its HCA and the application's handles.
 pub struct Node {
@@ -68,29 +69,17 @@ impl World {
         config: FabricConfig,
         memory: impl Fn() -> Arc<dyn uroce_device::mem::DriverMemory>,
     ) -> World {
-        let mut hcas = Vec::new();
-        let mut ips = Vec::new();
-        for i in 0..n {
-            let ip = Ipv4Addr::new(10, 0, 0, 1 + i as u8);
-            let mac = [0x02, 0, 0, 0, 0, 1 + i as u8];
-            let gids = vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(ip))];
-            let memory = memory();
-            let hca = Hca::new(HcaConfig::default(), gids, memory.clone()).expect("HCA config");
-            hcas.push(SharedHca::new(hca, memory));
-            ips.push(ip);
-        }
-        let fabric = Fabric::new(config, hcas.clone());
-        let nodes = hcas
+        let built = WorldBuilder::new(n, config).memory(|_| memory()).build();
+        let nodes = built
+            .hosts
             .into_iter()
-            .zip(ips)
-            .map(|(hca, ip)| {
-                let ctx = Context::open(&hca);
+            .map(|Host { hca, ctx, ip }| {
                 let pd = ctx.alloc_pd().expect("PD");
                 let cq = ctx.create_cq(4096).expect("CQ");
                 Node { hca, ctx, pd, cq, ip }
             })
             .collect();
-        World { fabric, nodes }
+        World { fabric: built.fabric, nodes }
     }
 
     /// A QP of `qp_type` on node `n`.

@@ -98,14 +98,17 @@ fn heavy_faults() {
 
 #[test]
 fn fault_free_runs_deliver_everything() {
-    // No faults: UC and UD must deliver every message exactly once, and
-    // no RC QP may fail. FENCE stays out only while the FENCE bug stands.
+    // No faults, no outage, partition or pause: UC and UD must deliver
+    // every message exactly once, and no RC QP may fail.
     let none = Probability::NEVER;
     sweep((2_000..2_004).map(|seed| SwarmConfig {
         loss: Some(none),
         dup: Some(none),
         reorder: Some(none),
         corrupt: Some(none),
+        outages: Some(0),
+        partitions: Some(0),
+        pauses: Some(0),
         allow_retry_exhaustion: false,
         ..config(seed, 300)
     }));
@@ -230,7 +233,16 @@ fn adversary(seed: u64, ops: u64, ppm: u32) -> SwarmConfig {
 
 fn fault_free(config: SwarmConfig) -> SwarmConfig {
     let none = Some(Probability::NEVER);
-    SwarmConfig { loss: none, dup: none, reorder: none, corrupt: none, ..config }
+    let (outages, partitions) = (Some(0), Some(0));
+    SwarmConfig {
+        loss: none,
+        dup: none,
+        reorder: none,
+        corrupt: none,
+        outages,
+        partitions,
+        ..config
+    }
 }
 
 /// Seeds from `first`: half with the seed's faults (none to heavy), half on
@@ -321,6 +333,57 @@ fn the_seed_picks_the_adversary_and_the_flag_overrides_it() {
     // Off, there is no adversary node at all.
     let report = swarm::run(&SwarmConfig { adversary: Some(Probability::NEVER), ..config(5, 100) });
     assert_eq!((report.adversary.injected, report.fabric.mirrored), (0, 0));
+}
+
+// ---- outages, partitions, pauses --------------------------------------------
+//
+// Drawn from the seed (or forced by flags) and started while the workload is
+// posted: RC must ride out the cuts (or lose a connection whose path was cut
+// and replace it), a paused application's CQs fill and its peers meet RNR
+// NAKs, and after the faults heal every WR must finish.
+
+#[test]
+fn outages_partitions_and_pauses() {
+    let forced = |seed, calm: bool| {
+        let c = SwarmConfig {
+            outages: Some(3),
+            partitions: Some(2),
+            pauses: Some(4),
+            nodes: Some(3),
+            ..config(seed, 300)
+        };
+        if calm {
+            let none = Some(Probability::NEVER);
+            SwarmConfig { loss: none, dup: none, reorder: none, corrupt: none, ..c }
+        } else {
+            c
+        }
+    };
+    let configs: Vec<SwarmConfig> = (5_000..5_003).map(|seed| forced(seed, false)).collect();
+    let calm: Vec<SwarmConfig> = (5_003..5_005).map(|seed| forced(seed, true)).collect();
+    for config in configs.iter().chain(&calm) {
+        let report = swarm::run(config);
+        assert!(report.passed(), "{}", render(&report));
+        let s = &report.stats;
+        assert_eq!((s.outages, s.partitions, s.pauses), (3, 2, 4), "{}", render(&report));
+        assert!(report.fabric.dropped_partition > 0, "{}", render(&report));
+        assert!(report.reproduce().contains(" --outages 3 --partitions 2 --pauses 4"));
+    }
+}
+
+#[test]
+fn the_seed_picks_disruptions_and_zero_turns_them_off() {
+    let plans: Vec<Plan> = (0..200)
+        .map(|seed| Plan::resolve(&SwarmConfig { seed, ..SwarmConfig::default() }))
+        .collect();
+    let none = plans.iter().filter(|p| p.outages + p.partitions + p.pauses == 0).count();
+    assert!((50..=110).contains(&none), "{none} of 200 seeds without disruptions");
+    assert!(plans.iter().any(|p| p.outages > 0 && p.partitions > 0 && p.pauses > 0));
+    let off =
+        SwarmConfig { outages: Some(0), partitions: Some(0), pauses: Some(0), ..config(1, 150) };
+    let report = swarm::run(&off);
+    assert_eq!((report.stats.outages, report.stats.partitions, report.stats.pauses), (0, 0, 0));
+    assert_eq!(report.fabric.dropped_partition, 0);
 }
 
 // ---- known HCA bugs: strict runs that fail today -------------------------

@@ -1,0 +1,150 @@
+//! The bandwidth engine of `uroce perftest` and `uroce bench`: perftest's
+//! `run_iter_bw`. Each QP keeps up to `tx_depth` WRs outstanding and posts
+//! what its window allows as one chain; the CQ is polled for the signaled
+//! completions that open the windows again; the run is timed from the
+//! first post to the last completion, with every post time (when asked)
+//! and every completion point recorded for the peak
+//! ([`super::report::Measured`]).
+//!
+//! What differs between the tools is theirs ([`Requester`]): the work
+//! requests and their signalling, the checks on each completion, and the
+//! words of their errors. `uroce bench` also caps the WRs all QPs keep
+//! outstanding together (`--max-inflight`), and then starts each pass at
+//! the QP after the last one that posted, so that every QP gets its turn.
+
+use std::time::Instant;
+use uroce_verbs::{Error, Qp, SendWr, WorkCompletion};
+
+/// How the loop runs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BwPlan {
+    /// WRs per QP.
+    pub iters: u64,
+    /// WRs outstanding per QP at most.
+    pub tx_depth: u64,
+    /// WRs outstanding over all QPs at most (`u64::MAX`: no cap, as
+    /// perftest).
+    pub max_inflight: u64,
+    /// Start each pass at the QP after the last one that posted (rather
+    /// than at QP 0, as perftest).
+    pub rotate: bool,
+    /// Record every WR's post time (for the peak).
+    pub record_posts: bool,
+}
+
+/// The tool's side of the loop.
+pub(crate) trait Requester {
+    /// The QPs, in order (QP `q`'s WRs carry `q << 32 | n`, `n` from 1).
+    fn qps(&self) -> &[Qp];
+    /// WR `n` (1-based) of QP `q`; `close` when it ends a chain the cap cut
+    /// short (it must be signaled, or what the chain leaves outstanding
+    /// might never complete).
+    fn work_request(&mut self, q: usize, n: u64, close: bool) -> SendWr;
+    /// The error of a post the QP refused at WR `i` of the chain (the QP's
+    /// `scnt`-th WR, 0-based).
+    fn post_error(&self, q: usize, i: usize, scnt: u64, e: Error) -> String;
+    /// Polls the CQ; an error completion fails the run.
+    fn poll(&mut self) -> Result<Vec<WorkCompletion>, String>;
+    /// Fails the run once nothing completed for too long since `since`.
+    fn stalled(&self, since: Instant, done: u64, total: u64) -> Result<(), String>;
+    /// A completion of QP `q` that retires its WRs `prev + 1 ..= n`;
+    /// `known` is false when `q` or `n` is no WR outstanding (an error).
+    fn completed(
+        &mut self,
+        wc: &WorkCompletion,
+        q: usize,
+        prev: u64,
+        n: u64,
+        known: bool,
+    ) -> Result<(), String>;
+}
+
+/// What a run recorded, in nanoseconds since the loop started.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct BwRun {
+    /// The first post.
+    pub first_post: u64,
+    /// The last completion.
+    pub last_completion: u64,
+    /// Every WR's post time, in post order (empty unless recorded).
+    pub posted: Vec<u64>,
+    /// Per completion: WRs completed so far over all QPs, and when.
+    pub completed: Vec<(u64, u64)>,
+}
+
+/// Runs the loop until every QP's `iters` WRs completed.
+pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, String> {
+    let nq = r.qps().len();
+    let (iters, tx, cap) = (plan.iters, plan.tx_depth, plan.max_inflight);
+    let total = nq as u64 * iters;
+    let mut run = BwRun::default();
+    if plan.record_posts {
+        run.posted.reserve(total as usize);
+    }
+    let mut scnt = vec![0u64; nq];
+    let mut ccnt = vec![0u64; nq];
+    let mut inflight = 0u64;
+    let mut next_q = 0usize;
+    let mut done = 0u64;
+    let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
+    let start = Instant::now();
+    let mut last_progress = start;
+    let mut first = true;
+    while done < total {
+        for k in 0..nq {
+            if inflight >= cap {
+                break;
+            }
+            let q = if plan.rotate { (next_q + k) % nq } else { k };
+            let window = (tx - (scnt[q] - ccnt[q])).min(iters - scnt[q]);
+            let room = window.min(cap - inflight);
+            if room == 0 {
+                continue;
+            }
+            let cut = room < window;
+            next_q = (q + 1) % nq;
+            batch.clear();
+            for j in 1..=room {
+                batch.push(r.work_request(q, scnt[q] + j, cut && j == room));
+            }
+            let now = start.elapsed().as_nanos() as u64;
+            if first {
+                run.first_post = now;
+                first = false;
+            }
+            let posted = match r.qps()[q].post_send(&batch) {
+                Ok(()) => room,
+                // The ring is full until the device catches up.
+                Err((i, Error::NoMemory(_))) => i as u64,
+                Err((i, e)) => return Err(r.post_error(q, i, scnt[q] + i as u64, e)),
+            };
+            if plan.record_posts {
+                run.posted.extend(std::iter::repeat_n(now, posted as usize));
+            }
+            scnt[q] += posted;
+            inflight += posted;
+        }
+        let wcs = r.poll()?;
+        if wcs.is_empty() {
+            r.stalled(last_progress, done, total)?;
+            continue;
+        }
+        let now = start.elapsed().as_nanos() as u64;
+        last_progress = Instant::now();
+        for wc in &wcs {
+            let q = (wc.wr_id >> 32) as usize;
+            let n = wc.wr_id & 0xffff_ffff;
+            let known = q < nq && n > ccnt[q] && n <= scnt[q];
+            r.completed(wc, q, if known { ccnt[q] } else { 0 }, n, known)?;
+            if !known {
+                return Err(format!("unexpected completion wr_id {:#x}", wc.wr_id));
+            }
+            done += n - ccnt[q];
+            inflight -= (n - ccnt[q]).min(inflight);
+            ccnt[q] = n;
+            run.completed.push((done, now));
+        }
+        run.last_completion = now;
+    }
+    Ok(run)
+}

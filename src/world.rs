@@ -1,0 +1,136 @@
+//! The simulated world: HCAs on the simulated fabric, each with the
+//! application's verbs context. One builder for every harness that runs
+//! devices in virtual time: the scenario tests (`tests/src/world.rs` adds
+//! their conveniences on top), `uroce sim` (the swarm, with its adversary
+//! as an extra endpoint) and the HCA fuzz bodies (each HCA over a guarded
+//! memory, driven through a checking endpoint).
+//!
+//! Node `i` is at 10.0.(i / 256).(1 + i % 256) with the MAC
+//! 02:00:00:00:(i / 256):(1 + i % 256); its GID table holds the
+//! link-local GID of that MAC (index 0) and the IPv4-mapped GID of its
+//! address (index 1, the one RoCEv2 connections use).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use uroce_device::mem::{DriverMemory, SimMemory};
+use uroce_hca::config::HcaConfig;
+use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
+use uroce_sim::{Fabric, FabricConfig};
+use uroce_verbs::{Context, Gid};
+
+/// The IPv4 address of node `i`.
+pub fn node_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8)
+}
+
+/// The GID table of node `i`: the link-local GID of its MAC, then the
+/// IPv4-mapped GID of [`node_ip`].
+pub fn node_gids(i: usize) -> Vec<Gid> {
+    let mac = [0x02, 0, 0, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8];
+    vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(node_ip(i)))]
+}
+
+/// One node: its HCA and the application's context on it.
+pub struct Host {
+    /// The HCA (the fabric's endpoint for it holds a clone).
+    pub hca: SharedHca,
+    /// The verbs context.
+    pub ctx: Context,
+    /// The node's IPv4 address ([`node_ip`]).
+    pub ip: Ipv4Addr,
+}
+
+impl Host {
+    /// Node `i`: an HCA with `config` over `memory`, and a context on it.
+    pub fn new(i: usize, config: HcaConfig, memory: Arc<dyn DriverMemory>) -> Host {
+        let hca = Hca::new(config, node_gids(i), memory.clone()).expect("HCA configuration");
+        let hca = SharedHca::new(hca, memory);
+        let ctx = Context::open(&hca);
+        Host { hca, ctx, ip: node_ip(i) }
+    }
+}
+
+/// Nodes on a fabric. `E` is what the fabric drives: the HCAs themselves,
+/// or a wrapper (a checking endpoint, an enum with other kinds of nodes).
+pub struct World<E: Endpoint = SharedHca> {
+    /// The fabric; node `i`'s endpoint is `NodeId(i)`, and extra endpoints
+    /// follow the hosts'.
+    pub fabric: Fabric<E>,
+    /// The nodes, by id.
+    pub hosts: Vec<Host>,
+}
+
+impl<E: Endpoint> World<E> {
+    /// The current virtual time.
+    pub fn now(&self) -> Instant {
+        self.fabric.now()
+    }
+
+    /// Runs the fabric until nothing is in flight and no timer is due
+    /// before `max_ns` from now.
+    pub fn settle(&mut self, max_ns: u64) {
+        let until = self.fabric.now().plus_nanos(max_ns);
+        self.fabric.run_until_idle(until);
+    }
+}
+
+/// How to build a [`World`]: so many nodes, an HCA configuration, each
+/// node's host memory, and the fabric's configuration.
+pub struct WorldBuilder<'a> {
+    nodes: usize,
+    fabric: FabricConfig,
+    hca: HcaConfig,
+    memory: Box<dyn Fn(usize) -> Arc<dyn DriverMemory> + 'a>,
+}
+
+impl<'a> WorldBuilder<'a> {
+    /// `nodes` nodes on a fabric with `fabric`; by default each HCA has
+    /// [`HcaConfig::default`] and 1 GiB of strict [`SimMemory`].
+    pub fn new(nodes: usize, fabric: FabricConfig) -> WorldBuilder<'a> {
+        WorldBuilder {
+            nodes,
+            fabric,
+            hca: HcaConfig::default(),
+            memory: Box::new(|_| Arc::new(SimMemory::strict(1 << 30))),
+        }
+    }
+
+    /// Every HCA's configuration.
+    pub fn hca_config(mut self, config: HcaConfig) -> WorldBuilder<'a> {
+        self.hca = config;
+        self
+    }
+
+    /// Node `i`'s host memory is `memory(i)`.
+    pub fn memory(
+        mut self,
+        memory: impl Fn(usize) -> Arc<dyn DriverMemory> + 'a,
+    ) -> WorldBuilder<'a> {
+        self.memory = Box::new(memory);
+        self
+    }
+
+    /// The nodes, without a fabric (for a harness that drives an HCA
+    /// itself).
+    pub fn hosts(&self) -> Vec<Host> {
+        (0..self.nodes).map(|i| Host::new(i, self.hca.clone(), (self.memory)(i))).collect()
+    }
+
+    /// The world, the fabric driving the HCAs themselves.
+    pub fn build(self) -> World<SharedHca> {
+        self.build_with(|host| host.hca.clone(), |_| Vec::new())
+    }
+
+    /// The world, the fabric driving `endpoint(host)` for each node, then
+    /// the endpoints `extra(hosts)` (ids from `hosts.len()` on).
+    pub fn build_with<E: Endpoint>(
+        self,
+        endpoint: impl FnMut(&Host) -> E,
+        extra: impl FnOnce(&[Host]) -> Vec<E>,
+    ) -> World<E> {
+        let hosts = self.hosts();
+        let mut endpoints: Vec<E> = hosts.iter().map(endpoint).collect();
+        endpoints.extend(extra(&hosts));
+        World { fabric: Fabric::new(self.fabric, endpoints), hosts }
+    }
+}
