@@ -1,8 +1,7 @@
 //! The fabric: endpoints, the packets between them, virtual time.
 
 use super::capture::{node_mac, Capture, CapturePoint};
-use super::fault::{Cut, FaultConfig, Outage};
-use super::rng::{Probability, SimRng};
+use super::fault::{Cut, Outage};
 use super::rule::{Action, BthFacts, PacketFacts, Rule, RuleId, RuleState};
 use super::trace::{DelayReason, DropReason, Fnv64, Trace, TraceEvent};
 use super::NodeId;
@@ -10,10 +9,10 @@ use core::net::IpAddr;
 use core::ops::Range;
 use std::collections::BTreeMap;
 use std::io::Write;
+use uroce_faults::{CopyFate, Fate, FaultConfig, SimRng};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
 use uroce_hca::time::Instant;
-use uroce_wire::frame::{classify, Classified, Link};
-use uroce_wire::{bth, roce};
+use uroce_wire::ethernet;
 
 /// The most endpoints a fabric holds.
 pub const MAX_NODES: usize = 1 << 16;
@@ -144,80 +143,6 @@ struct InFlight {
     from: NodeId,
     to: NodeId,
     bytes: Vec<u8>,
-}
-
-/// The random fate of one sent packet, drawn all at once: a fixed number of
-/// draws per packet, so packet `n`'s fate depends only on the seed and `n`.
-#[derive(Debug, Clone, Copy)]
-struct Fate {
-    loss: u64,
-    duplicate: u64,
-    copies: [CopyFate; 2],
-}
-
-#[derive(Debug, Clone, Copy)]
-struct CopyFate {
-    corrupt: u64,
-    corrupt_bit: u64,
-    reorder: u64,
-    reorder_delay: u64,
-}
-
-impl Fate {
-    fn draw(rng: &mut SimRng) -> Fate {
-        let loss = rng.next_u64();
-        let duplicate = rng.next_u64();
-        let mut copy = || CopyFate {
-            corrupt: rng.next_u64(),
-            corrupt_bit: rng.next_u64(),
-            reorder: rng.next_u64(),
-            reorder_delay: rng.next_u64(),
-        };
-        let copies = [copy(), copy()];
-        Fate { loss, duplicate, copies }
-    }
-}
-
-/// Maps a raw draw to `0..bound` (multiply-shift).
-fn scale(draw: u64, bound: u64) -> u64 {
-    ((u128::from(draw) * u128::from(bound)) >> 64) as u64
-}
-
-fn happens(draw: u64, p: Probability) -> bool {
-    scale(draw, Probability::SCALE) < u64::from(p.ppm())
-}
-
-/// The bits a corruption may flip: in a RoCEv2 packet, the transport packet
-/// minus BTH byte 4 (masked by the ICRC); otherwise the whole packet.
-/// Returns `(first byte, byte count, byte to skip)`.
-fn corruptible(bytes: &[u8]) -> (usize, usize, Option<usize>) {
-    if let Classified::Roce(frame) = classify(bytes, Link::RawIp) {
-        let transport = frame.transport();
-        if frame.framing_error.is_none() && transport.len() >= roce::MIN_LEN {
-            let start = frame.ip_header_bytes().len() + 8;
-            return (start, transport.len(), Some(start + bth::VARIANT_BYTE));
-        }
-    }
-    (0, bytes.len(), None)
-}
-
-/// Flips one bit chosen by `draw`; returns its index from the start of the
-/// packet (bit 0 = most significant bit of byte 0), or `None` when there is
-/// no bit to flip.
-fn flip_bit(bytes: &mut [u8], draw: u64) -> Option<usize> {
-    let (start, len, skip) = corruptible(bytes);
-    let candidates = (len - usize::from(skip.is_some())) * 8;
-    if candidates == 0 {
-        return None;
-    }
-    let pick = scale(draw, candidates as u64) as usize;
-    let mut byte = start + pick / 8;
-    if skip.is_some_and(|s| byte >= s) {
-        byte += 1;
-    }
-    let bit = pick % 8;
-    bytes[byte] ^= 0x80 >> bit;
-    Some(byte * 8 + bit)
 }
 
 /// A deterministic network of endpoints in one thread, in virtual time.
@@ -565,15 +490,12 @@ impl<E: Endpoint> Fabric<E> {
     fn mirror_copy(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) {
         let Some(mirror) = self.mirror.filter(|&m| m != to) else { return };
         let mut frame = core::mem::take(&mut self.mirror_frame);
-        frame.clear();
-        frame.extend_from_slice(&node_mac(to));
-        frame.extend_from_slice(&node_mac(from));
-        let ethertype: [u8; 2] = match bytes.first().map(|b| b >> 4) {
-            Some(6) => [0x86, 0xdd],
-            _ => [0x08, 0x00],
+        let header = ethernet::Repr {
+            source: node_mac(from),
+            destination: node_mac(to),
+            ether_type: ethernet::ether_type_of_ip(bytes),
         };
-        frame.extend_from_slice(&ethertype);
-        frame.extend_from_slice(bytes);
+        header.frame_into(bytes, &mut frame);
         self.counters.mirrored += 1;
         self.endpoints[mirror.0].receive(self.now, &frame);
         self.mirror_frame = frame;
@@ -768,7 +690,7 @@ impl<E: Endpoint> Fabric<E> {
             Some(DropReason::Rule)
         } else if self.outages.iter().any(|o| o.drops(now, from, to)) {
             Some(DropReason::Partition)
-        } else if happens(fate.loss, faults.loss) {
+        } else if fate.lost(&faults) {
             Some(DropReason::Loss)
         } else {
             None
@@ -779,7 +701,7 @@ impl<E: Endpoint> Fabric<E> {
         }
 
         let mut copies = [Some((packet, bytes)), None];
-        if effects.duplicate || happens(fate.duplicate, faults.duplicate) {
+        if effects.duplicate || fate.duplicated(&faults) {
             let copy = self.next_packet_number();
             let mut second = self.pool.pop().unwrap_or_default();
             second.clear();
@@ -801,11 +723,9 @@ impl<E: Endpoint> Fabric<E> {
         let Hop { from, to, departs_at, rule_delay_ns } = hop;
         let now = self.now;
         let faults = self.config.faults;
-        if happens(fate.corrupt, faults.corrupt) {
-            if let Some(bit_index) = flip_bit(&mut bytes, fate.corrupt_bit) {
-                self.counters.corrupted += 1;
-                self.trace.record(TraceEvent::Corrupt { at: now, packet, bit_index });
-            }
+        if let Some(bit_index) = fate.corrupt(&faults, &mut bytes) {
+            self.counters.corrupted += 1;
+            self.trace.record(TraceEvent::Corrupt { at: now, packet, bit_index });
         }
         let mut extra_ns = 0u64;
         if rule_delay_ns > 0 {
@@ -818,8 +738,7 @@ impl<E: Endpoint> Fabric<E> {
                 reason: DelayReason::Rule,
             });
         }
-        if happens(fate.reorder, faults.reorder) {
-            let jitter_ns = 1 + scale(fate.reorder_delay, faults.reorder_max_delay_ns);
+        if let Some(jitter_ns) = fate.reorder_delay_ns(&faults) {
             extra_ns = extra_ns.saturating_add(jitter_ns);
             self.counters.delayed_reorder += 1;
             self.trace.record(TraceEvent::Delay {
@@ -924,77 +843,8 @@ struct RuleEffects {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::net::{Ipv4Addr, Ipv6Addr};
-    use uroce_wire::frame::FrameRepr;
-    use uroce_wire::{Opcode, Psn, Qpn};
-
-    fn packet(v6: bool, payload: &[u8]) -> Vec<u8> {
-        let bth = bth::Repr::new(Opcode::RC_SEND_ONLY, Qpn::new(17), Psn::new(5), payload.len());
-        let repr = roce::Repr { bth, ext: roce::ExtHeaders::default(), payload };
-        let frame = if v6 {
-            let addrs = (Ipv6Addr::LOCALHOST, Ipv6Addr::UNSPECIFIED);
-            FrameRepr::ipv6(addrs, 0xc000, repr).unwrap()
-        } else {
-            FrameRepr::ipv4((Ipv4Addr::LOCALHOST, Ipv4Addr::BROADCAST), 1, 0xc000, repr).unwrap()
-        };
-        let mut buf = vec![0; frame.buffer_len()];
-        frame.emit(&mut buf).unwrap();
-        buf
-    }
-
-    fn icrc_ok(bytes: &[u8]) -> Option<bool> {
-        match classify(bytes, Link::RawIp) {
-            Classified::Roce(frame) => Some(frame.icrc_ok()),
-            Classified::Other(_) => None,
-        }
-    }
-
-    /// The draw that [`scale`] maps to `k` of `bound`.
-    fn draw_for(k: u64, bound: u64) -> u64 {
-        (u128::from(k) << 64).div_ceil(u128::from(bound)) as u64
-    }
-
-    #[test]
-    fn scale_covers_the_range() {
-        assert_eq!(scale(0, 10), 0);
-        assert_eq!(scale(u64::MAX, 10), 9);
-        for k in 0..10 {
-            assert_eq!(scale(draw_for(k, 10), 10), k);
-        }
-        assert!(happens(0, Probability::from_ppm(1)));
-        assert!(!happens(0, Probability::NEVER));
-        assert!(happens(u64::MAX, Probability::ALWAYS));
-    }
-
-    #[test]
-    fn every_possible_flip_is_caught_by_the_icrc() {
-        for v6 in [false, true] {
-            let original = packet(v6, b"hello, fabric");
-            assert_eq!(icrc_ok(&original), Some(true));
-            let ip_udp_len = if v6 { 48 } else { 28 };
-            let candidates = ((original.len() - ip_udp_len - 1) * 8) as u64;
-            let mut hit = vec![false; original.len()];
-            for k in 0..candidates {
-                let mut bytes = original.clone();
-                let bit = flip_bit(&mut bytes, draw_for(k, candidates)).unwrap();
-                assert_ne!(bytes, original);
-                assert_eq!(icrc_ok(&bytes), Some(false), "v6={v6} bit {bit}");
-                hit[bit / 8] = true;
-            }
-            let hit_bytes: Vec<usize> = (0..hit.len()).filter(|&i| hit[i]).collect();
-            let expected: Vec<usize> =
-                (ip_udp_len..original.len()).filter(|&i| i != ip_udp_len + 4).collect();
-            assert_eq!(hit_bytes, expected, "v6={v6}");
-        }
-    }
-
-    #[test]
-    fn other_packets_flip_anywhere_and_empty_ones_not_at_all() {
-        let mut bytes = vec![0u8; 3];
-        assert_eq!(flip_bit(&mut bytes, u64::MAX), Some(23));
-        assert_eq!(bytes, [0, 0, 1]);
-        assert_eq!(flip_bit(&mut [], 0), None);
-    }
+    use core::net::Ipv4Addr;
+    use uroce_faults::Probability;
 
     /// Sends `left` packets of 40 bytes to `peer`, one per poll, and keeps
     /// what it receives.
