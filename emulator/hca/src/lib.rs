@@ -17,6 +17,7 @@ pub mod cq;
 pub mod endpoint;
 pub mod hca;
 pub mod mr;
+mod ports;
 pub mod qp;
 pub mod qp_state;
 mod req;
@@ -26,6 +27,6 @@ mod rx;
 pub mod tables;
 pub mod time;
 
-pub use endpoint::{Endpoint, Transmit};
+pub use endpoint::{Endpoint, PacketKind, Transmit};
 pub use hca::{Driver, Hca, SharedHca};
 pub use time::Instant;

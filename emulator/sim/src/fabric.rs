@@ -867,7 +867,7 @@ mod tests {
             self.left = self.left.checked_sub(1)?;
             buf[..40].fill(0x45);
             buf[39] = self.left as u8;
-            Some(uroce_hca::Transmit { destination: peer, len: 40 })
+            Some(uroce_hca::Transmit::new(peer, 40))
         }
         fn poll_timeout(&self) -> Option<Instant> {
             None

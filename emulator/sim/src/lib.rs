@@ -32,7 +32,7 @@
 //!     fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
 //!         self.left = self.left.checked_sub(1)?;
 //!         buf[..20].fill(0x45);
-//!         Some(Transmit { destination: self.peer, len: 20 })
+//!         Some(Transmit::new(self.peer, 20))
 //!     }
 //!     fn poll_timeout(&self) -> Option<Instant> { None }
 //!     fn handle_timeout(&mut self, _now: Instant) {}

@@ -1300,7 +1300,8 @@ impl Runtime {
                     hca.handle_timeout(now);
                 }
                 while io.batch.packets.len() < TX_BATCH && sent < TRANSMIT_BURST {
-                    let Some(Transmit { destination, len }) = hca.poll_transmit(now, &mut buffer)
+                    let Some(Transmit { destination, len, .. }) =
+                        hca.poll_transmit(now, &mut buffer)
                     else {
                         break;
                     };
