@@ -31,7 +31,7 @@
 //!   outgoing packets (`uroce_faults`, the fabric's vocabulary and draws).
 //!
 //! Files: `config.rs` (configuration and the environment), `transport.rs`
-//! (the [`Transport`](transport) of three kinds: kernel UDP, the L2 link
+//! (the `Transport` of three kinds: kernel UDP, the L2 link
 //! over UDP-carried frames, a TAP), `sockets.rs` (kernel UDP: a socket per
 //! source port, `sendmmsg` and GSO batching), `datapath.rs` (packets
 //! between the HCA and the transport, faults, capture), `progress.rs` (the

@@ -96,11 +96,11 @@ pub struct FabricCounters {
     pub delayed_reorder: u64,
     /// Packets held back by a rule.
     pub delayed_rule: u64,
-    /// Times any rule fired (per rule: [`Fabric::rule`]).
+    /// Times any rule fired (per rule: [`Fabric::rule`](crate::Fabric::rule)).
     pub rule_hits: u64,
     /// Endpoint timers fired.
     pub timeouts: u64,
-    /// Copies handed to the mirror port ([`Fabric::set_mirror`]).
+    /// Copies handed to the mirror port ([`Fabric::set_mirror`](crate::Fabric::set_mirror)).
     pub mirrored: u64,
 }
 
