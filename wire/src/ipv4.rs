@@ -381,11 +381,25 @@ impl Repr {
         self.more_fragments || self.fragment_offset != 0
     }
 
-    /// The header checksum these fields call for.
+    /// The header checksum these fields call for (computed from the
+    /// fields, without emitting them: it is on every packet's path).
     pub fn calc_header_checksum(&self) -> u16 {
-        let mut copy = *self;
-        copy.header_checksum = 0;
-        checksum::checksum(&copy.to_bytes()[..self.header_len()])
+        let flags = (u16::from(self.reserved_flag) * RESERVED_FLAG)
+            | (u16::from(self.dont_fragment) * DONT_FRAGMENT)
+            | (u16::from(self.more_fragments) * MORE_FRAGMENTS)
+            | (self.fragment_offset & FRAGMENT_OFFSET);
+        let ihl = (self.header_len() / 4) as u16;
+        let words = [
+            (0x4000 | ihl << 8) | u16::from(self.dscp << 2 | (self.ecn & 3)),
+            self.total_len,
+            self.identification,
+            flags,
+            u16::from(self.time_to_live) << 8 | u16::from(self.protocol),
+            checksum::sum(&self.source),
+            checksum::sum(&self.destination),
+            checksum::sum(self.options.as_slice()),
+        ];
+        !checksum::combine(&words)
     }
 
     /// Writes the header (checksum as stored in the repr) into a view of
@@ -466,6 +480,30 @@ mod tests {
         let repr = Repr::parse(&p).unwrap();
         assert_eq!(repr.options.as_slice(), &[1, 1, 1, 0]);
         assert_eq!(&repr.to_bytes()[..24], &with_options[..]);
+    }
+
+    #[test]
+    fn the_checksum_from_the_fields_is_the_one_over_the_bytes() {
+        let mut repr = Repr::parse(&Packet::new_checked(&BYTES[..]).unwrap()).unwrap();
+        for (dscp, ecn, reserved, mf, offset, ttl, options) in [
+            (0, 0, false, false, 0, 64, &[][..]),
+            (0x3f, 3, true, true, 0x1fff, 255, &[1, 1, 1, 0][..]),
+            (0x2e, 1, false, true, 7, 1, &[0x44, 8, 5, 0, 0, 0, 0, 1][..]),
+        ] {
+            repr.dscp = dscp;
+            repr.ecn = ecn;
+            repr.reserved_flag = reserved;
+            repr.more_fragments = mf;
+            repr.fragment_offset = offset;
+            repr.time_to_live = ttl;
+            repr.options = Options::from_slice(options).unwrap();
+            repr.header_checksum = 0;
+            let bytes = repr.to_bytes();
+            assert_eq!(
+                repr.calc_header_checksum(),
+                checksum::checksum(&bytes[..repr.header_len()])
+            );
+        }
     }
 
     #[test]
