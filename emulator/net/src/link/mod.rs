@@ -42,8 +42,6 @@ use uroce_hca::time::Instant;
 use uroce_wire::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use uroce_wire::{arp, ipv4, ipv6, ndp, udp, ROCEV2_UDP_PORT};
 
-/// Ethernet II header length.
-pub const ETHERNET_HEADER_LEN: usize = ethernet::HEADER_LEN;
 /// Packets held per unresolved destination (Linux's `unres_qlen` is 3).
 const HELD_PER_DESTINATION: usize = 3;
 /// Between two resolution requests for one destination.
@@ -222,7 +220,7 @@ impl LinkHost {
             self.stats.rx_dropped += 1;
             return Ingress::Dropped;
         }
-        let payload = &frame[ETHERNET_HEADER_LEN..];
+        let payload = &frame[ethernet::HEADER_LEN..];
         let own_ips = [self.addr, IpAddr::V6(self.link_local)];
         let learned =
             neighbor::snoop(self.mac, own_ips, destination_mac, ethertype, source_mac, payload);
@@ -257,7 +255,7 @@ impl LinkHost {
         // Packets held for it can leave now.
         if let Some(held) = self.unresolved.remove(&learned.ip) {
             for packet in held.packets {
-                let mut frame = Vec::with_capacity(ETHERNET_HEADER_LEN + packet.len());
+                let mut frame = Vec::with_capacity(ethernet::HEADER_LEN + packet.len());
                 self.write_frame(&mut frame, learned.mac, &packet);
                 self.stats.tx_roce += 1;
                 self.outbox.push_back(frame);
