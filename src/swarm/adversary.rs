@@ -381,7 +381,7 @@ impl Endpoint for Adversary {
             self.due -= 1;
             if let Some((bytes, destination)) = self.forge() {
                 buf[..bytes.len()].copy_from_slice(&bytes);
-                return Some(Transmit { destination, len: bytes.len() });
+                return Some(Transmit::new(destination, bytes.len()));
             }
         }
         None

@@ -675,11 +675,9 @@ fn after_flip(fp: &FrameParts, l: &Layout, flipped: &[u8], at: usize, bit: u8) -
             (0, _) => After::Reread,
             (2 | 3, _) => length_changed(be16(l.ip_at + 2)),
             (4 | 5, _) => intact_but_icrc(Some(false)),
-            // The reserved flag. The IPv4 checksum is not checked here:
-            // `ip_checksum_ok` recomputes it from etherparse's header,
-            // which drops this bit (reported as a wire-crate bug; see
-            // `regression_ipv4_reserved_flag_*` below). The ICRC catches the flip.
-            (6, 7) => intact_but_icrc(None),
+            // The reserved flag: the IPv4 checksum (over the bytes as
+            // received) and the ICRC both catch the flip.
+            (6, 7) => intact_but_icrc(Some(false)),
             (6, 6) => intact_but_icrc(Some(false)),
             // MF, or a fragment offset bit.
             (6 | 7, _) => After::Other(Other::Ipv4Fragment),
@@ -1037,8 +1035,8 @@ const GOLDEN_ACK: &str =
 
 /// cargo fuzz (parse_frame), minimized: a raw-IP RC ACK from the golden
 /// captures with the IPv4 reserved flag (byte 6, bit 7) set. `repr()`
-/// parses it but emits the flag as 0: etherparse's `Ipv4Header` has no
-/// field for it, so the round trip is not bit-exact.
+/// once parsed it but emitted the flag as 0 (etherparse's `Ipv4Header` had
+/// no field for it); `uroce_wire::ipv4::Repr` holds it.
 #[test]
 fn regression_ipv4_reserved_flag_fuzz_input() {
     parse_frame(&hex(

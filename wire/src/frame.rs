@@ -12,7 +12,8 @@
 //! The end of the packet is given by the IP header (IPv4 total length,
 //! IPv6 payload length), never by the frame length: Ethernet may pad short
 //! frames, and a capture may cut long ones. Outer headers are read and
-//! written with `etherparse`.
+//! written with this crate's own views ([`crate::ethernet`], [`crate::ipv4`],
+//! [`crate::ipv6`], [`crate::udp`]).
 //!
 //! [`classify`] sorts a captured frame into RoCEv2 or not; a
 //! [`RoceFrame`] then gives the transport packet, checks the ICRC (and the
@@ -20,13 +21,13 @@
 //! [`FrameRepr`] that emits the same bytes. [`FrameRepr::ipv4`] and
 //! [`FrameRepr::ipv6`] build new frames the way rxe does.
 
+use crate::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ};
 use crate::icrc::{self, ICRC_LEN};
-use crate::{roce, Error, Result, ROCEV2_UDP_PORT};
+use crate::ipv4::{PROTOCOL_TCP, PROTOCOL_UDP};
+use crate::{checksum, ip, ipv4, ipv6, roce, udp, Error, Result, ROCEV2_UDP_PORT};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use etherparse::{
-    EtherType, Ethernet2Header, IpNumber, Ipv4Header, Ipv4HeaderSlice, Ipv6Header, Ipv6HeaderSlice,
-    UdpHeader,
-};
+
+pub use crate::ip::IpHeader;
 
 /// What a captured frame starts with (a pcap link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,53 +48,11 @@ pub enum Link {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EthernetInfo {
     /// The Ethernet II header (its `ether_type` is the outer one).
-    pub header: Ethernet2Header,
+    pub header: ethernet::Repr,
     /// VLAN tags between the header and the IP packet (0..=2), as bytes.
     pub vlan_tags: [[u8; 4]; 2],
     /// How many of `vlan_tags` are present.
     pub vlan_count: usize,
-}
-
-/// An IP header.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IpHeader {
-    /// IPv4.
-    V4(Ipv4Header),
-    /// IPv6.
-    V6(Ipv6Header),
-}
-
-impl IpHeader {
-    /// The source address.
-    pub fn source(&self) -> IpAddr {
-        match self {
-            IpHeader::V4(h) => IpAddr::V4(Ipv4Addr::from(h.source)),
-            IpHeader::V6(h) => IpAddr::V6(Ipv6Addr::from(h.source)),
-        }
-    }
-
-    /// The destination address.
-    pub fn destination(&self) -> IpAddr {
-        match self {
-            IpHeader::V4(h) => IpAddr::V4(Ipv4Addr::from(h.destination)),
-            IpHeader::V6(h) => IpAddr::V6(Ipv6Addr::from(h.destination)),
-        }
-    }
-
-    /// Length of the header in bytes.
-    pub fn header_len(&self) -> usize {
-        match self {
-            IpHeader::V4(h) => h.header_len(),
-            IpHeader::V6(h) => h.header_len(),
-        }
-    }
-
-    fn to_bytes(&self) -> Vec<u8> {
-        match self {
-            IpHeader::V4(h) => h.to_bytes().to_vec(),
-            IpHeader::V6(h) => h.to_bytes().to_vec(),
-        }
-    }
 }
 
 /// A frame that is not RoCEv2, described for a reader.
@@ -145,7 +104,7 @@ impl core::fmt::Display for Other {
         match self {
             Other::Arp => write!(f, "ARP"),
             Other::EtherType(t) => write!(f, "ethertype 0x{t:04x}"),
-            Other::Ip { src, dst, protocol } => match IpNumber(*protocol).keyword_str() {
+            Other::Ip { src, dst, protocol } => match ip::protocol_name(*protocol) {
                 Some(name) => write!(f, "{src} -> {dst} {name}"),
                 None => write!(f, "{src} -> {dst} IP protocol {protocol}"),
             },
@@ -178,7 +137,7 @@ pub struct RoceFrame<'a> {
     /// The IP header.
     pub ip: IpHeader,
     /// The UDP header.
-    pub udp: UdpHeader,
+    pub udp: udp::Repr,
     ip_bytes: &'a [u8],
     udp_bytes: &'a [u8],
     transport: &'a [u8],
@@ -189,27 +148,8 @@ pub struct RoceFrame<'a> {
     pub framing_error: Option<Error>,
 }
 
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_ARP: u16 = 0x0806;
-const ETHERTYPE_VLAN: u16 = 0x8100;
-const ETHERTYPE_QINQ: u16 = 0x88a8;
-const UDP_HEADER_LEN: usize = 8;
-const IPV4_FLAGS_BYTE: usize = 6;
-const IPV4_RESERVED_FLAG: u8 = 0x80;
-
-/// The one's-complement sum of 16-bit words (RFC 1071), folded and
-/// inverted: 0 over a header whose checksum field is right.
-fn internet_checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
+const ETHERTYPE_VLAN: u16 = ethernet::ETHERTYPE_VLAN;
+const UDP_HEADER_LEN: usize = udp::HEADER_LEN;
 
 /// Sorts one captured frame. Never panics, whatever the bytes.
 pub fn classify(data: &[u8], link: Link) -> Classified<'_> {
@@ -233,9 +173,11 @@ fn strip_link(data: &[u8], link: Link) -> core::result::Result<LinkParts<'_>, &'
     };
     match link {
         Link::Ethernet => {
-            let (header, mut rest) =
-                Ethernet2Header::from_slice(data).map_err(|_| "frame shorter than Ethernet")?;
-            let mut ethertype = header.ether_type.0;
+            let view =
+                ethernet::Packet::new_checked(data).map_err(|_| "frame shorter than Ethernet")?;
+            let header = ethernet::Repr::parse(&view).map_err(|_| "frame shorter than Ethernet")?;
+            let mut rest = &data[ethernet::HEADER_LEN..];
+            let mut ethertype = header.ether_type;
             let mut info = EthernetInfo { header, vlan_tags: [[0; 4]; 2], vlan_count: 0 };
             while matches!(ethertype, ETHERTYPE_VLAN | ETHERTYPE_QINQ) {
                 if info.vlan_count == info.vlan_tags.len() || rest.len() < 4 {
@@ -281,15 +223,12 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
         Err(other) => return Classified::Other(other),
     };
     let (src, dst) = (ip.source(), ip.destination());
-    let protocol = match &ip {
-        IpHeader::V4(h) => h.protocol,
-        IpHeader::V6(h) => h.next_header,
-    };
+    let protocol = ip.protocol();
     let header_len = ip_bytes.len();
     // The transport header is read from the captured bytes, whatever the IP
     // length says: a damaged length must not hide a RoCEv2 frame.
     let after_ip = &data[header_len..];
-    if protocol == IpNumber::TCP {
+    if protocol == PROTOCOL_TCP {
         return Classified::Other(match after_ip.get(..4) {
             Some(p) => Other::Tcp {
                 src,
@@ -297,13 +236,13 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
                 src_port: u16::from_be_bytes([p[0], p[1]]),
                 dst_port: u16::from_be_bytes([p[2], p[3]]),
             },
-            None => Other::Ip { src, dst, protocol: protocol.0 },
+            None => Other::Ip { src, dst, protocol },
         });
     }
-    if protocol != IpNumber::UDP {
-        return Classified::Other(Other::Ip { src, dst, protocol: protocol.0 });
+    if protocol != PROTOCOL_UDP {
+        return Classified::Other(Other::Ip { src, dst, protocol });
     }
-    let Ok((udp, _)) = UdpHeader::from_slice(after_ip) else {
+    let Ok(udp) = udp::Packet::new_checked(after_ip).and_then(|p| udp::Repr::parse(&p)) else {
         return Classified::Other(Other::Unreadable("IP packet shorter than its UDP header"));
     };
     if udp.destination_port != ROCEV2_UDP_PORT {
@@ -341,21 +280,21 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
 type IpParts<'a> = (IpHeader, &'a [u8], usize);
 
 fn parse_ipv4(data: &[u8]) -> core::result::Result<IpParts<'_>, Other> {
-    let slice =
-        Ipv4HeaderSlice::from_slice(data).map_err(|_| Other::Unreadable("bad IPv4 header"))?;
-    let header = slice.to_header();
+    let bad = |_| Other::Unreadable("bad IPv4 header");
+    let view = ipv4::Packet::new_checked(data).map_err(bad)?;
+    let header = ipv4::Repr::parse(&view).map_err(bad)?;
     if header.is_fragmenting_payload() {
         return Err(Other::Ipv4Fragment);
     }
-    Ok((IpHeader::V4(header), slice.slice(), usize::from(slice.total_len())))
+    Ok((IpHeader::V4(header), &data[..header.header_len()], usize::from(header.total_len)))
 }
 
 fn parse_ipv6(data: &[u8]) -> core::result::Result<IpParts<'_>, Other> {
-    let slice =
-        Ipv6HeaderSlice::from_slice(data).map_err(|_| Other::Unreadable("bad IPv6 header"))?;
-    let header = slice.to_header();
-    let len = Ipv6Header::LEN + usize::from(header.payload_length);
-    Ok((IpHeader::V6(header), slice.slice(), len))
+    let bad = |_| Other::Unreadable("bad IPv6 header");
+    let view = ipv6::Packet::new_checked(data).map_err(bad)?;
+    let header = ipv6::Repr::parse(&view).map_err(bad)?;
+    let len = ipv6::HEADER_LEN + usize::from(header.payload_length);
+    Ok((IpHeader::V6(header), &data[..ipv6::HEADER_LEN], len))
 }
 
 impl<'a> RoceFrame<'a> {
@@ -404,9 +343,8 @@ impl<'a> RoceFrame<'a> {
     /// on its own, as the kernel does before rxe sees the packet.
     pub fn ip_checksum_ok(&self) -> bool {
         match &self.ip {
-            // Over the bytes as received: the parsed header drops the
-            // reserved flag, which the checksum covers.
-            IpHeader::V4(_) => internet_checksum(self.ip_bytes) == 0,
+            // Over the bytes as received.
+            IpHeader::V4(_) => checksum::checksum(self.ip_bytes) == 0,
             IpHeader::V6(_) => true,
         }
     }
@@ -434,11 +372,9 @@ impl<'a> RoceFrame<'a> {
         self.icrc_ok() && self.ip_checksum_ok() && self.udp_checksum_ok()
     }
 
-    /// The IPv4 reserved flag ("must be zero", bit 7 of byte 6), which
-    /// etherparse's header type does not hold.
+    /// The IPv4 reserved flag ("must be zero", bit 7 of byte 6).
     pub fn ipv4_reserved_flag(&self) -> bool {
-        matches!(self.ip, IpHeader::V4(_))
-            && self.ip_bytes[IPV4_FLAGS_BYTE] & IPV4_RESERVED_FLAG != 0
+        matches!(self.ip, IpHeader::V4(h) if h.reserved_flag)
     }
 
     /// The frame's contents as a [`FrameRepr`] that emits the same bytes.
@@ -447,7 +383,7 @@ impl<'a> RoceFrame<'a> {
         Ok(FrameRepr {
             ethernet: self.ethernet.clone(),
             ip: self.ip.clone(),
-            udp: self.udp.clone(),
+            udp: self.udp,
             roce: roce::Repr::parse(&packet)?,
             trailer: self.trailer,
             ipv4_reserved_flag: self.ipv4_reserved_flag(),
@@ -463,18 +399,19 @@ pub struct FrameRepr<'a> {
     /// IP header, emitted as is (lengths and checksum included).
     pub ip: IpHeader,
     /// UDP header, emitted as is.
-    pub udp: UdpHeader,
+    pub udp: udp::Repr,
     /// The transport packet.
     pub roce: roce::Repr<'a>,
     /// Bytes after the IP packet (Ethernet padding).
     pub trailer: &'a [u8],
-    /// The IPv4 reserved flag, emitted as is (the IP checksum field is not
-    /// recomputed for it).
+    /// The IPv4 reserved flag, set on emission when true (the IP checksum
+    /// field is not recomputed for it; [`ipv4::Repr::reserved_flag`] holds
+    /// it too).
     pub ipv4_reserved_flag: bool,
 }
 
 /// The TTL / hop limit rxe's packets leave with (the route's default).
-pub const DEFAULT_TTL: u8 = 64;
+pub const DEFAULT_TTL: u8 = ipv4::DEFAULT_TTL;
 
 impl<'a> FrameRepr<'a> {
     /// An IPv4 frame as rxe sends it: DF set, TTL 64, TOS 0, the given IP
@@ -487,17 +424,8 @@ impl<'a> FrameRepr<'a> {
         roce: roce::Repr<'a>,
     ) -> Result<FrameRepr<'a>> {
         let udp_len = udp_len_for(&roce)?;
-        let mut ip = Ipv4Header::new(
-            udp_len,
-            DEFAULT_TTL,
-            IpNumber::UDP,
-            addrs.0.octets(),
-            addrs.1.octets(),
-        )
-        .map_err(|_| Error::Malformed("packet too long for IPv4"))?;
-        ip.identification = ip_id;
-        ip.dont_fragment = true;
-        ip.header_checksum = ip.calc_header_checksum();
+        let ip = ipv4::Repr::udp(addrs.0, addrs.1, ip_id, usize::from(udp_len))
+            .ok_or(Error::Malformed("packet too long for IPv4"))?;
         Ok(FrameRepr {
             ethernet: None,
             ip: IpHeader::V4(ip),
@@ -516,15 +444,8 @@ impl<'a> FrameRepr<'a> {
         roce: roce::Repr<'a>,
     ) -> Result<FrameRepr<'a>> {
         let udp_len = udp_len_for(&roce)?;
-        let ip = Ipv6Header {
-            traffic_class: 0,
-            flow_label: Default::default(),
-            payload_length: udp_len,
-            next_header: IpNumber::UDP,
-            hop_limit: DEFAULT_TTL,
-            source: addrs.0.octets(),
-            destination: addrs.1.octets(),
-        };
+        let ip = ipv6::Repr::udp(addrs.0, addrs.1, usize::from(udp_len))
+            .ok_or(Error::Malformed("packet too long for IPv6"))?;
         Ok(FrameRepr {
             ethernet: None,
             ip: IpHeader::V6(ip),
@@ -538,17 +459,17 @@ impl<'a> FrameRepr<'a> {
     /// Adds an Ethernet II header.
     pub fn with_ethernet(mut self, source: [u8; 6], destination: [u8; 6]) -> FrameRepr<'a> {
         let ether_type = match self.ip {
-            IpHeader::V4(_) => EtherType(ETHERTYPE_IPV4),
-            IpHeader::V6(_) => EtherType(ETHERTYPE_IPV6),
+            IpHeader::V4(_) => ETHERTYPE_IPV4,
+            IpHeader::V6(_) => ETHERTYPE_IPV6,
         };
-        let header = Ethernet2Header { source, destination, ether_type };
+        let header = ethernet::Repr { source, destination, ether_type };
         self.ethernet = Some(EthernetInfo { header, vlan_tags: [[0; 4]; 2], vlan_count: 0 });
         self
     }
 
     /// Length of the emitted frame.
     pub fn buffer_len(&self) -> usize {
-        let link = self.ethernet.as_ref().map_or(0, |e| Ethernet2Header::LEN + 4 * e.vlan_count);
+        let link = self.ethernet.as_ref().map_or(0, |e| ethernet::HEADER_LEN + 4 * e.vlan_count);
         link + self.ip.header_len() + UDP_HEADER_LEN + self.roce.buffer_len() + self.trailer.len()
     }
 
@@ -560,22 +481,25 @@ impl<'a> FrameRepr<'a> {
         let out = buf.get_mut(..len).ok_or(Error::Truncated)?;
         let mut at = 0;
         if let Some(eth) = &self.ethernet {
-            out[..Ethernet2Header::LEN].copy_from_slice(&eth.header.to_bytes());
-            at = Ethernet2Header::LEN;
+            eth.header.emit(&mut ethernet::Packet::new_unchecked(&mut out[..]));
+            at = ethernet::HEADER_LEN;
             for tag in &eth.vlan_tags[..eth.vlan_count] {
                 out[at..at + 4].copy_from_slice(tag);
                 at += 4;
             }
         }
-        let ip_bytes = self.ip.to_bytes();
-        let ip_range = at..at + ip_bytes.len();
-        out[ip_range.clone()].copy_from_slice(&ip_bytes);
-        if self.ipv4_reserved_flag && matches!(self.ip, IpHeader::V4(_)) {
-            out[ip_range.start + IPV4_FLAGS_BYTE] |= IPV4_RESERVED_FLAG;
+        let ip_range = at..at + self.ip.header_len();
+        match &self.ip {
+            IpHeader::V4(h) => {
+                let mut h = *h;
+                h.reserved_flag |= self.ipv4_reserved_flag;
+                h.emit(&mut ipv4::Packet::new_unchecked(&mut out[ip_range.clone()]));
+            }
+            IpHeader::V6(h) => h.emit(&mut ipv6::Packet::new_unchecked(&mut out[ip_range.clone()])),
         }
         at = ip_range.end;
         let udp_range = at..at + UDP_HEADER_LEN;
-        out[udp_range.clone()].copy_from_slice(&self.udp.to_bytes());
+        self.udp.emit(&mut udp::Packet::new_unchecked(&mut out[udp_range.clone()]));
         at = udp_range.end;
         let transport_range = at..at + self.roce.buffer_len();
         self.roce.emit(&mut roce::Packet::new_unchecked(&mut out[transport_range.clone()]));
@@ -594,6 +518,6 @@ fn udp_len_for(roce: &roce::Repr<'_>) -> Result<u16> {
         .map_err(|_| Error::Malformed("packet too long for UDP"))
 }
 
-fn udp_header(src_port: u16, length: u16) -> UdpHeader {
-    UdpHeader { source_port: src_port, destination_port: ROCEV2_UDP_PORT, length, checksum: 0 }
+fn udp_header(src_port: u16, length: u16) -> udp::Repr {
+    udp::Repr { source_port: src_port, destination_port: ROCEV2_UDP_PORT, length, checksum: 0 }
 }

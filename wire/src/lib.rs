@@ -22,9 +22,13 @@
 //! | [`opcode`] | the opcode table and its mask bits |
 //! | [`roce`] | a whole transport packet: BTH, extension headers, payload, pad, ICRC |
 //! | [`icrc`] | the invariant CRC as rxe computes it |
+//! | [`ethernet`], [`ipv4`], [`ipv6`], [`udp`] | the outer headers: Ethernet II, IPv4, IPv6, UDP |
+//! | [`arp`], [`ndp`] | neighbour resolution: ARP, IPv6 neighbour solicitation and advertisement |
+//! | [`checksum`] | the internet checksum (IPv4 header, UDP, ICMPv6) |
+//! | [`ip`] | IP packets of either version: headers, a datagram's headers as rxe writes them |
 //! | [`frame`] | RoCEv2 framing: Ethernet (optional), IPv4/IPv6, UDP 4791 |
 //! | [`udp_port`] | the UDP source port rule rxe uses |
-//! | [`pcap`] | reading and writing capture files |
+//! | [`pcap`] | reading and writing capture files, and the capture writer the simulator and the runtime share |
 //! | [`psn`] | 24-bit packet sequence numbers with serial arithmetic |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -34,21 +38,29 @@ mod macros;
 mod bytes;
 
 pub mod aeth;
+pub mod arp;
 pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
+pub mod checksum;
 pub mod deth;
+pub mod ethernet;
 pub mod feth;
 pub mod frame;
 pub mod icrc;
 pub mod ieth;
 pub mod immdt;
+pub mod ip;
+pub mod ipv4;
+pub mod ipv6;
+pub mod ndp;
 pub mod opcode;
 pub mod pcap;
 pub mod psn;
 pub mod rdeth;
 pub mod reth;
 pub mod roce;
+pub mod udp;
 pub mod udp_port;
 
 mod ids;
@@ -57,7 +69,8 @@ pub use ids::{Qkey, Qpn, Rkey};
 pub use opcode::{HeaderKind, Mask, Opcode, OpcodeInfo, Transport};
 pub use psn::Psn;
 
-/// The UDP destination port of RoCEv2 (IANA assigned).
+/// The UDP destination port of RoCEv2 (IANA assigned): the one constant
+/// for 4791 in uroce.
 pub const ROCEV2_UDP_PORT: u16 = 4791;
 
 /// Why bytes could not be read as the format they claim to be.

@@ -6,6 +6,7 @@
 //! error item. [`PcapSink`] writes Ethernet frames, as uroce's `--capture`
 //! will.
 
+use crate::ethernet;
 use crate::frame::Link;
 use core::time::Duration;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapParser, PcapWriter};
@@ -246,6 +247,102 @@ impl<W: Write> PcapSink<W> {
     }
 }
 
+/// A capture being written, as the simulated fabric and the real runtime
+/// both write one: bare IP packets wrapped in an Ethernet header whose
+/// MACs the caller names ([`CaptureWriter::write_packet`]), or whole
+/// frames ([`CaptureWriter::write_frame`]). It counts what it wrote and
+/// keeps the first error; after it, nothing more is written (a capture cut
+/// short in the middle of a record would not read), and every write
+/// reports that the capture stopped. A capture never stops what it
+/// watches: callers count the errors and go on.
+pub struct CaptureWriter<W: Write> {
+    sink: Option<PcapSink<W>>,
+    frame: Vec<u8>,
+    frames: u64,
+    error: Option<String>,
+}
+
+impl<W: Write> CaptureWriter<W> {
+    /// Writes the file header (an error is the writer's own).
+    pub fn new(writer: W) -> io::Result<CaptureWriter<W>> {
+        Ok(CaptureWriter {
+            sink: Some(PcapSink::new(writer)?),
+            frame: Vec::new(),
+            frames: 0,
+            error: None,
+        })
+    }
+
+    /// Writes an IP packet behind an Ethernet header from `source_mac` to
+    /// `destination_mac` (the EtherType from the IP version).
+    pub fn write_packet(
+        &mut self,
+        timestamp: Duration,
+        destination_mac: [u8; 6],
+        source_mac: [u8; 6],
+        packet: &[u8],
+    ) -> io::Result<()> {
+        let header = ethernet::Repr {
+            source: source_mac,
+            destination: destination_mac,
+            ether_type: ethernet::ether_type_of_ip(packet),
+        };
+        let mut frame = core::mem::take(&mut self.frame);
+        header.frame_into(packet, &mut frame);
+        let result = self.write_frame(timestamp, &frame);
+        self.frame = frame;
+        result
+    }
+
+    /// Writes a whole frame as it is.
+    pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> io::Result<()> {
+        let Some(sink) = self.sink.as_mut() else {
+            return Err(io::Error::other("the capture stopped after an earlier write error"));
+        };
+        match sink.write_frame(timestamp, frame) {
+            Ok(()) => {
+                self.frames += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.error = Some(e.to_string());
+                self.sink = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// Frames written.
+    pub fn frames(&self) -> u64 {
+        self.frames
+    }
+
+    /// The first write error, if any.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Flushes and returns the writer, or the first error.
+    pub fn finish(self) -> Result<W, String> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let Some(sink) = self.sink else { return Err("capture already closed".into()) };
+        let mut writer = sink.into_inner();
+        writer.flush().map_err(|e| e.to_string())?;
+        Ok(writer)
+    }
+}
+
+impl<W: Write> core::fmt::Debug for CaptureWriter<W> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CaptureWriter")
+            .field("frames", &self.frames)
+            .field("error", &self.error)
+            .finish()
+    }
+}
+
 /// The I/O error under a `pcap-file` error writing a capture.
 fn write_error(error: PcapError) -> io::Error {
     match error {
@@ -304,6 +401,43 @@ mod tests {
         assert_eq!(items.len(), 2);
         assert!(items[0].is_ok());
         assert_eq!(items[1], Err(CaptureError::Truncated { after_frame: 1 }));
+    }
+
+    #[test]
+    fn packets_get_an_ethernet_header_and_errors_stop_the_capture() {
+        let mut capture = CaptureWriter::new(Vec::new()).unwrap();
+        let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        capture.write_packet(Duration::new(1, 0), b, a, &[0x45, 0, 0, 20]).unwrap();
+        capture.write_packet(Duration::new(2, 0), a, b, &[0x60]).unwrap();
+        capture.write_frame(Duration::new(3, 0), &[9; 20]).unwrap();
+        assert_eq!(capture.frames(), 3);
+        let bytes = capture.finish().unwrap();
+        let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().map(Result::unwrap).collect();
+        assert_eq!(frames[0].data, &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0, 0x45, 0, 0, 20]);
+        assert_eq!(&frames[1].data[12..], &[0x86, 0xdd, 0x60]);
+        assert_eq!(frames[2].data, &[9; 20]);
+
+        /// Takes this many bytes (the file header's 24), then fails.
+        struct FullAfterHeader(usize);
+        impl Write for FullAfterHeader {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(io::Error::from_raw_os_error(28));
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut capture = CaptureWriter::new(FullAfterHeader(24)).unwrap();
+        let e = capture.write_frame(Duration::ZERO, &[1; 20]).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(28));
+        assert!(capture.error().is_some());
+        assert!(capture.write_frame(Duration::ZERO, &[1; 20]).is_err(), "stopped");
+        assert_eq!(capture.frames(), 0);
+        assert!(capture.finish().is_err());
     }
 
     #[test]

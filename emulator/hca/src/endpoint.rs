@@ -10,13 +10,41 @@
 use crate::time::Instant;
 use core::net::IpAddr;
 
-/// One IP packet ready to leave, written into the caller's buffer.
+/// One IP packet ready to leave, written into the caller's buffer, with
+/// what a runtime needs to send it without reading it: where it goes,
+/// whether it is a request or a response, and its UDP source port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Transmit {
     /// Where it goes (the IP destination).
     pub destination: IpAddr,
     /// Length of the IP packet at the start of the buffer.
     pub len: usize,
+    /// A requester's packet or a responder's (ACK, READ response, atomic
+    /// ACK): separate PSN streams, so a runtime may send one class ahead
+    /// of the other (the UDP runtime sends requests first).
+    pub kind: PacketKind,
+    /// The UDP source port in the packet, settled before its ICRC was
+    /// computed: the port a runtime sending through UDP sockets must send
+    /// from for the ICRC to hold.
+    pub source_port: u16,
+}
+
+impl Transmit {
+    /// A request to `destination` of `len` bytes from source port 0: for
+    /// endpoints whose packets no runtime sorts or sends through sockets
+    /// (the simulated fabric's toys and adversaries).
+    pub const fn new(destination: IpAddr, len: usize) -> Transmit {
+        Transmit { destination, len, kind: PacketKind::Request, source_port: 0 }
+    }
+}
+
+/// Which engine a packet comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum PacketKind {
+    /// The requester's: SEND, WRITE, READ request, atomic...
+    Request,
+    /// The responder's: ACK/NAK, READ response, atomic ACK.
+    Response,
 }
 
 /// The largest IP packet an endpoint emits: a 4096-byte path MTU payload

@@ -98,6 +98,8 @@ pub struct Hca {
     last_now: Instant,
     /// Gather buffer for one packet's payload (path MTU bytes).
     pub(crate) scratch: Vec<u8>,
+    /// UDP source ports the runtime cannot send from.
+    pub(crate) source_ports: crate::ports::SourcePorts,
 }
 
 impl Hca {
@@ -130,6 +132,7 @@ impl Hca {
             ip_id: 0,
             last_now: Instant::ZERO,
             scratch: vec![0; config.active_mtu.bytes() as usize],
+            source_ports: crate::ports::SourcePorts::default(),
             gids,
             addresses,
             mem,

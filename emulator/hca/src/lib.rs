@@ -17,6 +17,7 @@ pub mod cq;
 pub mod endpoint;
 pub mod hca;
 pub mod mr;
+mod ports;
 pub mod qp;
 pub mod qp_state;
 mod req;
@@ -27,7 +28,7 @@ pub mod shared;
 pub mod tables;
 pub mod time;
 
-pub use endpoint::{Endpoint, Transmit};
+pub use endpoint::{Endpoint, PacketKind, Transmit};
 pub use hca::Hca;
 pub use shared::{Driver, SharedHca};
 pub use time::Instant;

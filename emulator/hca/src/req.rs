@@ -8,7 +8,7 @@
 //! FENCE, `max_rd_atomic` and the unacknowledged-PSN window, and executes
 //! local operations (LOCAL_INV, BIND_MW) in order.
 
-use crate::endpoint::Transmit;
+use crate::endpoint::{PacketKind, Transmit};
 use crate::hca::{Hca, TimerKind};
 use crate::mr::Origin;
 use crate::qp::{EntryState, Path, SqEntry};
@@ -373,10 +373,10 @@ impl Hca {
             return None;
         };
         bth.dest_qpn = dest_qpn;
-        let sport = self.qps.get(index as usize)?.sport;
+        let sport = self.settled_source_port(self.qps.get(index as usize)?.sport);
         let ip_id = self.next_ip_id();
         let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
-        let transmit = emit_frame(path, ip_id, sport, roce, buf)?;
+        let transmit = emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)?;
         // Account for the packet.
         let qp = self.qps.get_mut(index as usize)?;
         qp.sent_pkts += 1;
@@ -489,11 +489,12 @@ pub(crate) fn gather(
     Ok(len)
 }
 
-/// Writes a whole IP packet (IP + UDP + transport + ICRC) into `buf`.
+/// Writes a whole IP packet (IP + UDP + transport + ICRC) into `buf`: a
+/// `kind` packet from source port `sport`.
 pub(crate) fn emit_frame(
     path: Path,
     ip_id: u16,
-    sport: u16,
+    (kind, sport): (PacketKind, u16),
     roce: Repr<'_>,
     buf: &mut [u8],
 ) -> Option<Transmit> {
@@ -506,5 +507,5 @@ pub(crate) fn emit_frame(
         _ => return None,
     };
     let len = frame.ok()?.emit(buf).ok()?;
-    Some(Transmit { destination: path.remote, len })
+    Some(Transmit { destination: path.remote, len, kind, source_port: sport })
 }

@@ -12,7 +12,7 @@
 //! What is owed goes into one queue per QP, in PSN order, so an ACK never
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
-use crate::endpoint::Transmit;
+use crate::endpoint::{PacketKind, Transmit};
 use crate::hca::Hca;
 use crate::mr::{AccessError, Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Response};
@@ -889,8 +889,10 @@ impl Hca {
             ..ExtHeaders::default()
         };
         let ip_id = self.next_ip_id();
+        let sport = self.settled_source_port(sport);
         let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
-        let transmit = crate::req::emit_frame(path, ip_id, sport, roce, buf)?;
+        let transmit =
+            crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
         if let Some(qp) = self.qps.get_mut(index as usize) {
             qp.sent_pkts += 1;
         }

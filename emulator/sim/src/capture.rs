@@ -3,7 +3,8 @@
 //!
 //! Endpoints exchange bare IP packets; the capture wraps each in an
 //! Ethernet II header whose addresses are made up from node ids
-//! ([`node_mac`]) and stamps it with the virtual time.
+//! ([`node_mac`]) and stamps it with the virtual time. The writer is
+//! `uroce_wire::pcap::CaptureWriter`, the real runtime's too.
 
 use super::NodeId;
 use core::time::Duration;
@@ -11,7 +12,7 @@ use std::cell::RefCell;
 use std::io::{self, Write};
 use std::rc::Rc;
 use uroce_hca::time::Instant;
-use uroce_wire::pcap::PcapSink;
+use uroce_wire::pcap::CaptureWriter;
 
 /// Which packets go into the capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,26 +47,21 @@ pub fn node_mac(node: NodeId) -> [u8; 6] {
 /// are sent to.
 pub const NO_ROUTE_MAC: [u8; 6] = [0x02, 0xff, 0xff, 0xff, 0xff, 0xff];
 
-const ETHERTYPE_IPV4: [u8; 2] = [0x08, 0x00];
-const ETHERTYPE_IPV6: [u8; 2] = [0x86, 0xdd];
-const ETHERNET_HEADER_LEN: usize = 14;
-
-/// A pcap file being written, and the first error writing it.
+/// A pcap file being written (the writer `uroce-net` uses too), and the
+/// first error writing it.
 pub(super) struct Capture {
-    sink: Option<PcapSink<Box<dyn Write>>>,
+    writer: Option<CaptureWriter<Box<dyn Write>>>,
     point: CapturePoint,
-    frame: Vec<u8>,
+    /// The file header could not be written.
     error: Option<String>,
-    frames: u64,
 }
 
 impl Capture {
     pub(super) fn new(writer: Box<dyn Write>, point: CapturePoint) -> Capture {
-        let (sink, error) = match PcapSink::new(writer) {
-            Ok(sink) => (Some(sink), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
-        Capture { sink, point, frame: Vec::new(), error, frames: 0 }
+        match CaptureWriter::new(writer) {
+            Ok(writer) => Capture { writer: Some(writer), point, error: None },
+            Err(e) => Capture { writer: None, point, error: Some(e.to_string()) },
+        }
     }
 
     pub(super) fn point(&self) -> CapturePoint {
@@ -75,43 +71,31 @@ impl Capture {
     /// Writes one IP packet. After the first error the capture stops (the
     /// run goes on: a capture never changes what the fabric does).
     pub(super) fn write(&mut self, at: Instant, from: NodeId, to: Option<NodeId>, packet: &[u8]) {
-        let Some(sink) = self.sink.as_mut() else { return };
-        self.frame.clear();
-        self.frame.extend_from_slice(&to.map_or(NO_ROUTE_MAC, node_mac));
-        self.frame.extend_from_slice(&node_mac(from));
-        let ethertype = match packet.first().map(|b| b >> 4) {
-            Some(6) => ETHERTYPE_IPV6,
-            _ => ETHERTYPE_IPV4,
-        };
-        self.frame.extend_from_slice(&ethertype);
-        debug_assert_eq!(self.frame.len(), ETHERNET_HEADER_LEN);
-        self.frame.extend_from_slice(packet);
-        match sink.write_frame(Duration::from_nanos(at.as_nanos()), &self.frame) {
-            Ok(()) => self.frames += 1,
-            Err(e) => {
-                self.error = Some(e.to_string());
-                self.sink = None;
-            }
-        }
+        let Some(writer) = self.writer.as_mut() else { return };
+        let timestamp = Duration::from_nanos(at.as_nanos());
+        let _ = writer.write_packet(
+            timestamp,
+            to.map_or(NO_ROUTE_MAC, node_mac),
+            node_mac(from),
+            packet,
+        );
     }
 
     pub(super) fn frames(&self) -> u64 {
-        self.frames
+        self.writer.as_ref().map_or(0, CaptureWriter::frames)
     }
 
     pub(super) fn error(&self) -> Option<&str> {
-        self.error.as_deref()
+        self.error.as_deref().or_else(|| self.writer.as_ref().and_then(CaptureWriter::error))
     }
 
     /// Flushes and returns the writer (or the first error).
     pub(super) fn finish(self) -> Result<Box<dyn Write>, String> {
-        if let Some(error) = self.error {
-            return Err(error);
+        match (self.error, self.writer) {
+            (Some(error), _) => Err(error),
+            (None, Some(writer)) => writer.finish(),
+            (None, None) => Err("capture already closed".into()),
         }
-        let Some(sink) = self.sink else { return Err("capture already closed".into()) };
-        let mut writer = sink.into_inner();
-        writer.flush().map_err(|e| e.to_string())?;
-        Ok(writer)
     }
 }
 
@@ -119,7 +103,7 @@ impl core::fmt::Debug for Capture {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Capture")
             .field("point", &self.point)
-            .field("frames", &self.frames)
+            .field("frames", &self.frames())
             .field("error", &self.error)
             .finish()
     }

@@ -32,7 +32,7 @@
 //!     fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
 //!         self.left = self.left.checked_sub(1)?;
 //!         buf[..20].fill(0x45);
-//!         Some(Transmit { destination: self.peer, len: 20 })
+//!         Some(Transmit::new(self.peer, 20))
 //!     }
 //!     fn poll_timeout(&self) -> Option<Instant> { None }
 //!     fn handle_timeout(&mut self, _now: Instant) {}
@@ -60,7 +60,8 @@
 //!
 //! * time is virtual: the clock moves only to the next event;
 //! * all randomness comes from one [`SimRng`] (xoshiro256**, specified in
-//!   this crate), with a fixed number of draws per packet sent;
+//!   `uroce-faults`, which the real runtime's fault injector shares), with
+//!   a fixed number of draws per packet sent ([`uroce_faults::Fate`]);
 //! * ties are broken by order: packets due at the same instant are
 //!   delivered in send order, endpoints are polled and their timers fired
 //!   in node order, rules are checked in the order added;
@@ -101,16 +102,15 @@
 mod capture;
 mod fabric;
 mod fault;
-mod rng;
 mod rule;
 mod trace;
 
 pub use capture::{node_mac, CapturePoint, SharedBuffer, NO_ROUTE_MAC};
 pub use fabric::{Fabric, FabricConfig, FabricCounters, MAX_NODES, MAX_OUTAGES, MAX_RULES};
-pub use fault::{Cut, FaultConfig, Outage};
-pub use rng::{Probability, SimRng};
+pub use fault::{Cut, Outage};
 pub use rule::{Action, BthFacts, Fire, Matcher, PacketFacts, Rule, RuleId, RuleState};
 pub use trace::{DelayReason, DropReason, Fnv64, Trace, TraceEvent};
+pub use uroce_faults::{FaultConfig, Probability, SimRng};
 
 use core::fmt;
 

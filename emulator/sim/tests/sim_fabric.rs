@@ -152,7 +152,7 @@ impl Endpoint for Toy {
     fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let (destination, bytes) = self.outbox.pop_front()?;
         buf[..bytes.len()].copy_from_slice(&bytes);
-        Some(Transmit { destination, len: bytes.len() })
+        Some(Transmit::new(destination, bytes.len()))
     }
 
     fn poll_timeout(&self) -> Option<Instant> {

@@ -25,24 +25,23 @@
 //!   a 14-byte Ethernet header, unpadded, as rxe and smoltcp send on this
 //!   link.
 
+mod config;
+mod device;
 mod neighbor;
 
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+pub use config::{path_mtu_for_link, LinkAttach, LinkConfig, LinkStats};
+
+use core::net::{IpAddr, Ipv6Addr};
+use device::QueueDevice;
 use neighbor::{Learned, NeighborTable};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
-use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr};
 use std::collections::{HashMap, VecDeque};
 use uroce_hca::time::Instant;
+use uroce_wire::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use uroce_wire::{arp, ipv4, ipv6, ndp, udp, ROCEV2_UDP_PORT};
 
-/// The RoCEv2 UDP port.
-const ROCE_PORT: u16 = 4791;
-/// Ethernet II header length.
-pub const ETHERNET_HEADER_LEN: usize = 14;
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86dd;
-const ETHERTYPE_ARP: u16 = 0x0806;
 /// Packets held per unresolved destination (Linux's `unres_qlen` is 3).
 const HELD_PER_DESTINATION: usize = 3;
 /// Between two resolution requests for one destination.
@@ -56,131 +55,6 @@ const TCP_BUFFER_BYTES: usize = 64 * 1024;
 /// How long a released TCP socket may take to close (Linux's
 /// `tcp_fin_timeout`): a peer that vanished leaves it in FIN-WAIT forever.
 const ORPHAN_LIMIT_NS: u64 = 60_000_000_000;
-
-/// Rxe's rule for the path MTU of a link: the largest IB MTU that fits in
-/// the link MTU less 96 bytes of headers (1500 gives 1024, 4200 gives
-/// 4096); `None` below 256 + 96.
-pub fn path_mtu_for_link(link_mtu: u32) -> Option<uroce_device::types::Mtu> {
-    use uroce_device::types::Mtu;
-    let room = link_mtu.checked_sub(96)?;
-    [Mtu::Mtu4096, Mtu::Mtu2048, Mtu::Mtu1024, Mtu::Mtu512, Mtu::Mtu256]
-        .into_iter()
-        .find(|mtu| mtu.bytes() <= room)
-}
-
-/// How the device joins its link.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LinkAttach {
-    /// One Ethernet frame per UDP datagram between two local sockets
-    /// (QEMU's `-netdev socket,udp=...` convention: no length prefix, no
-    /// FCS; `UROCE_LINK`).
-    Udp {
-        /// Where this host receives its frames.
-        local: SocketAddr,
-        /// Where the other end of the link (a VM, another uroce) receives.
-        remote: SocketAddr,
-    },
-    /// A Linux TAP interface (`UROCE_TAP`): one frame per read or write on
-    /// `/dev/net/tun`.
-    Tap {
-        /// The interface's name.
-        name: String,
-    },
-}
-
-/// The L2 transport's settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkConfig {
-    /// Where the link's frames travel.
-    pub attach: LinkAttach,
-    /// The device address's prefix length: which addresses are on-link.
-    pub prefix_len: u8,
-    /// The link's IP MTU in bytes (the Ethernet payload).
-    pub mtu: u32,
-}
-
-impl LinkConfig {
-    /// The default link MTU (Ethernet's).
-    pub const DEFAULT_MTU: u32 = 1500;
-
-    /// Parses `UROCE_LINK`'s `<local ip:port>,<remote ip:port>`.
-    pub fn parse_endpoints(text: &str) -> Result<(SocketAddr, SocketAddr), String> {
-        let (local, remote) = text.split_once(',').ok_or_else(|| {
-            format!("UROCE_LINK=`{text}`: expected <local ip:port>,<remote ip:port>")
-        })?;
-        let parse = |part: &str, which: &str| -> Result<SocketAddr, String> {
-            part.trim().parse().map_err(|_| {
-                format!("UROCE_LINK=`{text}`: the {which} endpoint `{part}` is not an ip:port")
-            })
-        };
-        let (local, remote) = (parse(local, "local")?, parse(remote, "remote")?);
-        if remote.port() == 0 || remote.ip().is_unspecified() {
-            return Err(format!(
-                "UROCE_LINK=`{text}`: the remote endpoint needs an address and a port"
-            ));
-        }
-        Ok((local, remote))
-    }
-
-    /// Parses `UROCE_MTU` (the link MTU in bytes).
-    pub fn parse_mtu(text: &str) -> Result<u32, String> {
-        let mtu: u32 = text
-            .trim()
-            .parse()
-            .map_err(|_| format!("UROCE_MTU=`{text}` is not a number of bytes"))?;
-        if !(352..=9000).contains(&mtu) {
-            return Err(format!(
-                "UROCE_MTU={mtu}: a link MTU is 352..=9000 bytes (path MTU 256 needs 352)"
-            ));
-        }
-        Ok(mtu)
-    }
-}
-
-/// What the link host counted.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LinkStats {
-    /// Frames received from the link.
-    pub rx_frames: u64,
-    /// RoCE frames handed to the HCA.
-    pub rx_roce: u64,
-    /// Frames handed to the host stack (ARP, NDP, ICMP, TCP...).
-    pub rx_host: u64,
-    /// Frames dropped before the HCA or the host stack: runts, RoCE
-    /// frames for another address or MAC, bad IP framing, a full queue.
-    pub rx_dropped: u64,
-    /// RoCE frames sent.
-    pub tx_roce: u64,
-    /// Frames the host stack sent.
-    pub tx_host: u64,
-    /// Neighbour resolution requests sent (ARP requests, solicitations).
-    pub resolve_requests: u64,
-    /// Packets dropped for want of a neighbour: held too long, the hold
-    /// queue full, or the destination not on the link.
-    pub tx_unresolved: u64,
-    /// Neighbours in the table.
-    pub neighbors: usize,
-    /// TCP sockets open (listening, connected, or closing after their
-    /// owner let go).
-    pub tcp_sockets: usize,
-}
-
-impl LinkStats {
-    /// Every counter with its name, `link_` in front (the neighbour table's
-    /// and the TCP sockets' sizes are not counters, and are left out).
-    pub fn named(&self) -> [(&'static str, u64); 8] {
-        [
-            ("link_rx_frames", self.rx_frames),
-            ("link_rx_roce", self.rx_roce),
-            ("link_rx_host", self.rx_host),
-            ("link_rx_dropped", self.rx_dropped),
-            ("link_tx_roce", self.tx_roce),
-            ("link_tx_host", self.tx_host),
-            ("link_resolve_requests", self.resolve_requests),
-            ("link_tx_unresolved", self.tx_unresolved),
-        ]
-    }
-}
 
 /// What became of a received frame.
 #[derive(Debug, PartialEq, Eq)]
@@ -247,24 +121,7 @@ fn smol_now(now: Instant) -> smoltcp::time::Instant {
 /// The IPv6 link-local address a MAC gives (modified EUI-64): the same
 /// one rxe's GID index 0 holds.
 pub fn link_local_for(mac: [u8; 6]) -> Ipv6Addr {
-    Ipv6Addr::from([
-        0xfe,
-        0x80,
-        0,
-        0,
-        0,
-        0,
-        0,
-        0,
-        mac[0] ^ 2,
-        mac[1],
-        mac[2],
-        0xff,
-        0xfe,
-        mac[3],
-        mac[4],
-        mac[5],
-    ])
+    ipv6::link_local_from_mac(mac)
 }
 
 impl LinkHost {
@@ -352,19 +209,18 @@ impl LinkHost {
     /// for the host stack. Learns neighbours from every frame.
     pub fn ingress<'a>(&mut self, frame: &'a [u8]) -> Ingress<'a> {
         self.stats.rx_frames += 1;
-        if frame.len() < ETHERNET_HEADER_LEN {
+        let Ok(header) = ethernet::Packet::new_checked(frame) else {
             self.stats.rx_dropped += 1;
             return Ingress::Dropped;
-        }
-        let destination_mac: [u8; 6] = frame[0..6].try_into().expect("6 bytes");
-        let source_mac: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-        let ethertype = u16::from_be_bytes([frame[12], frame[13]]);
+        };
+        let (destination_mac, source_mac) = (header.destination(), header.source());
+        let ethertype = header.ether_type();
         if !matches!(ethertype, ETHERTYPE_ARP | ETHERTYPE_IPV4 | ETHERTYPE_IPV6) {
             // VLAN tags, LLDP, anything else: nothing here speaks it.
             self.stats.rx_dropped += 1;
             return Ingress::Dropped;
         }
-        let payload = &frame[ETHERNET_HEADER_LEN..];
+        let payload = &frame[ethernet::HEADER_LEN..];
         let own_ips = [self.addr, IpAddr::V6(self.link_local)];
         let learned =
             neighbor::snoop(self.mac, own_ips, destination_mac, ethertype, source_mac, payload);
@@ -399,7 +255,7 @@ impl LinkHost {
         // Packets held for it can leave now.
         if let Some(held) = self.unresolved.remove(&learned.ip) {
             for packet in held.packets {
-                let mut frame = Vec::with_capacity(ETHERNET_HEADER_LEN + packet.len());
+                let mut frame = Vec::with_capacity(ethernet::HEADER_LEN + packet.len());
                 self.write_frame(&mut frame, learned.mac, &packet);
                 self.stats.tx_roce += 1;
                 self.outbox.push_back(frame);
@@ -408,15 +264,12 @@ impl LinkHost {
     }
 
     fn write_frame(&self, out: &mut Vec<u8>, destination_mac: [u8; 6], packet: &[u8]) {
-        let ethertype = match packet.first().map(|b| b >> 4) {
-            Some(6) => ETHERTYPE_IPV6,
-            _ => ETHERTYPE_IPV4,
+        let header = ethernet::Repr {
+            source: self.mac,
+            destination: destination_mac,
+            ether_type: ethernet::ether_type_of_ip(packet),
         };
-        out.clear();
-        out.extend_from_slice(&destination_mac);
-        out.extend_from_slice(&self.mac);
-        out.extend_from_slice(&ethertype.to_be_bytes());
-        out.extend_from_slice(packet);
+        header.frame_into(packet, out);
     }
 
     /// Puts the HCA's IP packet to `destination` in an Ethernet frame in
@@ -461,14 +314,16 @@ impl LinkHost {
     /// Asks the link for `ip`'s MAC.
     fn send_resolution_request(&mut self, ip: IpAddr) {
         let frame = match (ip, self.addr) {
-            (IpAddr::V4(target), IpAddr::V4(own)) => neighbor::arp_request(self.mac, own, target),
+            (IpAddr::V4(target), IpAddr::V4(own)) => {
+                arp::Repr::request(self.mac, own, target).to_frame()
+            }
             (IpAddr::V6(target), _) => {
                 // From the address the peer will answer to on-link.
                 let source = match self.addr {
                     IpAddr::V6(own) if !target.is_unicast_link_local() => own,
                     _ => self.link_local,
                 };
-                neighbor::neighbor_solicitation(self.mac, source, target)
+                ndp::solicitation_frame(self.mac, source, target)
             }
             _ => return,
         };
@@ -608,94 +463,28 @@ struct RocePacket {
 /// Whether an Ethernet payload is a RoCEv2 packet (IPv4 or IPv6, UDP to
 /// port 4791, not a fragment, lengths consistent), with its IP length.
 fn roce_packet(ethertype: u16, payload: &[u8]) -> Option<RocePacket> {
-    match ethertype {
+    let (destination, header_len, len, protocol) = match ethertype {
         ETHERTYPE_IPV4 => {
-            let header_len = usize::from(payload.first()? & 0x0f) * 4;
-            if payload[0] >> 4 != 4 || header_len < 20 || payload.len() < header_len + 8 {
+            let ip = ipv4::Packet::new_checked(payload).ok()?;
+            if ip.is_fragment() {
                 return None;
             }
-            let total = usize::from(u16::from_be_bytes([payload[2], payload[3]]));
-            let fragment = u16::from_be_bytes([payload[6], payload[7]]) & 0x3fff;
-            if payload[9] != 17 || fragment != 0 || total < header_len + 8 || total > payload.len()
-            {
-                return None;
-            }
-            let udp = &payload[header_len..];
-            if u16::from_be_bytes([udp[2], udp[3]]) != ROCE_PORT {
-                return None;
-            }
-            let destination: [u8; 4] = payload[16..20].try_into().expect("4 bytes");
-            Some(RocePacket { destination: IpAddr::V4(Ipv4Addr::from(destination)), len: total })
+            let len = usize::from(ip.total_len());
+            (IpAddr::V4(ip.destination()), ip.header_len(), len, ip.protocol())
         }
         ETHERTYPE_IPV6 => {
-            if payload.len() < 48 || payload[0] >> 4 != 6 || payload[6] != 17 {
-                return None;
-            }
-            let total = 40 + usize::from(u16::from_be_bytes([payload[4], payload[5]]));
-            if total < 48 || total > payload.len() {
-                return None;
-            }
-            if u16::from_be_bytes([payload[42], payload[43]]) != ROCE_PORT {
-                return None;
-            }
-            let destination: [u8; 16] = payload[24..40].try_into().expect("16 bytes");
-            Some(RocePacket { destination: IpAddr::V6(Ipv6Addr::from(destination)), len: total })
+            let ip = ipv6::Packet::new_checked(payload).ok()?;
+            ip.check_version().ok()?;
+            let len = ipv6::HEADER_LEN + usize::from(ip.payload_length());
+            (IpAddr::V6(ip.destination()), ipv6::HEADER_LEN, len, ip.next_header())
         }
-        _ => None,
+        _ => return None,
+    };
+    if protocol != ipv4::PROTOCOL_UDP || len < header_len + udp::HEADER_LEN || len > payload.len() {
+        return None;
     }
-}
-
-/// A smoltcp device over two frame queues: the runtime feeds `rx` and
-/// takes `tx`.
-struct QueueDevice {
-    rx: VecDeque<Vec<u8>>,
-    tx: VecDeque<Vec<u8>>,
-    ip_mtu: usize,
-}
-
-struct RxToken(Vec<u8>);
-struct TxToken<'a>(&'a mut VecDeque<Vec<u8>>);
-
-impl phy::RxToken for RxToken {
-    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
-    }
-}
-
-impl phy::TxToken for TxToken<'_> {
-    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
-        let mut frame = vec![0u8; len];
-        let result = f(&mut frame);
-        self.0.push_back(frame);
-        result
-    }
-}
-
-impl Device for QueueDevice {
-    type RxToken<'a> = RxToken;
-    type TxToken<'a> = TxToken<'a>;
-
-    fn receive(
-        &mut self,
-        _timestamp: smoltcp::time::Instant,
-    ) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let frame = self.rx.pop_front()?;
-        Some((RxToken(frame), TxToken(&mut self.tx)))
-    }
-
-    fn transmit(&mut self, _timestamp: smoltcp::time::Instant) -> Option<Self::TxToken<'_>> {
-        Some(TxToken(&mut self.tx))
-    }
-
-    fn capabilities(&self) -> DeviceCapabilities {
-        let mut caps = DeviceCapabilities::default();
-        caps.medium = Medium::Ethernet;
-        // smoltcp counts the Ethernet header in the MTU.
-        caps.max_transmission_unit = self.ip_mtu + ETHERNET_HEADER_LEN;
-        // Compute and verify every checksum: the peer is a real Linux.
-        caps.checksum = ChecksumCapabilities::default();
-        caps
-    }
+    let datagram = udp::Packet::new_checked(&payload[header_len..]).ok()?;
+    (datagram.destination_port() == ROCEV2_UDP_PORT).then_some(RocePacket { destination, len })
 }
 
 #[cfg(test)]

@@ -1,19 +1,14 @@
 //! The link host's neighbour table: IP address to MAC, learned by
 //! snooping received frames, and the frames that ask for a missing one.
 
-use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use core::net::IpAddr;
 use std::collections::HashMap;
-
-use super::{ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use uroce_wire::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
+use uroce_wire::{arp, ipv4, ipv6, ndp};
 
 /// Entries kept at most (a link segment's hosts; the oldest learned goes
 /// first when full).
 const TABLE_LIMIT: usize = 1024;
-const ICMPV6: u8 = 58;
-const NEIGHBOR_SOLICITATION: u8 = 135;
-const NEIGHBOR_ADVERTISEMENT: u8 = 136;
-const OPTION_SOURCE_LINK_ADDR: u8 = 1;
-const OPTION_TARGET_LINK_ADDR: u8 = 2;
 
 /// How much a mapping seen on the wire may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,10 +86,6 @@ impl NeighborTable {
     }
 }
 
-fn is_unicast_mac(mac: [u8; 6]) -> bool {
-    mac[0] & 1 == 0 && mac != [0; 6]
-}
-
 /// What a received frame tells about its sender (and, for a neighbour
 /// advertisement, its target): at most two mappings. `own` is this host's
 /// MAC and addresses: resolution traffic for them is trusted, and the
@@ -115,143 +106,53 @@ pub(super) fn snoop(
             IpAddr::V4(v4) => !v4.is_unspecified() && !v4.is_broadcast() && !v4.is_multicast(),
             IpAddr::V6(v6) => !v6.is_unspecified() && !v6.is_multicast(),
         };
-        if usable && is_unicast_mac(mac) {
+        if usable && ethernet::is_unicast(mac) {
             learned.push(Learned { ip, mac, trust });
         }
     };
     match ethertype {
         // Ethernet/IPv4 ARP: the sender's addresses, request or reply.
-        ETHERTYPE_ARP if payload.len() >= 28 && payload[0..6] == [0, 1, 0x08, 0x00, 6, 4] => {
-            let mac: [u8; 6] = payload[8..14].try_into().expect("6 bytes");
-            let ip: [u8; 4] = payload[14..18].try_into().expect("4 bytes");
-            let target: [u8; 4] = payload[24..28].try_into().expect("4 bytes");
-            let for_us =
-                own_ips.contains(&IpAddr::V4(Ipv4Addr::from(target))) || (payload[7] == 2 && to_us);
+        ETHERTYPE_ARP => {
+            let Ok(message) = arp::Packet::new_checked(payload).and_then(|p| arp::Repr::parse(&p))
+            else {
+                return learned;
+            };
+            let for_us = own_ips.contains(&IpAddr::V4(message.target_ip))
+                || (message.operation == arp::Operation::Reply && to_us);
             let trust = if for_us { Trust::Resolution } else { Trust::Snooped };
-            push(IpAddr::V4(Ipv4Addr::from(ip)), mac, trust);
+            push(IpAddr::V4(message.sender_ip), message.sender_mac, trust);
         }
-        ETHERTYPE_IPV4 if to_us && payload.len() >= 20 && payload[0] >> 4 == 4 => {
-            let header_len = usize::from(payload[0] & 0x0f) * 4;
-            let valid = header_len >= 20
-                && payload.len() >= header_len
-                && internet_checksum(&payload[..header_len]) == 0;
-            if valid {
-                let ip: [u8; 4] = payload[12..16].try_into().expect("4 bytes");
-                push(IpAddr::V4(Ipv4Addr::from(ip)), source_mac, Trust::Snooped);
+        ETHERTYPE_IPV4 if to_us => {
+            if let Ok(ip) = ipv4::Packet::new_checked(payload) {
+                if ip.verify_checksum() {
+                    push(IpAddr::V4(ip.source()), source_mac, Trust::Snooped);
+                }
             }
         }
         ETHERTYPE_IPV6 => {
-            if payload.len() < 40 || payload[0] >> 4 != 6 {
+            let Ok(ip) = ipv6::Packet::new_checked(payload) else { return learned };
+            if ip.check_version().is_err() {
                 return learned;
             }
-            let source: [u8; 16] = payload[8..24].try_into().expect("16 bytes");
-            let source = Ipv6Addr::from(source);
+            let source = ip.source();
             if to_us {
                 push(IpAddr::V6(source), source_mac, Trust::Snooped);
             }
-            let end =
-                (40 + usize::from(u16::from_be_bytes([payload[4], payload[5]]))).min(payload.len());
-            let icmp = &payload[40..end];
             // Neighbour discovery messages carry no extension headers and
             // always arrive with hop limit 255 (RFC 4861).
-            if payload[6] != ICMPV6 || payload[7] != 255 || icmp.len() < 24 {
+            if ip.next_header() != ipv6::NEXT_HEADER_ICMPV6 || ip.hop_limit() != ndp::HOP_LIMIT {
                 return learned;
             }
-            let target: [u8; 16] = icmp[8..24].try_into().expect("16 bytes");
-            let wanted = match icmp[0] {
-                NEIGHBOR_SOLICITATION => OPTION_SOURCE_LINK_ADDR,
-                NEIGHBOR_ADVERTISEMENT => OPTION_TARGET_LINK_ADDR,
-                _ => return learned,
+            let Ok(message) = ndp::Packet::new_checked(ip.payload()) else { return learned };
+            let (kind, ip) = match message.msg_type() {
+                ndp::NEIGHBOR_SOLICITATION => (ndp::OPTION_SOURCE_LINK_ADDR, source),
+                _ => (ndp::OPTION_TARGET_LINK_ADDR, message.target()),
             };
-            let mut options = &icmp[24..];
-            while options.len() >= 8 {
-                let len = usize::from(options[1]) * 8;
-                if len == 0 || len > options.len() {
-                    break;
-                }
-                if options[0] == wanted {
-                    let mac: [u8; 6] = options[2..8].try_into().expect("6 bytes");
-                    let ip = if wanted == OPTION_SOURCE_LINK_ADDR {
-                        source
-                    } else {
-                        Ipv6Addr::from(target)
-                    };
-                    push(IpAddr::V6(ip), mac, Trust::Resolution);
-                }
-                options = &options[len..];
+            for mac in message.link_layer_addrs(kind) {
+                push(IpAddr::V6(ip), mac, Trust::Resolution);
             }
         }
         _ => {}
     }
     learned
-}
-
-/// The ones' complement sum of `bytes` (16-bit words), folded: 0 over an
-/// IPv4 header whose checksum is right.
-fn internet_checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|pair| u32::from(u16::from_be_bytes([pair[0], pair.get(1).copied().unwrap_or(0)])))
-        .sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// An ARP request for `target` (42 bytes, unpadded, as Linux and smoltcp
-/// send on this link).
-pub(super) fn arp_request(mac: [u8; 6], own: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(42);
-    frame.extend_from_slice(&[0xff; 6]);
-    frame.extend_from_slice(&mac);
-    frame.extend_from_slice(&ETHERTYPE_ARP.to_be_bytes());
-    // Ethernet, IPv4, 6-byte and 4-byte addresses, request.
-    frame.extend_from_slice(&[0, 1, 0x08, 0x00, 6, 4, 0, 1]);
-    frame.extend_from_slice(&mac);
-    frame.extend_from_slice(&own.octets());
-    frame.extend_from_slice(&[0; 6]);
-    frame.extend_from_slice(&target.octets());
-    frame
-}
-
-/// A neighbour solicitation for `target`, from `source`, to its
-/// solicited-node multicast group, with our link-layer address.
-pub(super) fn neighbor_solicitation(mac: [u8; 6], source: Ipv6Addr, target: Ipv6Addr) -> Vec<u8> {
-    let t = target.octets();
-    let group =
-        Ipv6Addr::from([0xff, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, t[13], t[14], t[15]]);
-    let mut icmp = Vec::with_capacity(32);
-    icmp.extend_from_slice(&[NEIGHBOR_SOLICITATION, 0, 0, 0, 0, 0, 0, 0]);
-    icmp.extend_from_slice(&t);
-    icmp.extend_from_slice(&[OPTION_SOURCE_LINK_ADDR, 1]);
-    icmp.extend_from_slice(&mac);
-    // The ICMPv6 checksum covers a pseudo-header: addresses, length, 58.
-    let mut sum = 0u32;
-    let mut add = |bytes: &[u8]| {
-        for pair in bytes.chunks(2) {
-            sum += u32::from(u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]));
-        }
-    };
-    add(&source.octets());
-    add(&group.octets());
-    add(&(icmp.len() as u32).to_be_bytes());
-    add(&[0, 0, 0, ICMPV6]);
-    add(&icmp);
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    icmp[2..4].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-
-    let mut frame = Vec::with_capacity(14 + 40 + icmp.len());
-    frame.extend_from_slice(&[0x33, 0x33, 0xff, t[13], t[14], t[15]]);
-    frame.extend_from_slice(&mac);
-    frame.extend_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
-    frame.extend_from_slice(&[0x60, 0, 0, 0]);
-    frame.extend_from_slice(&(icmp.len() as u16).to_be_bytes());
-    frame.extend_from_slice(&[ICMPV6, 255]);
-    frame.extend_from_slice(&source.octets());
-    frame.extend_from_slice(&group.octets());
-    frame.extend_from_slice(&icmp);
-    frame
 }

@@ -1,4 +1,5 @@
 use super::*;
+use core::net::Ipv4Addr;
 use uroce_device::types::Mtu;
 
 const MAC_A: [u8; 6] = [0x02, 0, 169, 254, 0, 2];
@@ -41,41 +42,21 @@ fn pump(a: &mut LinkHost, b: &mut LinkHost, now: Instant) -> Vec<Vec<u8>> {
 /// An IPv4 RoCE-shaped packet (UDP to 4791; the ICRC is the HCA's
 /// business, not the demux's).
 fn ipv4_roce(src: Ipv4Addr, dst: Ipv4Addr, body_len: usize) -> Vec<u8> {
-    let total = 20 + 8 + body_len;
-    let mut p = vec![0u8; total];
-    p[0] = 0x45;
-    p[2..4].copy_from_slice(&(total as u16).to_be_bytes());
-    p[4..6].copy_from_slice(&0x1234u16.to_be_bytes());
-    p[6] = 0x40;
-    p[8] = 64;
-    p[9] = 17;
-    p[12..16].copy_from_slice(&src.octets());
-    p[16..20].copy_from_slice(&dst.octets());
-    p[20..22].copy_from_slice(&49441u16.to_be_bytes());
-    p[22..24].copy_from_slice(&4791u16.to_be_bytes());
-    p[24..26].copy_from_slice(&((8 + body_len) as u16).to_be_bytes());
+    let source = core::net::SocketAddr::new(IpAddr::V4(src), 49441);
+    let headers = uroce_wire::ip::DatagramHeaders::new(source, IpAddr::V4(dst), 0x1234, body_len)
+        .expect("headers");
+    let mut p = vec![0u8; 28 + body_len];
+    headers.emit(&mut p).expect("room");
     for (i, byte) in p[28..].iter_mut().enumerate() {
         *byte = i as u8;
     }
-    set_ipv4_checksum(&mut p);
     p
 }
 
-/// Writes the IPv4 header checksum.
-fn set_ipv4_checksum(p: &mut [u8]) {
-    p[10..12].copy_from_slice(&[0, 0]);
-    let mut sum: u32 = p[..20].chunks(2).map(|w| u32::from(u16::from_be_bytes([w[0], w[1]]))).sum();
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
-}
-
 fn frame(dst: [u8; 6], src: [u8; 6], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = dst.to_vec();
-    f.extend_from_slice(&src);
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(payload);
+    let mut f = Vec::new();
+    ethernet::Repr { source: src, destination: dst, ether_type: ethertype }
+        .frame_into(payload, &mut f);
     f
 }
 
@@ -184,10 +165,10 @@ fn ip_snooping_cannot_poison_the_table() {
     // Another host's ARP exchange does not move it either; B's own ARP
     // request for A's address does.
     let new_mac = [0x52, 0x54, 0, 0, 0, 0x42];
-    let mut arp = neighbor::arp_request(attacker, IP_B, Ipv4Addr::new(169, 254, 0, 77));
+    let mut arp = arp::Repr::request(attacker, IP_B, Ipv4Addr::new(169, 254, 0, 77)).to_frame();
     let _ = a.ingress(&arp);
     assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(MAC_B));
-    arp = neighbor::arp_request(new_mac, IP_B, IP_A);
+    arp = arp::Repr::request(new_mac, IP_B, IP_A).to_frame();
     let _ = a.ingress(&arp);
     assert_eq!(a.neighbor(IpAddr::V4(IP_B)), Some(new_mac));
 }
@@ -196,13 +177,13 @@ fn ip_snooping_cannot_poison_the_table() {
 fn a_flood_of_new_neighbours_keeps_the_ones_in_use() {
     let (mut a, _) = hosts();
     let now = Instant::from_nanos(0);
-    let _ = a.ingress(&neighbor::arp_request(MAC_B, IP_B, IP_A));
+    let _ = a.ingress(&arp::Repr::request(MAC_B, IP_B, IP_A).to_frame());
     let packet = ipv4_roce(IP_A, IP_B, 16);
     let mut out = Vec::new();
     for i in 0..5000u32 {
         let ip = Ipv4Addr::new(169, 254, (i >> 8) as u8 + 1, i as u8);
         let mac = [0x02, 0x77, 0, 0, (i >> 8) as u8, i as u8];
-        let _ = a.ingress(&neighbor::arp_request(mac, ip, IP_A));
+        let _ = a.ingress(&arp::Repr::request(mac, ip, IP_A).to_frame());
         if i % 500 == 0 {
             // The HCA keeps sending to B.
             assert_eq!(a.encapsulate(now, &packet, IpAddr::V4(IP_B), &mut out), Egress::Ready);

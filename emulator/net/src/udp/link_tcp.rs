@@ -9,12 +9,14 @@
 //! (the caller's thread receives and sends), so a stream works whether or
 //! not the background thread is in charge.
 
-use super::{lock, Runtime, UdpDevice};
+use super::progress::Runtime;
+use super::{lock, UdpDevice};
 use crate::link::LinkHost;
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp::State;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,7 +49,7 @@ impl UdpDevice {
     pub fn link_tcp_listen(&self, port: u16) -> io::Result<LinkTcpListener> {
         let handle = {
             let mut io = lock(&self.runtime.io);
-            let link = io.link.as_mut().ok_or_else(not_link)?;
+            let link = io.transport.host().ok_or_else(not_link)?;
             link.tcp_listen(port).map_err(io::Error::other)?
         };
         Ok(LinkTcpListener { runtime: self.runtime.clone(), port, handle: Mutex::new(handle) })
@@ -68,7 +70,7 @@ impl UdpDevice {
             let local_port = 49152 + (super::random_seed() % 16384) as u16;
             let handle = {
                 let mut io = lock(&runtime.io);
-                let link = io.link.as_mut().ok_or_else(not_link)?;
+                let link = io.transport.host().ok_or_else(not_link)?;
                 link.tcp_connect(remote, port, local_port).map_err(io::Error::other)?
             };
             let established = runtime.link_wait(deadline, |link| {
@@ -117,7 +119,7 @@ impl Runtime {
         loop {
             {
                 let mut io = lock(&self.io);
-                let link = io.link.as_mut().ok_or_else(not_link)?;
+                let link = io.transport.host().ok_or_else(not_link)?;
                 if let Some(answer) = attempt(link) {
                     let now_ns = self.now_ns();
                     self.queue_link_frames(&mut io, now_ns);
@@ -141,14 +143,14 @@ impl Runtime {
             tv_sec: (timeout_ns / 1_000_000_000) as _,
             tv_nsec: (timeout_ns % 1_000_000_000) as _,
         };
-        let mut fds = [PollFd::from_borrowed_fd(self.port.as_fd(), PollFlags::IN)];
+        let mut fds = [PollFd::from_borrowed_fd(self.ready_fd.as_fd(), PollFlags::IN)];
         let _ = poll(&mut fds, Some(&timeout));
     }
 
     /// Drops a TCP socket now (aborting it).
     fn link_remove(&self, handle: SocketHandle) {
         let mut io = lock(&self.io);
-        if let Some(link) = io.link.as_mut() {
+        if let Some(link) = io.transport.host() {
             link.tcp_remove(handle);
         }
         let now_ns = self.now_ns();
@@ -217,7 +219,7 @@ impl LinkTcpListener {
         })?;
         let fresh = {
             let mut io = lock(&self.runtime.io);
-            let link = io.link.as_mut().ok_or_else(not_link)?;
+            let link = io.transport.host().ok_or_else(not_link)?;
             link.tcp_listen(self.port).map_err(io::Error::other)?
         };
         *handle = fresh;
@@ -265,7 +267,7 @@ impl LinkTcpStream {
     /// The peer's address and port.
     pub fn peer_addr(&self) -> Option<SocketAddr> {
         let mut io = lock(&self.runtime.io);
-        let endpoint = io.link.as_mut()?.tcp(self.handle).remote_endpoint()?;
+        let endpoint = io.transport.host()?.tcp(self.handle).remote_endpoint()?;
         Some(SocketAddr::new(endpoint.addr.into(), endpoint.port))
     }
 }
@@ -332,7 +334,7 @@ impl Drop for LinkTcpStream {
         // the process exits next (bounded: the peer may be gone).
         let _ = self.wait_acknowledged(deadline_after(DROP_LINGER));
         let mut io = lock(&self.runtime.io);
-        if let Some(link) = io.link.as_mut() {
+        if let Some(link) = io.transport.host() {
             link.tcp_release(self.handle);
         }
         let now_ns = self.runtime.now_ns();

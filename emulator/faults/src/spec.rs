@@ -1,13 +1,13 @@
-//! Faults on the real path, for people testing their own applications:
+//! The user's syntax for faults on the real path:
 //! `loss=0.01,dup=0.001,delay_us=200,reorder=0.01,corrupt=0.001,seed=7`
-//! (the `--faults` flag or `UROCE_FAULTS`). Applied to packets as they
-//! leave the device, drawn from one seeded generator, so a run's fault
-//! decisions repeat for the same sequence of packets.
+//! (the `--faults` flag or `UROCE_FAULTS`).
 
+use crate::config::FaultConfig;
+use crate::rng::Probability;
 use core::fmt;
-use uroce_sim::{Probability, SimRng};
 
-/// A parsed fault specification.
+/// A parsed fault specification: the probabilistic faults of a
+/// [`FaultConfig`], a fixed line delay, and the generator's seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FaultSpec {
     /// Each packet is dropped with this probability.
@@ -16,12 +16,12 @@ pub struct FaultSpec {
     pub dup: Probability,
     /// Each packet waits this long before it leaves (a fixed line delay).
     pub delay_us: u64,
-    /// Each packet is held back with this probability, by a random extra
-    /// delay of up to `max(2 × delay_us, 500 µs)`, so later packets
-    /// overtake it.
+    /// Each copy of a packet is held back with this probability, by a
+    /// random extra delay of up to `max(2 × delay_us, 500 µs)`, so later
+    /// packets overtake it.
     pub reorder: Probability,
-    /// One bit of the ICRC-covered transport packet is flipped with this
-    /// probability (the receiver must drop it on its ICRC).
+    /// One bit of the ICRC-covered transport packet of a copy is flipped
+    /// with this probability (the receiver must drop it on its ICRC).
     pub corrupt: Probability,
     /// The generator's seed.
     pub seed: u64,
@@ -67,11 +67,24 @@ impl FaultSpec {
 
     /// Whether the specification does anything.
     pub fn is_active(&self) -> bool {
-        !(self.loss.is_never()
-            && self.dup.is_never()
-            && self.reorder.is_never()
-            && self.corrupt.is_never()
-            && self.delay_us == 0)
+        self.faults().any_probabilistic() || self.delay_us != 0
+    }
+
+    /// The probabilistic faults in the shared vocabulary (no MTU).
+    pub fn faults(&self) -> FaultConfig {
+        FaultConfig {
+            loss: self.loss,
+            duplicate: self.dup,
+            reorder: self.reorder,
+            reorder_max_delay_ns: (2 * self.delay_us).max(500) * 1_000,
+            corrupt: self.corrupt,
+            mtu_bytes: None,
+        }
+    }
+
+    /// The fixed line delay in nanoseconds.
+    pub fn delay_ns(&self) -> u64 {
+        self.delay_us * 1_000
     }
 }
 
@@ -113,57 +126,6 @@ fn integer(key: &str, value: &str, max: u64) -> Result<u64, FaultSpecError> {
     Ok(v)
 }
 
-/// What to do with one outgoing packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Verdict {
-    /// How many copies leave (0 = lost, 2 = duplicated).
-    pub copies: u8,
-    /// How long to hold them, in nanoseconds (0 = now).
-    pub delay_ns: u64,
-    /// Flip this bit (an index into the transport packet's bits), if any.
-    pub flip_bit: Option<usize>,
-}
-
-/// The fault generator of one device.
-#[derive(Debug)]
-pub(crate) struct Faults {
-    spec: FaultSpec,
-    rng: SimRng,
-}
-
-impl Faults {
-    pub(crate) fn new(spec: FaultSpec) -> Faults {
-        Faults { spec, rng: SimRng::new(spec.seed) }
-    }
-
-    /// Decides a packet's fate. Draws a fixed number of values per packet,
-    /// so one knob's setting never shifts another's decisions.
-    pub(crate) fn decide(&mut self, transport_len: usize) -> Verdict {
-        let lost = self.rng.chance(self.spec.loss);
-        let dup = self.rng.chance(self.spec.dup);
-        let reorder = self.rng.chance(self.spec.reorder);
-        let corrupt = self.rng.chance(self.spec.corrupt);
-        let extra_window_ns = (2 * self.spec.delay_us).max(500) * 1_000;
-        let extra_ns = self.rng.below(extra_window_ns);
-        let bit = self.rng.below((transport_len.max(1) * 8) as u64) as usize;
-        let mut delay_ns = self.spec.delay_us * 1_000;
-        if reorder {
-            delay_ns += extra_ns;
-        }
-        Verdict {
-            copies: if lost {
-                0
-            } else if dup {
-                2
-            } else {
-                1
-            },
-            delay_ns,
-            flip_bit: corrupt.then_some(bit),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -181,6 +143,14 @@ mod tests {
         assert_eq!(spec.seed, 7);
         assert!(spec.is_active());
         assert_eq!(FaultSpec::parse(&spec.to_string()).unwrap(), spec);
+        assert_eq!(
+            spec.to_string(),
+            "loss=0.01,dup=0.001,delay_us=200,reorder=0.01,corrupt=0.001,seed=7"
+        );
+        let faults = spec.faults();
+        assert_eq!((faults.duplicate, faults.reorder_max_delay_ns), (spec.dup, 500_000));
+        assert_eq!(spec.delay_ns(), 200_000);
+        faults.assert_valid();
     }
 
     #[test]
@@ -191,21 +161,6 @@ mod tests {
         }
         assert!(!FaultSpec::parse("").unwrap().is_active());
         assert!(!FaultSpec::parse("seed=9").unwrap().is_active());
-    }
-
-    #[test]
-    fn verdicts_follow_the_probabilities_and_the_seed() {
-        let spec = FaultSpec::parse("loss=0.2,dup=0.1,corrupt=0.05,seed=3").unwrap();
-        let mut faults = Faults::new(spec);
-        let verdicts: Vec<Verdict> = (0..20_000).map(|_| faults.decide(100)).collect();
-        let lost = verdicts.iter().filter(|v| v.copies == 0).count();
-        let dup = verdicts.iter().filter(|v| v.copies == 2).count();
-        let corrupt = verdicts.iter().filter(|v| v.flip_bit.is_some()).count();
-        assert!((3_600..4_400).contains(&lost), "lost {lost}");
-        assert!((1_400..2_000).contains(&dup), "dup {dup}");
-        assert!((800..1_200).contains(&corrupt), "corrupt {corrupt}");
-        assert!(verdicts.iter().all(|v| v.delay_ns == 0 && v.flip_bit.is_none_or(|b| b < 800)));
-        let mut again = Faults::new(spec);
-        assert!(verdicts.iter().all(|v| *v == again.decide(100)), "same seed, same verdicts");
+        assert!(FaultSpec::parse("delay_us=1").unwrap().is_active());
     }
 }

@@ -1,0 +1,373 @@
+//! A device's configuration: `UdpConfig`, from code or from the
+//! environment (`UROCE_ADDR`, `UROCE_PROGRESS`, `UROCE_FAULTS`,
+//! `UROCE_CAPTURE`, `UROCE_OFFLOAD`, `UROCE_LINK`, `UROCE_TAP`,
+//! `UROCE_MTU`), and the checks on a device address.
+
+use super::tap;
+use super::UdpError;
+use crate::link::{LinkAttach, LinkConfig};
+use core::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use uroce_faults::FaultSpec;
+use uroce_hca::config::HcaConfig;
+
+/// How the background thread waits when it is in charge of the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Spin on the socket: lowest latency, one core kept busy.
+    Busy,
+    /// Sleep in `poll(2)` on the socket until a packet or a timer: no CPU
+    /// while idle, a thread wake-up per burst.
+    Event,
+    /// Spin for `spin_us` after the last packet, then sleep as `Event`.
+    Hybrid {
+        /// Microseconds to keep spinning after the last activity.
+        spin_us: u32,
+    },
+}
+
+impl ProgressMode {
+    /// The default hybrid mode (spin 50 µs).
+    pub const HYBRID: ProgressMode = ProgressMode::Hybrid { spin_us: 50 };
+
+    /// Parses `busy`, `event`, `hybrid` or `hybrid:<spin_us>`.
+    pub fn parse(text: &str) -> Option<ProgressMode> {
+        match text.trim() {
+            "busy" => Some(ProgressMode::Busy),
+            "event" => Some(ProgressMode::Event),
+            "hybrid" => Some(ProgressMode::HYBRID),
+            other => {
+                let spin = other.strip_prefix("hybrid:")?.parse().ok()?;
+                Some(ProgressMode::Hybrid { spin_us: spin })
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for ProgressMode {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ProgressMode::Busy => f.write_str("busy"),
+            ProgressMode::Event => f.write_str("event"),
+            ProgressMode::Hybrid { spin_us } => write!(f, "hybrid:{spin_us}"),
+        }
+    }
+}
+
+/// A device's configuration.
+#[derive(Debug, Clone)]
+pub struct UdpConfig {
+    /// The device's IP address (loopback addresses work without any set-up:
+    /// all of 127.0.0.0/8 is local on Linux).
+    pub addr: IpAddr,
+    /// How the background thread waits.
+    pub progress: ProgressMode,
+    /// Run the background thread at all (a process that drives the device
+    /// itself, e.g. a benchmark loop, may turn it off).
+    pub background: bool,
+    /// Faults applied to outgoing packets.
+    pub faults: Option<FaultSpec>,
+    /// Write every packet sent and received to this pcap file.
+    pub capture: Option<PathBuf>,
+    /// Segmentation offload: UDP GSO on send (equal-sized packets to one
+    /// destination leave in one call). Receivers always accept GRO. The
+    /// kernel refuses GSO without UDP checksums, so datagrams then carry
+    /// one (the ICRC masks it). Only for uroce peers: see `docs/runtime.md`.
+    pub offload: bool,
+    /// The HCA's limits.
+    pub hca: HcaConfig,
+    /// Bytes of host memory the device may allocate for rings and MRs.
+    pub memory_budget_bytes: u64,
+    /// The L2 transport: the device is a host on a link of raw Ethernet
+    /// frames (`UROCE_LINK`, or a TAP: `UROCE_TAP`) instead of sending UDP
+    /// through the kernel.
+    pub link: Option<LinkConfig>,
+}
+
+impl UdpConfig {
+    /// A device at `addr` with defaults: hybrid progress, background
+    /// thread on, no faults, no capture, no offload.
+    pub fn new(addr: IpAddr) -> UdpConfig {
+        UdpConfig {
+            addr,
+            progress: ProgressMode::HYBRID,
+            background: true,
+            faults: None,
+            capture: None,
+            offload: false,
+            hca: HcaConfig::default(),
+            memory_budget_bytes: 16 << 30,
+            link: None,
+        }
+    }
+
+    /// The configuration the environment asks for: `UROCE_ADDR` (default
+    /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
+    /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
+    /// path), `UROCE_OFFLOAD` (`1` for GSO), and for the L2 transport
+    /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`) or `UROCE_TAP` (a
+    /// TAP interface's name), with `UROCE_ADDR`'s `/prefix` saying what is
+    /// on-link, and `UROCE_MTU` (the link MTU).
+    pub fn from_env() -> Result<UdpConfig, UdpError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`UdpConfig::from_env`] over any variable source.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<UdpConfig, UdpError> {
+        let (addr, prefix_len) = match var("UROCE_ADDR") {
+            Some(text) => parse_addr_prefix(&text)?,
+            None => (IpAddr::V4(Ipv4Addr::LOCALHOST), None),
+        };
+        let mut config = UdpConfig::new(addr);
+        let mtu = var("UROCE_MTU").filter(|t| !t.trim().is_empty());
+        let link = var("UROCE_LINK").filter(|t| !t.trim().is_empty());
+        let tap = var("UROCE_TAP").filter(|t| !t.trim().is_empty());
+        let attach = match (link, tap) {
+            (Some(_), Some(_)) => {
+                return Err(UdpError::Config(
+                    "UROCE_LINK and UROCE_TAP both name the device's link: set one".into(),
+                ))
+            }
+            (Some(text), None) => {
+                let (local, remote) =
+                    LinkConfig::parse_endpoints(&text).map_err(UdpError::Config)?;
+                Some(LinkAttach::Udp { local, remote })
+            }
+            (None, Some(name)) => {
+                let name = name.trim().to_string();
+                tap::Tap::check_name(&name).map_err(UdpError::Config)?;
+                Some(LinkAttach::Tap { name })
+            }
+            (None, None) => None,
+        };
+        match attach {
+            Some(attach) => {
+                let mtu = match mtu {
+                    Some(text) => LinkConfig::parse_mtu(&text).map_err(UdpError::Config)?,
+                    None => LinkConfig::DEFAULT_MTU,
+                };
+                let prefix_len = prefix_len.unwrap_or(if addr.is_ipv4() { 24 } else { 64 });
+                config.link = Some(LinkConfig { attach, prefix_len, mtu });
+            }
+            None if mtu.is_some() => {
+                return Err(UdpError::Config(
+                    "UROCE_MTU is the link MTU of the L2 transport: set UROCE_LINK or UROCE_TAP \
+                     too"
+                    .into(),
+                ))
+            }
+            None => {}
+        }
+        let subnet_prefix_len = config.link.as_ref().map(|link| link.prefix_len).or(prefix_len);
+        if let Some(why) = device_addr_problem(addr, subnet_prefix_len) {
+            let text = var("UROCE_ADDR").unwrap_or_default();
+            return Err(UdpError::Config(format!(
+                "UROCE_ADDR=`{}` cannot be a device address: {why}",
+                text.trim()
+            )));
+        }
+        if let Some(text) = var("UROCE_PROGRESS") {
+            config.progress = ProgressMode::parse(&text).ok_or_else(|| {
+                UdpError::Config(format!(
+                    "UROCE_PROGRESS=`{text}`: expected busy, event, hybrid or hybrid:<spin_us>"
+                ))
+            })?;
+        }
+        if let Some(text) = var("UROCE_FAULTS") {
+            let spec = FaultSpec::parse(&text)
+                .map_err(|e| UdpError::Config(format!("UROCE_FAULTS: {e}")))?;
+            config.faults = spec.is_active().then_some(spec);
+        }
+        if let Some(path) = var("UROCE_CAPTURE").filter(|p| !p.is_empty()) {
+            config.capture = Some(PathBuf::from(path));
+        }
+        if let Some(text) = var("UROCE_OFFLOAD") {
+            config.offload = match text.trim() {
+                "1" | "on" | "yes" | "true" => true,
+                "0" | "off" | "no" | "false" | "" => false,
+                _ => {
+                    return Err(UdpError::Config(format!(
+                        "UROCE_OFFLOAD=`{text}`: expected 0 or 1"
+                    )))
+                }
+            };
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a device address: an IP, optionally with a `/prefix` (only the
+/// L2 transport uses it).
+pub fn parse_addr(text: &str) -> Result<IpAddr, UdpError> {
+    parse_addr_prefix(text).map(|(ip, _)| ip)
+}
+
+/// Parses `ip[/prefix]`.
+pub fn parse_addr_prefix(text: &str) -> Result<(IpAddr, Option<u8>), UdpError> {
+    let bad = || UdpError::Config(format!("UROCE_ADDR=`{text}` is not an IP address[/prefix]"));
+    let (ip, prefix) = match text.trim().split_once('/') {
+        Some((ip, prefix)) => (ip, Some(prefix)),
+        None => (text.trim(), None),
+    };
+    let ip: IpAddr = ip.parse().map_err(|_| bad())?;
+    let prefix = match prefix {
+        Some(p) => {
+            let len: u8 = p.parse().map_err(|_| bad())?;
+            if len > if ip.is_ipv4() { 32 } else { 128 } {
+                return Err(bad());
+            }
+            Some(len)
+        }
+        None => None,
+    };
+    Ok((ip, prefix))
+}
+
+/// Why `addr` cannot be a device's (unicast) address (`it is ...`), or
+/// `None` if it can. Refused: the unspecified address (`0.0.0.0`, `::`), multicast, and
+/// the IPv4 limited broadcast `255.255.255.255`; with an IPv4 `prefix_len`
+/// below 31 (the subnet on the link), also the subnet's network and
+/// broadcast addresses (host bits all zero or all one, RFC 1122 3.2.1.3;
+/// a /31 has neither, RFC 3021). Everything else is accepted: loopback
+/// (127.0.0.0/8, `::1`), link-local, private and public unicast, and the
+/// rest of 240.0.0.0/4, which Linux assigns and routes as unicast.
+pub fn device_addr_problem(addr: IpAddr, prefix_len: Option<u8>) -> Option<String> {
+    if addr.is_unspecified() {
+        return Some("it is the unspecified address".into());
+    }
+    if addr.is_multicast() {
+        return Some("it is a multicast address".into());
+    }
+    let IpAddr::V4(v4) = addr else { return None };
+    if v4.is_broadcast() {
+        return Some("it is the IPv4 limited broadcast address".into());
+    }
+    match prefix_len {
+        Some(len) if len < 31 => {
+            let host_mask = u32::MAX >> len;
+            let host_bits = u32::from(v4) & host_mask;
+            let subnet = Ipv4Addr::from(u32::from(v4) & !host_mask);
+            if host_bits == 0 {
+                Some(format!("it is the network address of {subnet}/{len}"))
+            } else if host_bits == host_mask {
+                Some(format!("it is the broadcast address of {subnet}/{len}"))
+            } else {
+                None
+            }
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::UdpDevice;
+
+    #[test]
+    fn progress_modes_parse() {
+        assert_eq!(ProgressMode::parse("busy"), Some(ProgressMode::Busy));
+        assert_eq!(ProgressMode::parse("event"), Some(ProgressMode::Event));
+        assert_eq!(ProgressMode::parse("hybrid"), Some(ProgressMode::HYBRID));
+        assert_eq!(ProgressMode::parse("hybrid:7"), Some(ProgressMode::Hybrid { spin_us: 7 }));
+        assert_eq!(ProgressMode::parse("spin"), None);
+        for mode in [ProgressMode::Busy, ProgressMode::Event, ProgressMode::Hybrid { spin_us: 9 }] {
+            assert_eq!(ProgressMode::parse(&mode.to_string()), Some(mode));
+        }
+    }
+
+    #[test]
+    fn config_from_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let c = UdpConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!(c.addr, IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let c = UdpConfig::from_vars(vars(&[
+            ("UROCE_ADDR", "127.0.0.2"),
+            ("UROCE_PROGRESS", "event"),
+            ("UROCE_FAULTS", "loss=0.5,seed=3"),
+            ("UROCE_OFFLOAD", "1"),
+        ]))
+        .unwrap();
+        assert_eq!(c.addr, IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)));
+        assert_eq!(c.progress, ProgressMode::Event);
+        assert_eq!(c.faults.unwrap().seed, 3);
+        assert!(c.offload);
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_ADDR", "nowhere")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_PROGRESS", "fast")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_FAULTS", "loss=3")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_OFFLOAD", "maybe")])).is_err());
+    }
+
+    #[test]
+    fn addresses_that_cannot_be_a_devices_are_refused_by_name() {
+        let refused = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            match UdpConfig::from_vars(var) {
+                Ok(c) => panic!("{pairs:?} accepted as {}", c.addr),
+                Err(e) => e.to_string(),
+            }
+        };
+        let accepted = |pairs: &[(&str, &str)]| {
+            let var =
+                |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+            UdpConfig::from_vars(var).unwrap_or_else(|e| panic!("{pairs:?} refused: {e}")).addr
+        };
+        for (value, why) in [
+            ("255.255.255.255", "limited broadcast"),
+            ("0.0.0.0", "unspecified"),
+            ("::", "unspecified"),
+            ("224.0.0.1", "multicast"),
+            ("ff02::1", "multicast"),
+        ] {
+            let e = refused(&[("UROCE_ADDR", value)]);
+            assert!(e.contains(&format!("UROCE_ADDR=`{value}`")) && e.contains(why), "{e}");
+        }
+        // A subnet's network and broadcast addresses, given by the prefix
+        // or by the L2 transport's default /24.
+        let link = ("UROCE_LINK", "127.0.0.1:47100,127.0.0.1:47101");
+        let e = refused(&[("UROCE_ADDR", "169.254.255.255/16"), link]);
+        assert!(
+            e.contains(
+                "UROCE_ADDR=`169.254.255.255/16` cannot be a device address: it is the broadcast \
+                 address of 169.254.0.0/16"
+            ),
+            "{e}"
+        );
+        let e = refused(&[("UROCE_ADDR", "10.1.2.0/24"), link]);
+        assert!(e.contains("the network address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.255"), link]);
+        assert!(e.contains("the broadcast address of 10.1.2.0/24"), "{e}");
+        let e = refused(&[("UROCE_ADDR", "10.1.2.127/25")]);
+        assert!(e.contains("10.1.2.0/25"), "the prefix alone says the subnet: {e}");
+        for (value, ip) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.255.255.254", "127.255.255.254"),
+            ("::1", "::1"),
+            ("fe80::1", "fe80::1"),
+            ("169.254.7.1/16", "169.254.7.1"),
+            ("10.0.0.255/16", "10.0.0.255"),
+            ("192.168.1.0/23", "192.168.1.0"),
+            ("10.0.0.0/31", "10.0.0.0"),
+            ("10.0.0.1/31", "10.0.0.1"),
+            ("10.0.0.7/32", "10.0.0.7"),
+            ("8.8.8.8", "8.8.8.8"),
+            ("240.0.0.1", "240.0.0.1"),
+            ("2001:db8::/64", "2001:db8::"),
+        ] {
+            assert_eq!(accepted(&[("UROCE_ADDR", value)]).to_string(), ip, "{value}");
+        }
+        assert_eq!(
+            accepted(&[("UROCE_ADDR", "10.1.2.255")]).to_string(),
+            "10.1.2.255",
+            "no link, no subnet"
+        );
+        // Opening checks the address too (a flag may set it).
+        let mut config = UdpConfig::new(IpAddr::V4(Ipv4Addr::BROADCAST));
+        config.background = false;
+        let e = UdpDevice::open(config).expect_err("a broadcast device");
+        assert!(e.to_string().contains("255.255.255.255 cannot be a device address"), "{e}");
+    }
+}

@@ -1,0 +1,418 @@
+//! The data path: packets from the HCA to the transport (through the fault
+//! injector and the capture) and from the transport to the HCA.
+
+use super::capture::Capture;
+use super::progress::Runtime;
+use super::sys;
+use super::transport::{Leaving, Transport, TxBatch};
+use super::UdpStats;
+use crate::link::{Egress, Ingress};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use uroce_faults::Injector;
+use uroce_hca::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
+use uroce_hca::time::Instant;
+use uroce_hca::Hca;
+use uroce_wire::ip::{self, DatagramHeaders};
+use uroce_wire::ROCEV2_UDP_PORT;
+
+/// Datagrams received per `recvmmsg` call.
+pub(super) const RECEIVE_BATCH: usize = 32;
+/// Room before each received datagram for the IP and UDP headers the
+/// runtime rebuilds (IPv6 40 + UDP 8).
+pub(super) const HEADROOM: usize = 48;
+/// A receive buffer: one datagram, or one GRO run of datagrams.
+pub(super) const RECEIVE_BUFFER: usize = 65_536;
+/// Packets handed out per progress round before receiving again.
+const TRANSMIT_BURST: usize = 256;
+/// Packets per `sendmmsg` batch.
+const TX_BATCH: usize = 64;
+
+/// What the runtime's threads share under its I/O lock.
+pub(super) struct Io {
+    pub rx_buffers: Vec<Vec<u8>>,
+    pub rx_meta: Vec<sys::Received>,
+    pub rx_scratch: sys::ReceiveScratch,
+    pub tx_scratch: sys::SendScratch,
+    /// The application's last poll found no datagram.
+    pub app_poll_was_empty: bool,
+    pub tx_buffer: Vec<u8>,
+    pub batch: TxBatch,
+    pub transport: Transport,
+    pub faults: Option<Injector>,
+    pub delayed: BinaryHeap<Reverse<Delayed>>,
+    pub delayed_seq: u64,
+    /// Since when packets the application's receive produced wait for its
+    /// next verbs call.
+    pub deferred_since_ns: Option<u64>,
+    pub capture: Option<Capture>,
+    /// Scratch for one frame.
+    pub frame: Vec<u8>,
+    pub stats: UdpStats,
+}
+
+impl Io {
+    pub(super) fn new(
+        transport: Transport,
+        faults: Option<Injector>,
+        capture: Option<Capture>,
+        stats: UdpStats,
+    ) -> Io {
+        Io {
+            rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
+            rx_meta: Vec::with_capacity(RECEIVE_BATCH),
+            rx_scratch: sys::ReceiveScratch::new(),
+            tx_scratch: sys::SendScratch::new(),
+            app_poll_was_empty: true,
+            tx_buffer: vec![0u8; MAX_PACKET_LEN],
+            batch: TxBatch::default(),
+            transport,
+            faults,
+            delayed: BinaryHeap::new(),
+            delayed_seq: 0,
+            deferred_since_ns: None,
+            capture,
+            frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
+            stats,
+        }
+    }
+}
+
+/// A copy of a packet the fault injector holds back.
+pub(super) struct Delayed {
+    pub due_ns: u64,
+    seq: u64,
+    packet: Vec<u8>,
+    leaving: Leaving,
+}
+
+impl PartialEq for Delayed {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due_ns, self.seq) == (other.due_ns, other.seq)
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Delayed {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (self.due_ns, self.seq).cmp(&(other.due_ns, other.seq))
+    }
+}
+
+impl Runtime {
+    /// Takes one batch from the transport into the HCA.
+    pub(super) fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
+        let count = {
+            let Io { rx_buffers, rx_meta, rx_scratch, stats, transport, .. } = &mut *io;
+            match transport.receive(rx_buffers, HEADROOM, rx_scratch, rx_meta, single) {
+                Ok(n) => n,
+                Err(_) => {
+                    stats.rx_dropped += 1;
+                    0
+                }
+            }
+        };
+        if count == 0 {
+            return 0;
+        }
+        io.stats.rx_batches += 1;
+        if io.transport.is_link() {
+            return self.receive_frames(io, now_ns);
+        }
+        let Io { rx_buffers, rx_meta, capture, stats, .. } = io;
+        let now = Instant::from_nanos(now_ns);
+        let mut hca = self.hca.lock();
+        let mut datagrams = 0;
+        for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter_mut()) {
+            let Some(source) = meta.source.filter(|_| !meta.truncated) else {
+                stats.rx_dropped += 1;
+                continue;
+            };
+            let segment = meta.segment_size.unwrap_or(meta.len).max(1);
+            let mut offset = 0;
+            while offset < meta.len {
+                let len = segment.min(meta.len - offset);
+                datagrams += 1;
+                let start = HEADROOM + offset;
+                // A UDP socket does not show the IP header: rebuild it as a
+                // DF, unconnected sender (uroce) wrote it, ID 0, and let the
+                // HCA check the ICRC over it.
+                let Ok(headers) = DatagramHeaders::new(source, self.addr, 0, len) else {
+                    stats.rx_dropped += 1;
+                    offset += len;
+                    continue;
+                };
+                let packet_start = start - headers.buffer_len();
+                if headers.emit(&mut buffer[packet_start..start]).is_err() {
+                    stats.rx_dropped += 1;
+                    offset += len;
+                    continue;
+                }
+                let packet = &buffer[packet_start..start + len];
+                if let Some(capture) = capture.as_mut() {
+                    capture.packet(stats, source.ip(), self.addr, packet);
+                }
+                hca.receive(now, packet);
+                offset += len;
+            }
+        }
+        stats.rx_datagrams += datagrams;
+        datagrams as usize
+    }
+
+    /// The L2 transport's receive: each datagram is one Ethernet frame;
+    /// RoCE frames go to the HCA as received (the fault injector may drop,
+    /// duplicate or corrupt them first), the rest to the link host.
+    fn receive_frames(&self, io: &mut Io, now_ns: u64) -> usize {
+        let now = Instant::from_nanos(now_ns);
+        let Io { rx_buffers, rx_meta, capture, stats, transport, faults, .. } = io;
+        let Some(host) = transport.host() else { return 0 };
+        let mut frames = 0;
+        let mut host_frames = false;
+        {
+            let mut hca = self.hca.lock();
+            for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter()) {
+                if meta.truncated {
+                    stats.rx_dropped += 1;
+                    continue;
+                }
+                frames += 1;
+                let bytes = &buffer[HEADROOM..HEADROOM + meta.len];
+                if let Some(capture) = capture.as_mut() {
+                    capture.frame(stats, bytes);
+                }
+                match host.ingress(bytes) {
+                    Ingress::Roce(packet) => match faults.as_mut() {
+                        None => hca.receive(now, packet),
+                        Some(faults) => receive_with_faults(&mut hca, now, faults, stats, packet),
+                    },
+                    Ingress::Host => host_frames = true,
+                    Ingress::Dropped => stats.rx_dropped += 1,
+                }
+            }
+        }
+        if host_frames {
+            // ARP and NDP answers, TCP: queued for the next transmit.
+            host.poll(now);
+        }
+        stats.rx_datagrams += frames;
+        frames as usize
+    }
+
+    /// Sends what the link host has ready (its own frames, packets
+    /// released by a resolved neighbour), after running its timers.
+    pub(super) fn queue_link_frames(&self, io: &mut Io, now_ns: u64) -> usize {
+        let Io { transport, batch, capture, stats, .. } = io;
+        let Some(host) = transport.host() else { return 0 };
+        host.poll(Instant::from_nanos(now_ns));
+        let mut queued = 0;
+        let leaving = Leaving {
+            destination: self.addr,
+            kind: uroce_hca::PacketKind::Request,
+            source_port: 0,
+        };
+        while let Some(frame) = host.take_frame() {
+            if let Some(capture) = capture.as_mut() {
+                capture.frame(stats, &frame);
+            }
+            batch.push(&frame, leaving);
+            queued += 1;
+        }
+        queued
+    }
+
+    /// Fires due timers, releases due delayed packets, and sends up to a
+    /// burst of packets.
+    pub(super) fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
+        io.deferred_since_ns = None;
+        let now = Instant::from_nanos(now_ns);
+        let mut sent = 0;
+        while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
+            let Reverse(d) = io.delayed.pop().expect("peeked");
+            self.send_now(io, now_ns, &d.packet, d.leaving);
+            sent += 1;
+        }
+        let mut buffer = std::mem::take(&mut io.tx_buffer);
+        // A panic between the take and the put-back leaves it empty.
+        buffer.resize(MAX_PACKET_LEN, 0);
+        let mut first_round = true;
+        loop {
+            // Packets are taken from the HCA under its lock and sent after it
+            // is released: no system call holds up the application's verbs.
+            let mut drained = true;
+            {
+                let mut hca = self.hca.lock();
+                if first_round {
+                    if hca.poll_timeout().is_some_and(|at| at <= now) {
+                        hca.handle_timeout(now);
+                    }
+                    if let Transport::Udp(sockets) = &mut io.transport {
+                        for port in sockets.retry_due(now_ns) {
+                            hca.allow_source_port(port);
+                        }
+                    }
+                }
+                while io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
+                    let Some(transmit) = hca.poll_transmit(now, &mut buffer) else {
+                        break;
+                    };
+                    io.stats.tx_packets += 1;
+                    sent += 1;
+                    let packet = &mut buffer[..transmit.len];
+                    if let Some(leaving) = settle(io, &mut hca, now_ns, transmit, packet) {
+                        self.dispatch(io, now_ns, packet, leaving);
+                    }
+                }
+                if io.batch.len() >= TX_BATCH && sent < TRANSMIT_BURST {
+                    drained = false;
+                }
+            }
+            first_round = false;
+            sent += self.queue_link_frames(io, now_ns);
+            self.flush_batch(io);
+            if drained {
+                break;
+            }
+        }
+        io.tx_buffer = buffer;
+        sent
+    }
+
+    /// Applies faults, then sends (or holds) one packet.
+    fn dispatch(&self, io: &mut Io, now_ns: u64, packet: &[u8], leaving: Leaving) {
+        let Some(faults) = io.faults.as_mut() else {
+            self.send_now(io, now_ns, packet, leaving);
+            return;
+        };
+        let verdict = faults.apply(packet);
+        if verdict.lost() {
+            io.stats.faults_lost += 1;
+            return;
+        }
+        if verdict.duplicated() {
+            io.stats.faults_duplicated += 1;
+        }
+        for copy in verdict.copies() {
+            let mut corrupted;
+            let bytes = match copy.flip_bit {
+                Some(bit) => {
+                    io.stats.faults_corrupted += 1;
+                    corrupted = packet.to_vec();
+                    uroce_faults::flip(&mut corrupted, bit);
+                    &corrupted[..]
+                }
+                None => packet,
+            };
+            if copy.delay_ns == 0 {
+                self.send_now(io, now_ns, bytes, leaving);
+            } else {
+                io.stats.faults_delayed += 1;
+                io.delayed_seq += 1;
+                io.delayed.push(Reverse(Delayed {
+                    due_ns: now_ns + copy.delay_ns,
+                    seq: io.delayed_seq,
+                    packet: bytes.to_vec(),
+                    leaving,
+                }));
+            }
+        }
+    }
+
+    /// Queues one IP packet: its UDP payload for the socket of its source
+    /// port, or on a link its Ethernet frame (or holds it while its
+    /// destination's MAC is asked for).
+    fn send_now(&self, io: &mut Io, now_ns: u64, packet: &[u8], leaving: Leaving) {
+        let Io { transport, frame, capture, stats, batch, .. } = io;
+        match transport.host() {
+            None => {
+                let Some(offset) = ip::udp_payload_offset(packet) else {
+                    stats.tx_errors += 1;
+                    return;
+                };
+                if let Some(capture) = capture.as_mut() {
+                    capture.packet(stats, self.addr, leaving.destination, packet);
+                }
+                batch.push(&packet[offset..], leaving);
+            }
+            Some(host) => {
+                let now = Instant::from_nanos(now_ns);
+                if host.encapsulate(now, packet, leaving.destination, frame) != Egress::Ready {
+                    return;
+                }
+                if let Some(capture) = capture.as_mut() {
+                    capture.frame(stats, frame);
+                }
+                batch.push(frame, leaving);
+            }
+        }
+    }
+
+    /// Sends the batched packets.
+    pub(super) fn flush_batch(&self, io: &mut Io) {
+        let Io { transport, batch, stats, tx_scratch, .. } = io;
+        transport.send(batch, stats, tx_scratch);
+    }
+}
+
+/// Where a packet the HCA handed out leaves from. Over kernel UDP it
+/// leaves from a socket bound to its source port; a port that cannot be
+/// bound is refused to the HCA, which settles its packets on 4791 and makes
+/// this one again (`tx_port_fallbacks`). `None`: the packet cannot leave.
+fn settle(
+    io: &mut Io,
+    hca: &mut Hca,
+    now_ns: u64,
+    transmit: Transmit,
+    packet: &mut [u8],
+) -> Option<Leaving> {
+    let Transmit { destination, kind, source_port, .. } = transmit;
+    let leaving = Leaving { destination, kind, source_port };
+    let Transport::Udp(sockets) = &mut io.transport else { return Some(leaving) };
+    if source_port == ROCEV2_UDP_PORT {
+        // No QP's own port (rxe's are 0xC000 and up): settled on 4791.
+        io.stats.tx_port_fallbacks += 1;
+        return Some(leaving);
+    }
+    if sockets.can_send_from(source_port, now_ns) {
+        return Some(leaving);
+    }
+    if !hca.refuse_source_port(source_port, packet) {
+        io.stats.tx_errors += 1;
+        return None;
+    }
+    io.stats.tx_port_fallbacks += 1;
+    Some(Leaving { source_port: ROCEV2_UDP_PORT, ..leaving })
+}
+
+/// Hands a received RoCE packet to the HCA through the fault injector.
+fn receive_with_faults(
+    hca: &mut Hca,
+    now: Instant,
+    faults: &mut Injector,
+    stats: &mut UdpStats,
+    packet: &[u8],
+) {
+    let verdict = faults.apply(packet);
+    if verdict.lost() {
+        stats.faults_lost += 1;
+        return;
+    }
+    if verdict.duplicated() {
+        stats.faults_duplicated += 1;
+    }
+    for copy in verdict.copies() {
+        match copy.flip_bit {
+            Some(bit) => {
+                stats.faults_corrupted += 1;
+                let mut corrupted = packet.to_vec();
+                uroce_faults::flip(&mut corrupted, bit);
+                hca.receive(now, &corrupted);
+            }
+            None => hca.receive(now, packet),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! Progress: who moves the packets. The application's own verbs calls
+//! drive the device in its thread ([`Driver`]); a background thread keeps a
+//! passive target going, waiting per [`ProgressMode`] (see
+//! `docs/runtime.md`).
+
+use super::datapath::Io;
+use super::{lock, DeviceSummary, ProgressMode, UdpStats};
+use core::net::IpAddr;
+use std::cmp::Reverse;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use uroce_hca::endpoint::Endpoint;
+use uroce_hca::time::Instant;
+use uroce_hca::{Driver, SharedHca};
+
+/// How long after the application's last verbs call the background thread
+/// leaves the device to it.
+const APP_ACTIVE_NS: u64 = 1_000_000;
+/// The longest that packets produced by an application-driven receive
+/// (ACKs, READ responses) wait for the application's next verbs call before
+/// the background thread sends them.
+const DEFERRED_ACK_NS: u64 = 50_000;
+
+/// The part of the runtime shared by the application's threads and the
+/// background thread.
+pub(super) struct Runtime {
+    pub hca: SharedHca,
+    pub addr: IpAddr,
+    pub mode: ProgressMode,
+    /// Readable when something arrives on the transport (a duplicate of
+    /// its descriptor, waited on without the I/O lock).
+    pub ready_fd: OwnedFd,
+    /// Wakes the background thread (stop, or the application went to sleep).
+    pub wake: OwnedFd,
+    pub epoch: std::time::Instant,
+    /// When the application last drove the device (runtime nanoseconds).
+    pub last_app_ns: AtomicU64,
+    /// The application armed a CQ and may be asleep on a channel.
+    pub app_sleeping: AtomicBool,
+    pub stop: AtomicBool,
+    /// The background thread is (about to be) asleep on the socket.
+    pub background_idle: AtomicBool,
+    pub io: Mutex<Io>,
+}
+
+impl Driver for Runtime {
+    fn now(&self) -> Instant {
+        Instant::from_nanos(self.now_ns())
+    }
+
+    fn progress(&self) {
+        self.progress_by(true);
+    }
+
+    fn flush(&self) {
+        self.mark_app_active();
+        {
+            let mut io = lock(&self.io);
+            self.transmit_some(&mut io, self.now_ns());
+        }
+        // New timers, held packets or more than one burst: a background
+        // thread asleep on an older deadline must look again.
+        self.kick_background();
+        self.deliver_events();
+    }
+
+    fn posted_receive(&self) {
+        self.mark_app_active();
+    }
+
+    fn app_sleeping(&self) {
+        self.app_sleeping.store(true, Ordering::Release);
+        self.wake();
+    }
+}
+
+impl Runtime {
+    pub(super) fn stats(&self) -> UdpStats {
+        let mut io = lock(&self.io);
+        let mut stats = io.stats.clone();
+        if let Some(host) = io.transport.host() {
+            stats.link = host.stats();
+        }
+        stats
+    }
+
+    pub(super) fn flush_capture(&self) -> io::Result<()> {
+        let mut io = lock(&self.io);
+        match io.capture.as_mut() {
+            Some(capture) => capture.flush(),
+            None => Ok(()),
+        }
+    }
+
+    /// Each lock in a statement of its own: the I/O lock is taken before
+    /// the HCA's, never while holding it.
+    pub(super) fn summary(&self) -> DeviceSummary {
+        let stats = self.stats();
+        let capture_failure = self.flush_capture().err().map(|e| e.to_string());
+        let counters = self.hca.lock().counters();
+        DeviceSummary { addr: self.addr, counters, stats, capture_failure }
+    }
+
+    pub(super) fn now_ns(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    pub(super) fn wake(&self) {
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+
+    /// Wakes the background thread if it is asleep in charge of the device,
+    /// so that it recomputes its deadline after the application changed
+    /// the device's state (Dekker with `background`: it announces the sleep
+    /// before computing the deadline it sleeps on).
+    pub(super) fn kick_background(&self) {
+        if self.background_idle.load(Ordering::SeqCst) {
+            self.wake();
+        }
+    }
+
+    /// The application called a verb: it is awake and driving (unless it
+    /// armed a CQ, see `app_sleeping`).
+    fn mark_app_active(&self) {
+        self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
+    }
+
+    /// Hands waiting events to the application (completion channels). An
+    /// event is what an application that armed a CQ sleeps for: once one
+    /// is raised, it is awake again.
+    fn deliver_events(&self) {
+        if self.hca.lock().has_events() {
+            self.app_sleeping.store(false, Ordering::Release);
+            self.hca.notify_if_events();
+        }
+    }
+
+    /// One progress step: receive what is waiting, fire timers, send what
+    /// is ready, until nothing moves (bounded); `app` when the
+    /// application's thread calls. Returns whether anything moved.
+    pub(super) fn progress_by(&self, app: bool) -> bool {
+        // While a CQ is armed (`app_sleeping`), the application's calls do
+        // not put the background thread off: the libibverbs event loop arms
+        // the CQ, polls and posts, then sleeps on the channel, and only the
+        // event it waits for ends that (`deliver_events`).
+        let started_ns = self.now_ns();
+        if app {
+            self.last_app_ns.store(started_ns, Ordering::Relaxed);
+        }
+        let mut moved = false;
+        {
+            let mut io = lock(&self.io);
+            if app {
+                // The application's thread: send what is ready (including
+                // what the last receive produced), then take what arrived
+                // and return, so the application sees its completions
+                // before the runtime spends a system call on the ACKs
+                // they produced. Those leave with the application's next
+                // verbs call, after any request it posts in reaction (see
+                // `flush_batch`): the ACK is off the ping-pong's critical
+                // path. If no call comes, the background thread sends them:
+                // at once if it is asleep in charge (`kick_background`),
+                // else when it takes over (`APP_ACTIVE_NS` after the last
+                // call), or `DEFERRED_ACK_NS` after the receive if it
+                // looks at its deadline before that.
+                let now = started_ns;
+                let sent = self.transmit_some(&mut io, now);
+                // A poll after an empty one is an application waiting for a
+                // message: one datagram with `recvmsg` (cheaper) and back to
+                // it; a stream (the last poll found something) is taken in
+                // batches.
+                let single = io.app_poll_was_empty;
+                let received = self.receive_some(&mut io, now, single);
+                io.app_poll_was_empty = received == 0;
+                if received > 0 {
+                    io.deferred_since_ns.get_or_insert(now);
+                }
+                moved = sent + received > 0;
+                if moved {
+                    self.kick_background();
+                }
+            } else {
+                for _ in 0..8 {
+                    let now = self.now_ns();
+                    let received = self.receive_some(&mut io, now, false);
+                    let sent = self.transmit_some(&mut io, now);
+                    if received == 0 && sent == 0 {
+                        break;
+                    }
+                    moved = true;
+                }
+            }
+        }
+        self.deliver_events();
+        moved
+    }
+
+    /// When the device next needs attention by itself (a timer or a
+    /// delayed packet), in runtime nanoseconds.
+    fn next_deadline_ns(&self) -> Option<u64> {
+        let timer = {
+            let hca = self.hca.lock();
+            // Packets left behind by a burst limit are due now.
+            if hca.has_transmit_ready() {
+                Some(0)
+            } else {
+                hca.poll_timeout().map(Instant::as_nanos)
+            }
+        };
+        let delayed = {
+            let mut io = lock(&self.io);
+            let held = io.delayed.peek().map(|Reverse(d)| d.due_ns);
+            let deferred = io.deferred_since_ns.map(|t| t + DEFERRED_ACK_NS);
+            let now = Instant::from_nanos(self.now_ns());
+            let link = io.transport.host().and_then(|host| {
+                if host.has_work() {
+                    Some(0)
+                } else {
+                    host.poll_at_ns(now)
+                }
+            });
+            [held, deferred, link].into_iter().flatten().min()
+        };
+        match (timer, delayed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The background thread: keeps the device progressing while the
+    /// application is not calling verbs.
+    pub(super) fn background(&self) {
+        let mut last_activity_ns = 0u64;
+        let mut more = false;
+        while !self.stop.load(Ordering::Acquire) {
+            let now = self.now_ns();
+            let deadline = self.next_deadline_ns();
+            let app_active = !self.app_sleeping.load(Ordering::Acquire)
+                && now.saturating_sub(self.last_app_ns.load(Ordering::Relaxed)) < APP_ACTIVE_NS
+                && self.last_app_ns.load(Ordering::Relaxed) != 0;
+            if app_active {
+                // The application drives; wake for its silence, a timer,
+                // or a stop/sleep signal.
+                let quiet_at = self.last_app_ns.load(Ordering::Relaxed) + APP_ACTIVE_NS;
+                let until = deadline.map_or(quiet_at, |d| d.min(quiet_at));
+                self.wait(false, until.saturating_sub(now));
+                if deadline.is_some_and(|d| d <= self.now_ns()) {
+                    self.step();
+                }
+                continue;
+            }
+            let spin = match self.mode {
+                ProgressMode::Busy => true,
+                ProgressMode::Event => false,
+                ProgressMode::Hybrid { spin_us } => {
+                    now.saturating_sub(last_activity_ns) < u64::from(spin_us) * 1_000
+                }
+            };
+            if !spin && !more {
+                // Announce the sleep, then compute the deadline: anything
+                // the application changes after this wakes us
+                // (`kick_background`).
+                self.background_idle.store(true, Ordering::SeqCst);
+                let now = self.now_ns();
+                let deadline = self.next_deadline_ns();
+                let timeout = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
+                if timeout > 0 {
+                    self.wait(true, timeout);
+                }
+                self.background_idle.store(false, Ordering::SeqCst);
+            }
+            // A step that moved something may have left more (a burst cap,
+            // a full receive batch): step again before sleeping.
+            more = self.step();
+            if more {
+                last_activity_ns = self.now_ns();
+            } else if spin {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn step(&self) -> bool {
+        let moved = self.progress_by(false);
+        if moved {
+            lock(&self.io).stats.background_steps += 1;
+        }
+        moved
+    }
+
+    /// Sleeps until the wake descriptor (and, with `socket`, the socket)
+    /// is readable, or `timeout_ns` passes.
+    fn wait(&self, socket: bool, timeout_ns: u64) {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        let capped = timeout_ns.min(1_000_000_000);
+        let timeout = Timespec {
+            tv_sec: (capped / 1_000_000_000) as _,
+            tv_nsec: (capped % 1_000_000_000) as _,
+        };
+        let mut fds = [
+            PollFd::new(&self.wake, PollFlags::IN),
+            PollFd::from_borrowed_fd(self.ready_fd.as_fd(), PollFlags::IN),
+        ];
+        let n = if socket { 2 } else { 1 };
+        if poll(&mut fds[..n], Some(&timeout)).is_ok() && fds[0].revents().contains(PollFlags::IN) {
+            let mut counter = [0u8; 8];
+            let _ = rustix::io::read(&self.wake, &mut counter);
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The UDP transport's sockets: `addr:4791`, where every packet arrives
+//! and packets settled on 4791 leave, and one socket per UDP source port
+//! in use (each QP's packets leave from the port rxe computes for it), and
+//! the batched sends over them (`sendmmsg`, and UDP GSO runs with
+//! offload).
+
+use super::sys;
+use super::transport::TxBatch;
+use super::{UdpError, UdpStats};
+use core::net::{IpAddr, SocketAddr};
+use std::collections::HashMap;
+use std::io;
+use std::net::UdpSocket;
+use uroce_hca::PacketKind;
+use uroce_wire::ROCEV2_UDP_PORT;
+
+/// Socket buffer sizes asked for (the kernel caps them at rmem_max/wmem_max).
+pub(super) const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+/// GSO: at most this many segments per send (the kernel's limit is 64).
+const GSO_MAX_SEGMENTS: usize = 64;
+/// GSO: at most this many bytes per send (a UDP datagram's limit).
+const GSO_MAX_BYTES: usize = 65_000;
+/// How long a source port that could not be bound is left alone.
+const PORT_RETRY_NS: u64 = 1_000_000_000;
+
+/// The UDP transport's sockets.
+pub(super) struct UdpSockets {
+    /// Bound to `addr:4791`.
+    main: UdpSocket,
+    addr: IpAddr,
+    /// UDP GSO on send (`UROCE_OFFLOAD`).
+    offload: bool,
+    /// The kernel refused a GSO send: offload is off from then on.
+    gso_refused: bool,
+    /// One socket per UDP source port in use.
+    by_port: HashMap<u16, UdpSocket>,
+    /// Ports that could not be bound (in use by another socket, or out of
+    /// descriptors), and when to try again; meanwhile the HCA settles
+    /// their packets on 4791.
+    unbindable: HashMap<u16, u64>,
+}
+
+impl UdpSockets {
+    /// Binds `addr:4791`; returns the sockets and the receive buffer the
+    /// kernel granted.
+    pub(super) fn open(addr: IpAddr, offload: bool) -> Result<(UdpSockets, usize), UdpError> {
+        let port = ROCEV2_UDP_PORT;
+        raise_file_limit();
+        let socket = UdpSocket::bind(SocketAddr::new(addr, port))
+            .map_err(|e| UdpError::Io(format!("binding {addr}:{port}"), e))?;
+        let ipv6 = addr.is_ipv6();
+        let setup = |what: &str, r: io::Result<()>| {
+            r.map_err(|e| UdpError::Io(format!("{what} on {addr}:{port}"), e))
+        };
+        setup("setting don't-fragment", sys::set_dont_fragment(&socket, ipv6))?;
+        // UDP GSO refuses sockets without checksums (EINVAL): with offload
+        // the datagrams carry one (masked out of the ICRC, so harmless).
+        if !offload {
+            setup("turning the UDP checksum off", sys::set_no_udp_checksum(&socket, ipv6))?;
+        }
+        // The kernel grants at most net.core.rmem_max (doubled for its
+        // bookkeeping); a small grant means bursts overflow into drops and
+        // retransmissions, so the figure is reported in the stats.
+        let receive_buffer_bytes = sys::set_receive_buffer(&socket, SOCKET_BUFFER_BYTES)
+            .map_err(|e| UdpError::Io(format!("sizing the receive buffer on {addr}:{port}"), e))?;
+        setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
+        // GRO is an optimisation: a kernel without it still works.
+        let _ = sys::enable_gro(&socket);
+        let sockets = UdpSockets {
+            main: socket,
+            addr,
+            offload,
+            gso_refused: false,
+            by_port: HashMap::new(),
+            unbindable: HashMap::new(),
+        };
+        Ok((sockets, receive_buffer_bytes))
+    }
+
+    /// The socket every packet arrives on.
+    pub(super) fn main(&self) -> &UdpSocket {
+        &self.main
+    }
+
+    /// Whether packets can leave from `port`, binding its socket on first
+    /// use. A port that cannot be bound is remembered and tried again
+    /// after a while ([`UdpSockets::retry_due`]).
+    pub(super) fn can_send_from(&mut self, port: u16, now_ns: u64) -> bool {
+        if port == ROCEV2_UDP_PORT || self.by_port.contains_key(&port) {
+            return true;
+        }
+        if self.unbindable.get(&port).is_some_and(|&retry_at_ns| now_ns < retry_at_ns) {
+            return false;
+        }
+        match self.bind_source_port(port) {
+            Some(socket) => {
+                self.by_port.insert(port, socket);
+                self.unbindable.remove(&port);
+                true
+            }
+            None => {
+                self.unbindable.insert(port, now_ns + PORT_RETRY_NS);
+                false
+            }
+        }
+    }
+
+    /// Tries again the ports whose wait is over; returns those that can be
+    /// sent from now (the HCA may settle packets on them again).
+    pub(super) fn retry_due(&mut self, now_ns: u64) -> Vec<u16> {
+        if self.unbindable.is_empty() {
+            return Vec::new();
+        }
+        let due: Vec<u16> =
+            self.unbindable.iter().filter(|&(_, &at)| at <= now_ns).map(|(&p, _)| p).collect();
+        due.into_iter().filter(|&port| self.can_send_from(port, now_ns)).collect()
+    }
+
+    fn bind_source_port(&self, port: u16) -> Option<UdpSocket> {
+        let socket = UdpSocket::bind(SocketAddr::new(self.addr, port)).ok()?;
+        sys::set_dont_fragment(&socket, self.addr.is_ipv6()).ok()?;
+        if !self.offload {
+            sys::set_no_udp_checksum(&socket, self.addr.is_ipv6()).ok()?;
+        }
+        let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
+        // Nothing is sent to these ports; keep their receive queues small.
+        let _ = sys::set_receive_buffer(&socket, 4096);
+        Some(socket)
+    }
+
+    /// Sends the batched packets (UDP payloads), one group per source
+    /// port: with `sendmmsg`, or with offload, runs of equal-sized packets
+    /// to one destination as single GSO sends.
+    pub(super) fn send(
+        &mut self,
+        batch: &mut TxBatch,
+        stats: &mut UdpStats,
+        scratch: &mut sys::SendScratch,
+    ) {
+        let to = |ip: IpAddr| SocketAddr::new(ip, ROCEV2_UDP_PORT);
+        let UdpSockets { main, by_port, offload, gso_refused, .. } = self;
+        if *offload {
+            // Grouped by port, each group in its order (GSO runs need the
+            // packets back to back).
+            batch.packets.sort_by_key(|p| p.source_port);
+        } else {
+            // Grouped by port; in each, requests before responses (each
+            // class in its own order: they are separate PSN streams): a
+            // request an application posted in reaction to a completion
+            // must not wait behind the ACK of the packet that completed.
+            batch.packets.sort_by_key(|p| (p.source_port, p.kind == PacketKind::Response));
+        }
+        let (bytes, packets) = (&batch.bytes, &batch.packets);
+        let mut group = 0;
+        while group < packets.len() {
+            let port = packets[group].source_port;
+            let group_end = packets[group..]
+                .iter()
+                .position(|p| p.source_port != port)
+                .map_or(packets.len(), |n| group + n);
+            let socket = by_port.get(&port).unwrap_or(main);
+            let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(group_end - group);
+            let mut i = group;
+            while i < group_end {
+                let first = packets[i];
+                let (start, segment) = (first.start, first.len);
+                let mut j = i + 1;
+                let mut end = start + segment;
+                if *offload && !*gso_refused {
+                    // Every packet of a GSO run but the last has the run's
+                    // size.
+                    while j < group_end
+                        && packets[j].start == end
+                        && j - i < GSO_MAX_SEGMENTS
+                        && packets[j].destination == first.destination
+                        && packets[j].len <= segment
+                        && packets[j - 1].len == segment
+                        && packets[j].start + packets[j].len - start <= GSO_MAX_BYTES
+                    {
+                        end = packets[j].start + packets[j].len;
+                        j += 1;
+                    }
+                }
+                let mut gso_sent = false;
+                if j - i > 1 {
+                    stats.tx_calls += 1;
+                    let run = &bytes[start..end];
+                    match sys::send_segmented(socket, run, to(first.destination), segment as u16) {
+                        Ok(_) => gso_sent = true,
+                        // Refused (no checksum offload on the way out, or a
+                        // route MTU below the segment): the same runs would
+                        // fail on every retransmission, so send these singly
+                        // and stop asking for GSO.
+                        Err(_) => {
+                            *gso_refused = true;
+                            stats.tx_gso_refused += 1;
+                        }
+                    }
+                }
+                if !gso_sent {
+                    for p in &packets[i..j] {
+                        singles.push((&bytes[p.start..p.start + p.len], to(p.destination)));
+                    }
+                }
+                i = j;
+            }
+            send_all(socket, scratch, &singles, stats);
+            group = group_end;
+        }
+        batch.clear();
+    }
+}
+
+/// Sends every datagram with `sendmmsg` calls; a refused one is lost
+/// (counted), the rest go on.
+pub(super) fn send_all(
+    socket: &UdpSocket,
+    scratch: &mut sys::SendScratch,
+    datagrams: &[(&[u8], SocketAddr)],
+    stats: &mut UdpStats,
+) {
+    let mut sent = 0;
+    while sent < datagrams.len() {
+        stats.tx_calls += 1;
+        match sys::send_batch(socket, scratch, &datagrams[sent..]) {
+            Ok(n) if n > 0 => sent += n,
+            _ => {
+                stats.tx_errors += 1;
+                sent += 1;
+            }
+        }
+    }
+}
+
+/// Raises the soft limit on open files to the hard limit: a device opens
+/// one socket per UDP source port in use (up to 16,384 for many QPs).
+fn raise_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        let _ = setrlimit(
+            Resource::Nofile,
+            rustix::process::Rlimit { current: limit.maximum, ..limit },
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! A sent packet's way: the rules, the outages and the faults decide
+//! whether it is dropped, duplicated, corrupted or delayed, then it flies
+//! for the fabric's latency.
+
+use super::{Fabric, InFlight, MAX_POOLED_BUFFERS};
+use crate::rule::{Action, BthFacts, PacketFacts};
+use crate::trace::{DelayReason, DropReason, Fnv64, TraceEvent};
+use crate::NodeId;
+use core::net::IpAddr;
+use uroce_faults::{CopyFate, Fate};
+use uroce_hca::endpoint::Endpoint;
+use uroce_hca::time::Instant;
+
+impl<E: Endpoint> Fabric<E> {
+    pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
+        let packet = self.next_packet_number();
+        let now = self.now;
+        self.counters.sent += 1;
+        self.trace.record(TraceEvent::Send {
+            at: now,
+            packet,
+            from,
+            len: bytes.len(),
+            digest: Fnv64::digest(&bytes),
+        });
+        let to = self.route(destination);
+        if let Some(capture) = self.capture.as_mut().filter(|c| c.point().sent()) {
+            capture.write(now, from, to, &bytes);
+        }
+        let departs_at = self.leave_port(from, bytes.len());
+        let fate = Fate::draw(&mut self.rng);
+        let effects = self.apply_rules(packet, PacketFacts { from, to, bth: None }, &bytes);
+
+        let Some(to) = to else {
+            self.drop_packet(packet, DropReason::NoRoute, bytes);
+            return;
+        };
+        let faults = self.config.faults;
+        let drop = if faults.mtu_bytes.is_some_and(|mtu| bytes.len() > mtu) {
+            Some(DropReason::Mtu)
+        } else if effects.drop {
+            Some(DropReason::Rule)
+        } else if self.outages.iter().any(|o| o.drops(now, from, to)) {
+            Some(DropReason::Partition)
+        } else if fate.lost(&faults) {
+            Some(DropReason::Loss)
+        } else {
+            None
+        };
+        if let Some(reason) = drop {
+            self.drop_packet(packet, reason, bytes);
+            return;
+        }
+
+        let mut copies = [Some((packet, bytes)), None];
+        if effects.duplicate || fate.duplicated(&faults) {
+            let copy = self.next_packet_number();
+            let mut second = self.pool.pop().unwrap_or_default();
+            second.clear();
+            second.extend_from_slice(copies[0].as_ref().map_or(&[][..], |(_, b)| b));
+            self.counters.duplicated += 1;
+            self.trace.record(TraceEvent::Duplicate { at: now, packet, copy });
+            copies[1] = Some((copy, second));
+        }
+        for (slot, copy_fate) in copies.into_iter().zip(fate.copies) {
+            if let Some((number, bytes)) = slot {
+                let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns };
+                self.launch(number, bytes, hop, copy_fate);
+            }
+        }
+    }
+
+    /// Corrupts, delays and puts one copy in flight.
+    fn launch(&mut self, packet: u64, mut bytes: Vec<u8>, hop: Hop, fate: CopyFate) {
+        let Hop { from, to, departs_at, rule_delay_ns } = hop;
+        let now = self.now;
+        let faults = self.config.faults;
+        if let Some(bit_index) = fate.corrupt(&faults, &mut bytes) {
+            self.counters.corrupted += 1;
+            self.trace.record(TraceEvent::Corrupt { at: now, packet, bit_index });
+        }
+        let mut extra_ns = 0u64;
+        if rule_delay_ns > 0 {
+            extra_ns = rule_delay_ns;
+            self.counters.delayed_rule += 1;
+            self.trace.record(TraceEvent::Delay {
+                at: now,
+                packet,
+                extra_ns: rule_delay_ns,
+                reason: DelayReason::Rule,
+            });
+        }
+        if let Some(jitter_ns) = fate.reorder_delay_ns(&faults) {
+            extra_ns = extra_ns.saturating_add(jitter_ns);
+            self.counters.delayed_reorder += 1;
+            self.trace.record(TraceEvent::Delay {
+                at: now,
+                packet,
+                extra_ns: jitter_ns,
+                reason: DelayReason::Reorder,
+            });
+        }
+        if self.in_flight.len() >= self.config.max_in_flight {
+            self.drop_packet(packet, DropReason::Overflow, bytes);
+            return;
+        }
+        let arrives_at = departs_at.plus_nanos(self.config.latency_ns).plus_nanos(extra_ns);
+        self.in_flight.insert((arrives_at, packet), InFlight { from, to, bytes });
+    }
+
+    /// Offers a packet to every active rule; returns what the rules that
+    /// fired want done.
+    fn apply_rules(&mut self, packet: u64, mut facts: PacketFacts, bytes: &[u8]) -> RuleEffects {
+        let mut effects = RuleEffects::default();
+        if !self.rules.iter().any(|r| r.active) {
+            return effects;
+        }
+        facts.bth = BthFacts::read(bytes);
+        for (i, rule) in self.rules.iter_mut().enumerate() {
+            let Some(action) = rule.offer(&facts) else { continue };
+            self.counters.rule_hits += 1;
+            self.trace.record(TraceEvent::RuleFired { at: self.now, packet, rule: i });
+            match action {
+                Action::Drop => effects.drop = true,
+                Action::Duplicate => effects.duplicate = true,
+                Action::Delay { delay_ns } => {
+                    effects.delay_ns = effects.delay_ns.saturating_add(delay_ns);
+                }
+            }
+        }
+        effects
+    }
+
+    /// When a packet of `len` bytes sent now has left `from`'s port.
+    fn leave_port(&mut self, from: NodeId, len: usize) -> Instant {
+        let Some(rate) = self.config.port_rate_bits_per_sec else { return self.now };
+        let bits = (len as u128) * 8 * 1_000_000_000;
+        let serialization_ns = u64::try_from(bits.div_ceil(u128::from(rate))).unwrap_or(u64::MAX);
+        let free_at = &mut self.port_free_at[from.0];
+        *free_at = (*free_at).max(self.now).plus_nanos(serialization_ns);
+        *free_at
+    }
+
+    fn drop_packet(&mut self, packet: u64, reason: DropReason, bytes: Vec<u8>) {
+        let c = &mut self.counters;
+        match reason {
+            DropReason::Loss => c.dropped_loss += 1,
+            DropReason::Mtu => c.dropped_mtu += 1,
+            DropReason::Partition => c.dropped_partition += 1,
+            DropReason::NoRoute => c.dropped_no_route += 1,
+            DropReason::Overflow => c.dropped_overflow += 1,
+            DropReason::Rule => c.dropped_rule += 1,
+        }
+        self.trace.record(TraceEvent::Drop { at: self.now, packet, reason });
+        self.recycle(bytes);
+    }
+
+    fn next_packet_number(&mut self) -> u64 {
+        let n = self.next_packet;
+        self.next_packet += 1;
+        n
+    }
+
+    pub(super) fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < MAX_POOLED_BUFFERS {
+            self.pool.push(buf);
+        }
+    }
+}
+
+/// Where a packet goes and when it left.
+#[derive(Debug, Clone, Copy)]
+struct Hop {
+    from: NodeId,
+    to: NodeId,
+    /// When it has left the sender's port.
+    departs_at: Instant,
+    /// Extra delay the rules asked for.
+    rule_delay_ns: u64,
+}
+
+/// What the rules that fired on a packet want done.
+#[derive(Debug, Default, Clone, Copy)]
+struct RuleEffects {
+    drop: bool,
+    duplicate: bool,
+    delay_ns: u64,
+}

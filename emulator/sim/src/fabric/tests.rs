@@ -1,0 +1,86 @@
+use super::*;
+use core::net::Ipv4Addr;
+use uroce_faults::Probability;
+
+/// Sends `left` packets of 40 bytes to `peer`, one per poll, and keeps
+/// what it receives.
+struct Probe {
+    addr: Vec<IpAddr>,
+    peer: Option<IpAddr>,
+    left: u32,
+    got: Vec<Vec<u8>>,
+}
+
+impl Endpoint for Probe {
+    fn addresses(&self) -> &[IpAddr] {
+        &self.addr
+    }
+    fn receive(&mut self, _now: Instant, packet: &[u8]) {
+        self.got.push(packet.to_vec());
+    }
+    fn poll_transmit(&mut self, _now: Instant, buf: &mut [u8]) -> Option<uroce_hca::Transmit> {
+        let peer = self.peer?;
+        self.left = self.left.checked_sub(1)?;
+        buf[..40].fill(0x45);
+        buf[39] = self.left as u8;
+        Some(uroce_hca::Transmit::new(peer, 40))
+    }
+    fn poll_timeout(&self) -> Option<Instant> {
+        None
+    }
+    fn handle_timeout(&mut self, _now: Instant) {}
+}
+
+fn probes() -> Vec<Probe> {
+    let a = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+    let b = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2));
+    let probe = |addr: Vec<IpAddr>, peer, left| Probe { addr, peer, left, got: Vec::new() };
+    vec![probe(vec![a], Some(b), 300), probe(vec![b], Some(a), 300), probe(vec![], None, 0)]
+}
+
+#[test]
+fn a_mirror_port_sees_every_delivery_as_a_frame_and_changes_nothing() {
+    let faults = FaultConfig {
+        loss: Probability::from_percent(10),
+        duplicate: Probability::from_percent(10),
+        reorder: Probability::from_percent(20),
+        reorder_max_delay_ns: 50_000,
+        corrupt: Probability::from_percent(5),
+        ..FaultConfig::NONE
+    };
+    let config = FabricConfig { faults, ..FabricConfig::new(9) };
+    let run = |mirror: bool| {
+        let mut fabric = Fabric::new(config.clone(), probes());
+        if mirror {
+            fabric.set_mirror(Some(NodeId(2)));
+        }
+        assert!(fabric.run_until_idle(Instant::from_nanos(100_000_000)));
+        fabric
+    };
+    let (plain, mirrored) = (run(false), run(true));
+    assert_eq!(plain.trace_hash(), mirrored.trace_hash(), "a passive mirror changes nothing");
+    let c = mirrored.counters();
+    assert_eq!(c.mirrored, c.delivered);
+    assert_eq!(plain.counters().mirrored, 0);
+    let nodes = mirrored.endpoints();
+    let frames = &nodes[2].got;
+    assert_eq!(frames.len() as u64, c.delivered);
+    // In delivery order: each receiver's packets, in the order it got
+    // them, with the receiver's and the sender's MACs.
+    for (to, from) in [(0, 1), (1, 0)] {
+        let seen: Vec<&[u8]> = frames
+            .iter()
+            .filter(|f| f[..6] == node_mac(NodeId(to)))
+            .map(|f| {
+                assert_eq!(f[6..12], node_mac(NodeId(from)));
+                assert_eq!(f[12..14], [0x08, 0x00]);
+                &f[14..]
+            })
+            .collect();
+        let got: Vec<&[u8]> = nodes[to].got.iter().map(Vec::as_slice).collect();
+        assert_eq!(seen, got);
+    }
+    let mut fabric = run(true);
+    fabric.set_mirror(None);
+    assert_eq!(fabric.mirror(), None);
+}
