@@ -158,6 +158,12 @@ pub struct NetArgs {
     /// (or env UROCE_PROGRESS).
     #[arg(long, value_name = "MODE")]
     pub progress: Option<String>,
+    /// Print the HCA's decisions as it takes them, on standard error, one
+    /// per line: `trace <device address> <microseconds> <decision>` (what
+    /// happened to each packet received and why, go-backs, RNR waits,
+    /// refused WQEs, completions; or env UROCE_TRACE=1).
+    #[arg(long)]
+    pub trace: bool,
 }
 
 impl NetArgs {
@@ -181,6 +187,9 @@ impl NetArgs {
         if let Some(text) = &self.progress {
             config.progress = ProgressMode::parse(text)
                 .ok_or_else(|| format!("--progress `{text}`: busy, event or hybrid[:spin_us]"))?;
+        }
+        if self.trace {
+            config.trace = uroce_net::udp::TraceMode::Print;
         }
         Ok(())
     }

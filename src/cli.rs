@@ -137,6 +137,11 @@ enum Command {
         /// (CQs fill, receives come late: RNR NAKs, backpressure).
         #[arg(long, value_parser = clap::value_parser!(u32).range(0..=swarm::MAX_DISRUPTIONS as i64))]
         pauses: Option<u32>,
+        /// Print every HCA's decisions, in virtual time order, before the
+        /// report: `trace <ns> node <n> <decision>` (the newest million of
+        /// them; tracing changes nothing the run does).
+        #[arg(long)]
+        trace: bool,
     },
 }
 
@@ -180,6 +185,7 @@ where
             outages,
             partitions,
             pauses,
+            trace,
         } => {
             let config = SwarmConfig {
                 seed: seed.unwrap_or_else(random_seed),
@@ -198,7 +204,7 @@ where
                 partitions,
                 pauses,
             };
-            sim(&config, seed.is_none(), out, err)
+            sim(&config, seed.is_none(), trace, out, err)
         }
     }
 }
@@ -215,7 +221,13 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
-fn sim(config: &SwarmConfig, random: bool, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
+fn sim(
+    config: &SwarmConfig,
+    random: bool,
+    trace: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> i32 {
     let plan = swarm::Plan::resolve(config);
     let mut header = swarm::describe(&plan);
     if random {
@@ -224,11 +236,21 @@ fn sim(config: &SwarmConfig, random: bool, out: &mut dyn Write, err: &mut dyn Wr
     let _ = writeln!(out, "{header}");
     let _ = out.flush();
     let started = std::time::Instant::now();
-    let outcome =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| swarm::run_plan(plan.clone())));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        swarm::run_plan_with(plan.clone(), trace)
+    }));
     let elapsed = started.elapsed();
     match outcome {
         Ok(report) => {
+            if let Some(steps) = &report.steps {
+                if steps.lost > 0 {
+                    let _ =
+                        writeln!(out, "trace: the {} oldest decisions were not kept", steps.lost);
+                }
+                for (at, node, step) in &steps.kept {
+                    let _ = writeln!(out, "trace {} node {node} {step}", at.as_nanos());
+                }
+            }
             let _ = writeln!(out, "wall time: {:.2} s", elapsed.as_secs_f64());
             if report.write(out).is_err() {
                 let _ = writeln!(err, "uroce sim: cannot write the report");

@@ -167,6 +167,7 @@ mod model;
 mod plan;
 mod run;
 mod workload;
+pub use run::{Steps, MAX_TRACED_STEPS};
 mod world;
 
 pub use adversary::{AdversaryStats, Kind as AdversaryKind, KINDS as ADVERSARY_KINDS};
@@ -270,6 +271,8 @@ pub struct SwarmReport {
     pub retransmits: u64,
     /// The fabric's trace hash.
     pub trace_hash: u64,
+    /// The HCAs' decisions, when the run was traced.
+    pub steps: Option<Steps>,
     /// When the faults healed (virtual time).
     pub healed_at: Instant,
     /// When every WR had finished, if it did.
@@ -480,7 +483,17 @@ pub fn run(config: &SwarmConfig) -> SwarmReport {
 
 /// Runs a resolved plan.
 pub fn run_plan(plan: Plan) -> SwarmReport {
+    run_plan_with(plan, false)
+}
+
+/// Runs a resolved plan; with `trace`, the report keeps every HCA's
+/// decisions ([`SwarmReport::steps`]). Tracing changes nothing the run
+/// does (the same trace hash).
+pub fn run_plan_with(plan: Plan, trace: bool) -> SwarmReport {
     let mut sim = run::Sim::new(plan);
+    if trace {
+        sim.trace();
+    }
     sim.workload();
     sim.liveness();
     sim.finish();

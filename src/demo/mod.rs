@@ -28,7 +28,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use uroce_hca::counters::Counters;
-use uroce_net::udp::{FaultSpec, UdpConfig, UdpStats};
+use uroce_net::udp::{FaultSpec, TraceMode, UdpConfig, UdpStats};
 use uroce_verbs::connect::Tuning;
 use uroce_verbs::{
     Access, AhAttr, Mr, Qkey, Qp, QpCap, QpInitAttr, QpType, RecvWr, RemoteTarget, Rkey, SendFlags,
@@ -44,6 +44,8 @@ const MR_LEN: u64 = 256 * 1024;
 const WAIT: Duration = Duration::from_secs(3);
 /// Packet lines printed per step at most.
 const MAX_WIRE_LINES: usize = 12;
+/// Most HCA decisions shown for one step (`--trace`).
+const MAX_DECISION_LINES: usize = 24;
 /// The faults A's injector applies in the fault run unless `--faults` (or
 /// `UROCE_FAULTS`) chose others.
 const DEMO_FAULTS: &str = "loss=0.05,seed=2";
@@ -105,6 +107,12 @@ use trace::{wire_lines, Trace};
 /// Runs `uroce demo`; returns the exit status.
 pub fn run(args: &DemoArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
     let base = match args.net.config() {
+        // With --trace, each step shows the HCAs' decisions beside its
+        // packets (kept by the devices, not printed by their runtimes).
+        Ok(mut config) if config.trace != TraceMode::Off => {
+            config.trace = TraceMode::Keep;
+            config
+        }
         Ok(config) => config,
         Err(e) => {
             let _ = writeln!(err, "uroce demo: {e}");
@@ -486,6 +494,21 @@ impl Phase {
             if lines.len() > shown {
                 say!(out, "          ... and {} more lines like these", lines.len() - shown);
             }
+        }
+        let decisions: Vec<String> = [("A", &self.a), ("B", &self.b)]
+            .into_iter()
+            .flat_map(|(who, node)| {
+                node.dev.take_steps().into_iter().map(move |(_, step)| format!("{who}  {step}"))
+            })
+            .collect();
+        for (i, line) in decisions.iter().enumerate() {
+            if i == MAX_DECISION_LINES && decisions.len() > MAX_DECISION_LINES + 2 {
+                let more = decisions.len() - i;
+                say!(out, "          ... and {more} more decisions");
+                break;
+            }
+            let label = if i == 0 { "hca " } else { "    " };
+            say!(out, "    {label}  {line}");
         }
         let sides: Vec<String> = [("A", at_a), ("B", at_b)]
             .iter()

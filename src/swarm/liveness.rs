@@ -82,6 +82,7 @@ impl Sim {
     pub(super) fn finish(&mut self) {
         let until = self.now().plus_nanos(100_000_000);
         self.fabric.run_until_idle(until);
+        self.collect_steps();
         self.poll_all();
         for s in 0..self.sides.len() {
             let side = &self.sides[s];

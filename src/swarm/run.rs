@@ -19,6 +19,7 @@ use std::net::Ipv4Addr;
 use std::rc::Rc;
 use std::sync::Arc;
 use uroce_device::mem::SimMemory;
+use uroce_hca::trace::Step;
 use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{Fabric, NodeId, Probability, SimRng};
 use uroce_verbs::{Ah, Context, Cq, Mr, Pd, Qp, QpCap, QpType, Qpn};
@@ -238,7 +239,23 @@ pub(super) struct Sim {
     pub(super) paused_until: Vec<Instant>,
     /// Node pairs (lower first) an outage or a partition ever cut.
     pub(super) cut_paths: BTreeSet<(usize, usize)>,
+    /// Every HCA's decisions, in time order, when the run is traced.
+    pub(super) steps: Option<Steps>,
 }
+
+/// The HCAs' decisions of a traced run.
+#[derive(Debug, Clone, Default)]
+pub struct Steps {
+    /// (when, node, decision), oldest first; at most [`MAX_TRACED_STEPS`].
+    pub kept: VecDeque<(Instant, usize, Step)>,
+    /// Decisions dropped (the oldest, past the bound, or lost in an HCA).
+    pub lost: u64,
+}
+
+/// The most decisions a traced run keeps (the newest).
+pub const MAX_TRACED_STEPS: usize = 1 << 20;
+/// Decisions each HCA keeps between two collections.
+const HCA_TRACE_CAPACITY: usize = 1 << 16;
 
 pub(super) fn pick<T: Copy>(rng: &mut SimRng, items: &[T]) -> T {
     items[rng.below(items.len() as u64) as usize]
@@ -343,6 +360,10 @@ impl Sim {
             fabric: *self.fabric.counters(),
             hca,
             plan: self.plan,
+            steps: self.steps.map(|mut s| {
+                s.lost += self.nodes.iter().map(|n| n.hca.lock().steps_lost()).sum::<u64>();
+                s
+            }),
         }
     }
 
@@ -350,6 +371,33 @@ impl Sim {
     /// Runs the fabric for a random slice of virtual time; when the
     /// application has nothing to do (`idle`) until the fabric does
     /// something or a delayed receive is due, at least until then.
+    /// Turns tracing on: every HCA records its decisions, which the run
+    /// collects as it goes.
+    pub(super) fn trace(&mut self) {
+        for node in &self.nodes {
+            node.hca.lock().trace_steps(HCA_TRACE_CAPACITY);
+        }
+        self.steps = Some(Steps::default());
+    }
+
+    /// Takes the HCAs' decisions since the last call, in time order.
+    pub(super) fn collect_steps(&mut self) {
+        let Some(steps) = self.steps.as_mut() else { return };
+        let mut batch = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            let mut hca = node.hca.lock();
+            batch.extend(std::iter::from_fn(|| hca.poll_step()).map(|(at, step)| (at, i, step)));
+        }
+        batch.sort_by_key(|&(at, node, _)| (at, node));
+        for entry in batch {
+            if steps.kept.len() == MAX_TRACED_STEPS {
+                steps.kept.pop_front();
+                steps.lost += 1;
+            }
+            steps.kept.push_back(entry);
+        }
+    }
+
     pub(super) fn advance(&mut self, idle: bool) {
         let q = match self.rng.below(10) {
             0..=3 => 1_000,
@@ -378,6 +426,7 @@ impl Sim {
             }
         }
         self.fabric.run_until(deadline);
+        self.collect_steps();
     }
 
     /// Whether the application could post a send WR now.

@@ -198,6 +198,7 @@ impl Sim {
             disruptions,
             paused_until,
             cut_paths: BTreeSet::new(),
+            steps: None,
         };
         sim.connect_all();
         sim

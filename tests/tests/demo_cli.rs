@@ -228,3 +228,30 @@ fn devinfo_checks_its_capture_file_too() {
         assert!(err.contains(&format!("uroce devinfo: {why}")), "{err}");
     }
 }
+
+#[test]
+fn demo_trace_shows_each_steps_decisions_beside_its_packets() {
+    let (status, out, err) = uroce(&["demo", "--addrs", "127.85.0.14,127.85.0.15", "--trace"]);
+    assert_eq!(status, 0, "{out}{err}");
+    assert_all_passed(&out);
+    assert!(!err.contains("trace "), "the demo prints its decisions itself: {err}");
+    let step = |n: u32| {
+        let start = out.find(&format!("[{n}] ")).expect("the step");
+        let end = out[start..].find("\n\n").map_or(out.len(), |e| start + e);
+        out[start..end].to_string()
+    };
+    let first = step(1);
+    assert!(first.contains("    hca   A  QP 0x000010: response RC_ACKNOWLEDGE"), "{first}");
+    assert!(
+        first.contains("B  QP 0x000010: request RC_SEND_FIRST PSN 0: in sequence, executed"),
+        "{first}"
+    );
+    assert!(first.contains("B  QP 0x000010: completion on CQ"), "{first}");
+    let rnr = step(12);
+    assert!(rnr.contains("refused, RNR-NAK"), "{rnr}");
+    assert!(rnr.contains("RNR wait"), "{rnr}");
+    let bad_key = step(13);
+    assert!(bad_key.contains("refused, NAK remote-access-error"), "{bad_key}");
+    let faults = step(14);
+    assert!(faults.contains("go back to PSN"), "{faults}");
+}

@@ -363,3 +363,26 @@ fn a_pingpong_capture_decodes_cleanly() {
         }
     }
 }
+
+#[test]
+fn trace_prints_the_hcas_decisions() {
+    let plain = ["-g", "1", "-n", "5", "-s", "2000"];
+    let traced = ["-g", "1", "-n", "5", "-s", "2000", "--trace"];
+    let (server, client) = run_pair_with("127.83.24", 18584, &plain, &traced);
+    assert_eq!((server.code, client.code), (Some(0), Some(0)), "{server:#?} {client:#?}");
+    assert!(!server.stderr.contains("trace "), "no --trace, no trace: {}", server.stderr);
+    let lines: Vec<&str> = client.stderr.lines().filter(|l| l.starts_with("trace ")).collect();
+    // `trace <address> <microseconds> <decision>`.
+    for line in &lines {
+        let fields: Vec<&str> = line.splitn(4, ' ').collect();
+        assert_eq!(fields[1], "127.83.24.2", "{line}");
+        assert!(fields[2].parse::<u64>().is_ok(), "{line}");
+    }
+    let has = |text: &str| lines.iter().filter(|l| l.contains(text)).count();
+    // Five SENDs of two packets each way: the server's arrive in sequence,
+    // ours are acknowledged, and every receive and send completes.
+    assert!(has("request RC_SEND_FIRST") >= 5, "{lines:#?}");
+    assert!(has(": in sequence, executed") >= 10, "{lines:#?}");
+    assert!(has("response RC_ACKNOWLEDGE") >= 5, "{lines:#?}");
+    assert!(has("Recv Success") >= 5 && has("Send Success") >= 1, "{lines:#?}");
+}

@@ -463,3 +463,22 @@ fn a_lost_read_response_rewinds_the_window_once() {
     let packets = w.fabric.counters().sent;
     assert!(go_backs <= 2 && packets <= 300, "{go_backs} go-backs, {packets} packets");
 }
+
+#[test]
+fn a_traced_run_is_the_same_run_and_tells_its_decisions() {
+    let plan = Plan::resolve(&heavy(7, 150));
+    let plain = swarm::run_plan(plan.clone());
+    let traced = swarm::run_plan_with(plan, true);
+    assert!(plain.steps.is_none());
+    assert_eq!(render(&plain), render(&traced), "tracing changes nothing the run does");
+    let steps = traced.steps.expect("a traced run keeps its steps");
+    assert!(steps.kept.len() > 100, "{} steps", steps.kept.len());
+    assert!(
+        steps.kept.iter().zip(steps.kept.iter().skip(1)).all(|(a, b)| a.0 <= b.0),
+        "in time order"
+    );
+    use uroce_hca::trace::Step;
+    let go_backs = steps.kept.iter().filter(|(_, _, s)| matches!(s, Step::GoBack { .. })).count();
+    assert!(go_backs > 0, "heavy faults make go-backs, and the trace shows them");
+    assert!(steps.kept.iter().any(|(_, _, s)| matches!(s, Step::Completion { .. })));
+}

@@ -22,6 +22,7 @@ use crate::hca::{Hca, TimerKind};
 use crate::mr::Origin;
 use crate::qp::EntryState;
 use crate::time::Instant;
+use crate::trace::{GoBackCause, ResponseVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Access, QpState, QpType, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
@@ -38,29 +39,43 @@ impl Hca {
         packet: &roce::Packet<&[u8]>,
     ) {
         let Some(qp) = self.qps.get(index as usize) else { return };
-        if qp.qp_type != QpType::Rc || !qp.can_send() {
-            self.counters.rcvd_ghost_response += 1;
-            return;
-        }
+        let (qpn, psn, opcode) = (qp.qpn, packet.bth().psn(), packet.bth().opcode());
+        // The step goes first: what the response completes or raises
+        // follows it.
+        let at = self.steps_recorded();
+        let verdict = self.complete_response(now, index, packet);
+        self.step_before(at, now, Step::Response { qpn, psn, opcode, verdict });
+    }
+
+    fn complete_response(
+        &mut self,
+        now: Instant,
+        index: u32,
+        packet: &roce::Packet<&[u8]>,
+    ) -> ResponseVerdict {
+        let Some(qp) = self.qps.get(index as usize) else { return ResponseVerdict::NotPlaced };
         let psn = packet.bth().psn();
         // Only a response to something outstanding may have an effect: a
-        // PSN sent and not yet acknowledged. Everything else (a duplicate
-        // or delayed response, one for a PSN never sent, a forged one) is
-        // dropped here, before its syndrome is looked at.
-        if !qp.awaits_response(psn) {
+        // PSN sent and not yet acknowledged, on an RC QP that sends.
+        // Everything else (a duplicate or delayed response, one for a PSN
+        // never sent, a forged one) is dropped here, before its syndrome is
+        // looked at.
+        if qp.qp_type != QpType::Rc || !qp.can_send() || !qp.awaits_response(psn) {
             self.counters.rcvd_ghost_response += 1;
-            return;
+            return ResponseVerdict::NotOutstanding;
         }
         let opcode = packet.bth().opcode();
         let syndrome = packet.aeth().map(|a| a.syndrome());
         match opcode {
             Opcode::RC_ACKNOWLEDGE => match syndrome {
                 Some(Syndrome::Ack { .. }) => self.on_ack(now, index, psn),
-                Some(Syndrome::RnrNak { timer_code }) => {
-                    self.on_rnr_nak(now, index, psn, timer_code)
+                Some(s @ Syndrome::RnrNak { timer_code }) => {
+                    self.on_rnr_nak(now, index, psn, timer_code).verdict(s)
                 }
-                Some(Syndrome::Nak(NakCode::PsnSequenceError)) => self.on_seq_nak(now, index, psn),
-                Some(Syndrome::Nak(code)) => {
+                Some(s @ Syndrome::Nak(NakCode::PsnSequenceError)) => {
+                    self.on_seq_nak(now, index, psn).verdict(s)
+                }
+                Some(s @ Syndrome::Nak(code)) => {
                     let status = match code {
                         NakCode::InvalidRequest => WcStatus::RemInvReqErr,
                         NakCode::RemoteAccessError => WcStatus::RemAccessErr,
@@ -68,28 +83,36 @@ impl Hca {
                         NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
                         _ => WcStatus::BadRespErr,
                     };
-                    self.on_fatal_nak(now, index, psn, status);
+                    self.on_fatal_nak(now, index, psn, status).verdict(s)
                 }
-                Some(Syndrome::Reserved(_)) | None => self.counters.rcvd_malformed += 1,
+                Some(Syndrome::Reserved(_)) | None => {
+                    self.counters.rcvd_malformed += 1;
+                    ResponseVerdict::NotPlaced
+                }
             },
             Opcode::RC_ATOMIC_ACKNOWLEDGE => {
                 let orig = packet.atomic_ack_eth().map(|a| a.orig()).unwrap_or(0);
-                self.on_atomic_ack(now, index, psn, orig);
+                self.on_atomic_ack(now, index, psn, orig)
             }
             op if op.info().is_some_and(|i| i.is(Mask::RESP.union(Mask::READ))) => {
-                self.on_read_response(now, index, psn, packet);
+                self.on_read_response(now, index, psn, packet)
             }
-            _ => self.counters.rcvd_ghost_response += 1,
+            _ => {
+                self.counters.rcvd_ghost_response += 1;
+                ResponseVerdict::NotPlaced
+            }
         }
     }
 
     /// An ACK (or the AETH of a READ response) acknowledges every PSN up to
     /// and including `psn`.
-    fn on_ack(&mut self, now: Instant, index: u32, psn: Psn) {
+    fn on_ack(&mut self, now: Instant, index: u32, psn: Psn) -> ResponseVerdict {
         // A stale or duplicate ACK must not postpone the retransmit timer.
-        if self.ack_up_to(now, index, psn) {
+        let progressed = self.ack_up_to(now, index, psn);
+        if progressed {
             self.after_progress(now, index);
         }
+        ResponseVerdict::Ack { progressed }
     }
 
     /// Completes SEND/WRITE/ATOMIC WRITE/FLUSH WQEs acknowledged by `psn`;
@@ -148,7 +171,7 @@ impl Hca {
             // request again, once per go-back (rxe's started_retry), not once
             // per ACK that passes it.
             if !qp.comp.started_retry && self.consume_retry(now, index) {
-                self.retry(now, index, resume);
+                self.retry(now, index, resume, GoBackCause::ImpliedNak);
                 if let Some(qp) = self.qps.get_mut(index as usize) {
                     qp.comp.started_retry = true;
                 }
@@ -175,51 +198,58 @@ impl Hca {
     /// from this point (a duplicated NAK, or the timer fired first) is not
     /// started or paid for again: the responder NAKs a gap once, so a
     /// second NAK without progress adds nothing.
-    fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) {
+    fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) -> Applied {
         self.counters.rcvd_seq_err += 1;
         if !self.nak_applies(now, index, psn) {
-            return;
+            return Applied(false);
         }
         if self.qps.get(index as usize).is_some_and(|qp| qp.comp.started_retry) {
-            return;
+            return Applied(false);
         }
         if self.consume_retry(now, index) {
-            self.retry(now, index, psn);
+            self.retry(now, index, psn, GoBackCause::SequenceNak);
             if let Some(qp) = self.qps.get_mut(index as usize) {
                 qp.comp.started_retry = true;
             }
             self.rearm(now, index);
         }
+        Applied(true)
     }
 
     /// Receiver not ready: wait the RNR timer, then go back to `psn`.
-    fn on_rnr_nak(&mut self, now: Instant, index: u32, psn: Psn, timer_code: u8) {
+    fn on_rnr_nak(&mut self, now: Instant, index: u32, psn: Psn, timer_code: u8) -> Applied {
         self.counters.rcvd_rnr_err += 1;
         if !self.nak_applies(now, index, psn) {
-            return;
+            return Applied(false);
         }
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let Some(qp) = self.qps.get_mut(index as usize) else { return Applied(false) };
+        let qpn = qp.qpn;
         if qp.attr.rnr_retry != 7 {
             if qp.comp.rnr_retry_left == 0 {
                 self.counters.retry_rnr_exceeded_err += 1;
+                self.step(now, Step::RetriesExhausted { qpn, rnr: true });
                 self.fail_oldest(now, index, WcStatus::RnrRetryExcErr);
-                return;
+                return Applied(true);
             }
             qp.comp.rnr_retry_left -= 1;
         }
         let wait_us = Syndrome::RnrNak { timer_code }.rnr_wait_us().unwrap_or(655_360);
-        self.retry(now, index, psn);
+        self.step(now, Step::RnrWait { qpn, wait_us });
+        self.retry(now, index, psn, GoBackCause::RnrNak);
         self.cancel_timer(index, TimerKind::Retransmit);
         self.set_timer(index, TimerKind::Rnr, Some(now.plus_nanos(u64::from(wait_us) * 1_000)));
+        Applied(true)
     }
 
     /// A NAK the requester cannot recover from (invalid request, remote
     /// access or operational error) ends the WQE that holds `psn`, the
     /// oldest one not done.
-    fn on_fatal_nak(&mut self, now: Instant, index: u32, psn: Psn, status: WcStatus) {
-        if self.nak_applies(now, index, psn) {
+    fn on_fatal_nak(&mut self, now: Instant, index: u32, psn: Psn, status: WcStatus) -> Applied {
+        let applies = self.nak_applies(now, index, psn);
+        if applies {
             self.fail_oldest(now, index, status);
         }
+        Applied(applies)
     }
 
     /// The send-queue entry a READ response or atomic ACK at `psn` belongs
@@ -242,18 +272,21 @@ impl Hca {
         entry
     }
 
-    fn on_atomic_ack(&mut self, now: Instant, index: u32, psn: Psn, orig: u64) {
+    fn on_atomic_ack(&mut self, now: Instant, index: u32, psn: Psn, orig: u64) -> ResponseVerdict {
+        const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
         if self.qps.get(index as usize).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
             // Its AETH acknowledges everything before it.
             self.ack_up_to(now, index, psn.wrapping_sub(1));
         }
-        let Some(entry_index) = self.expected_response_entry(now, index, psn) else { return };
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+            return NOT_PLACED;
+        };
         let qp = self.qps.get_mut(index as usize).expect("checked");
         let pd = qp.pd;
-        let Some(entry) = qp.entry(entry_index) else { return };
+        let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if !matches!(entry.wqe.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
             self.counters.rcvd_ghost_response += 1;
-            return;
+            return NOT_PLACED;
         }
         let status = match &entry.wqe.payload {
             Payload::Sges(sges) if sges.len() == 1 => {
@@ -287,6 +320,7 @@ impl Hca {
         qp.comp.started_retry = false;
         self.retire(now, index);
         self.after_progress(now, index);
+        ResponseVerdict::AtomicPlaced
     }
 
     fn on_read_response(
@@ -295,7 +329,8 @@ impl Hca {
         index: u32,
         psn: Psn,
         packet: &roce::Packet<&[u8]>,
-    ) {
+    ) -> ResponseVerdict {
+        const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
         // The AETH of a READ response acknowledges every request before
         // the READ (an ACK for them may have been lost; rxe completes them
         // too), never the READ's own response PSNs.
@@ -307,13 +342,15 @@ impl Hca {
                 self.ack_up_to(now, index, first.wrapping_sub(1));
             }
         }
-        let Some(entry_index) = self.expected_response_entry(now, index, psn) else { return };
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+            return NOT_PLACED;
+        };
         let qp = self.qps.get(index as usize).expect("checked");
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
-        let Some(entry) = qp.entry(entry_index) else { return };
+        let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if entry.wqe.opcode != WrOpcode::RdmaRead {
             self.counters.rcvd_ghost_response += 1;
-            return;
+            return NOT_PLACED;
         }
         let offset = u64::from(entry.first_psn.distance_to(psn) as u32) * mtu;
         let total = entry.wqe.length();
@@ -335,7 +372,7 @@ impl Hca {
         qp.comp.retry_left = qp.attr.retry_cnt;
         qp.comp.rnr_retry_left = qp.attr.rnr_retry;
         qp.comp.started_retry = false;
-        let Some(entry) = qp.entry_mut(entry_index) else { return };
+        let Some(entry) = qp.entry_mut(entry_index) else { return NOT_PLACED };
         entry.read_placed = offset + payload.len() as u64;
         if let Some(status) = status {
             entry.state = EntryState::Done(status);
@@ -346,6 +383,7 @@ impl Hca {
         }
         self.retire(now, index);
         self.after_progress(now, index);
+        ResponseVerdict::ReadPlaced
     }
 
     /// The shadow index of the WQE whose PSN range holds `psn`.
@@ -392,6 +430,8 @@ impl Hca {
         }
         if qp.comp.retry_left == 0 {
             self.counters.retry_exceeded_err += 1;
+            let qpn = qp.qpn;
+            self.step(now, Step::RetriesExhausted { qpn, rnr: false });
             self.fail_oldest(now, index, WcStatus::RetryExcErr);
             return false;
         }
@@ -409,7 +449,7 @@ impl Hca {
         }
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
-            self.retry(now, index, from);
+            self.retry(now, index, from, GoBackCause::ResponseAhead);
             if let Some(qp) = self.qps.get_mut(index as usize) {
                 qp.comp.started_retry = true;
             }
@@ -424,7 +464,7 @@ impl Hca {
         }
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
-            self.retry(now, index, from);
+            self.retry(now, index, from, GoBackCause::Timeout);
             if let Some(qp) = self.qps.get_mut(index as usize) {
                 qp.comp.started_retry = true;
             }
@@ -439,7 +479,7 @@ impl Hca {
     }
 
     /// Go-back-N: the requester resumes at PSN `from`.
-    pub(crate) fn retry(&mut self, _now: Instant, index: u32, from: Psn) {
+    pub(crate) fn retry(&mut self, now: Instant, index: u32, from: Psn, cause: GoBackCause) {
         let Some(start) = self.entry_at_psn(index, from) else { return };
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
         let Some(entry) = qp.entry(start) else { return };
@@ -462,6 +502,7 @@ impl Hca {
         }
         // Every go-back, whatever caused it (rxe's completer_retry_err).
         self.counters.completer_retry_err += 1;
+        let qpn = qp.qpn;
         let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
         // start is at or before end, both within [consumer, fetched].
         let span = position(end).saturating_sub(position(start));
@@ -477,6 +518,7 @@ impl Hca {
         if from.is_before(qp.comp.psn) {
             qp.comp.psn = from;
         }
+        self.step(now, Step::GoBack { qpn, from, cause });
         self.schedule(index);
     }
 
@@ -593,6 +635,18 @@ impl Hca {
         }
         self.cancel_timer(index, TimerKind::Retransmit);
         self.cancel_timer(index, TimerKind::Rnr);
+    }
+}
+
+/// Whether a NAK's syndrome was acted on.
+struct Applied(bool);
+
+impl Applied {
+    fn verdict(self, syndrome: Syndrome) -> ResponseVerdict {
+        match self {
+            Applied(true) => ResponseVerdict::Nak(syndrome),
+            Applied(false) => ResponseVerdict::NakIgnored(syndrome),
+        }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::qp_state::modify_is_ok;
 use crate::ring::{ConsumerRing, ProducerRing, PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
+use crate::trace::{Step, StepLog};
 use core::net::IpAddr;
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -93,6 +94,8 @@ pub struct Hca {
     timers: BTreeSet<(Instant, u32, TimerKind)>,
     events: VecDeque<Event>,
     pub(crate) counters: Counters,
+    /// The decisions kept for the driver (off unless asked for).
+    pub(crate) steps: StepLog,
     ip_id: u16,
     /// The latest time the HCA was given.
     last_now: Instant,
@@ -129,6 +132,7 @@ impl Hca {
             timers: BTreeSet::new(),
             events: VecDeque::new(),
             counters: Counters::default(),
+            steps: StepLog::default(),
             ip_id: 0,
             last_now: Instant::ZERO,
             scratch: vec![0; config.active_mtu.bytes() as usize],
@@ -210,6 +214,37 @@ impl Hca {
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
+    }
+
+    /// Keeps up to `capacity` of the HCA's decisions for [`Hca::poll_step`]
+    /// (0, the default, turns tracing off). See [`crate::trace`].
+    pub fn trace_steps(&mut self, capacity: usize) {
+        self.steps.set_capacity(capacity);
+    }
+
+    /// The oldest decision kept, and when it was made.
+    pub fn poll_step(&mut self) -> Option<(Instant, Step)> {
+        self.steps.pop()
+    }
+
+    /// Decisions dropped because nobody took them in time.
+    pub fn steps_lost(&self) -> u64 {
+        self.steps.lost
+    }
+
+    /// Records a decision (when tracing is on).
+    pub(crate) fn step(&mut self, now: Instant, step: Step) {
+        self.steps.record(now, step);
+    }
+
+    /// The sequence number of the next decision recorded.
+    pub(crate) fn steps_recorded(&self) -> u64 {
+        self.steps.recorded()
+    }
+
+    /// Records a decision before those recorded since sequence number `at`.
+    pub(crate) fn step_before(&mut self, at: u64, now: Instant, step: Step) {
+        self.steps.insert(at, now, step);
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
@@ -705,6 +740,8 @@ impl Hca {
     /// Writes a CQE to CQ `cq`, raising the events it calls for. An
     /// overrun raises CQ_ERR and moves the QP to the error state.
     pub(crate) fn post_cqe(&mut self, now: Instant, cq: u32, cqe: &Cqe, solicited: bool) {
+        let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
+        self.step(now, Step::Completion { qpn, cq, wr_id, status, opcode });
         let outcome = match self.cqs.get_mut(cq as usize) {
             Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
             None => PostOutcome::Overrun,

@@ -27,6 +27,7 @@ mod rx;
 pub mod shared;
 pub mod tables;
 pub mod time;
+pub mod trace;
 
 pub use endpoint::{Endpoint, PacketKind, Transmit};
 pub use hca::Hca;

@@ -13,6 +13,7 @@ use crate::hca::{Hca, TimerKind};
 use crate::mr::Origin;
 use crate::qp::{EntryState, Path, SqEntry};
 use crate::time::Instant;
+use crate::trace::Step;
 use uroce_device::ring::RingError;
 use uroce_device::types::{Access, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_device::wqe::{Payload, SendWqe, WqeLimits};
@@ -45,6 +46,8 @@ impl Hca {
                 // again would flush, fetch and fail here again).
                 if qp.state != QpState::Err {
                     self.counters.bad_wqe += 1;
+                    let qpn = qp.qpn;
+                    self.step(now, Step::WqeRefused { qpn, status: WcStatus::LocQpOpErr });
                     self.fatal(now, index);
                 }
                 return;
@@ -111,8 +114,9 @@ impl Hca {
                     }
                 }
             };
-            if entry.fetch_error.is_some() {
+            if let Some(status) = entry.fetch_error {
                 self.counters.bad_wqe += 1;
+                self.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
             }
             let s = qp.slot(qp.fetched);
             qp.sq_shadow[s] = Some(entry);

@@ -17,6 +17,7 @@ use crate::hca::Hca;
 use crate::mr::{AccessError, Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Response};
 use crate::time::Instant;
+use crate::trace::{DropReason, RequestVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Access, Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use uroce_device::wqe::RecvWqe;
@@ -76,18 +77,19 @@ impl Hca {
                 qp.resp.epsn = psn;
             } else if qp.resp.drop_msg {
                 qp.resp.epsn = psn.next();
-                return;
+                return self.request_step(now, index, packet, RequestVerdict::Dropped);
             } else if psn != epsn {
                 self.counters.out_of_seq_request += 1;
                 qp.resp.drop_msg = true;
                 qp.resp.msg = None;
                 qp.resp.epsn = psn.next();
-                return;
+                return self.request_step(now, index, packet, RequestVerdict::Dropped);
             }
         } else if psn != epsn {
             if psn.is_after(epsn) {
                 let qp = self.qps.get_mut(index as usize).expect("checked");
-                if !qp.resp.nak_sent {
+                let nak = !qp.resp.nak_sent;
+                if nak {
                     // Counted once per gap, as rxe does.
                     self.counters.out_of_seq_request += 1;
                     qp.resp.nak_sent = true;
@@ -102,17 +104,73 @@ impl Hca {
                     );
                     self.counters.send_nak += 1;
                 }
+                let verdict = RequestVerdict::OutOfSequence { expected: epsn, nak };
+                self.request_step(now, index, packet, verdict);
             } else {
                 self.counters.duplicate_request += 1;
+                self.request_step(now, index, packet, RequestVerdict::Duplicate);
                 self.duplicate(now, index, psn, packet);
             }
             return;
         }
-        match self.execute(now, index, frame, packet) {
-            Ok(()) => {}
-            Err(Refusal::Drop) => {}
-            Err(refusal) => self.refuse(now, index, psn, refusal, qp_type),
+        // The step goes first: what executing it completes or raises
+        // follows it.
+        let verdict_at = self.steps_recorded();
+        let result = self.execute(now, index, frame, packet);
+        let verdict = match result {
+            Ok(()) => RequestVerdict::Executed,
+            Err(Refusal::Drop) => RequestVerdict::Dropped,
+            Err(refusal) if qp_type == QpType::Uc => {
+                let _ = refusal;
+                RequestVerdict::Dropped
+            }
+            Err(refusal) => RequestVerdict::Refused(self.refusal_syndrome(index, refusal)),
+        };
+        self.request_step_at(verdict_at, now, index, packet, verdict);
+        if let Err(refusal) = result {
+            if refusal != Refusal::Drop {
+                self.refuse(now, index, psn, refusal, qp_type);
+            }
         }
+    }
+
+    /// The syndrome `refuse` answers `refusal` with.
+    fn refusal_syndrome(&self, index: u32, refusal: Refusal) -> Syndrome {
+        let timer_code = self.qps.get(index as usize).map_or(0, |qp| qp.attr.min_rnr_timer);
+        match refusal {
+            Refusal::NotReady => Syndrome::RnrNak { timer_code },
+            Refusal::InvalidRequest | Refusal::Drop => Syndrome::Nak(NakCode::InvalidRequest),
+            Refusal::AccessError => Syndrome::Nak(NakCode::RemoteAccessError),
+            Refusal::OperationalError => Syndrome::Nak(NakCode::RemoteOperationalError),
+        }
+    }
+
+    /// Records what the responder made of `packet`.
+    fn request_step(
+        &mut self,
+        now: Instant,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+        verdict: RequestVerdict,
+    ) {
+        let at = self.steps_recorded();
+        self.request_step_at(at, now, index, packet, verdict);
+    }
+
+    /// Records what the responder made of `packet`, before the steps taken
+    /// since `at` (the completions and NAKs it caused).
+    fn request_step_at(
+        &mut self,
+        at: u64,
+        now: Instant,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+        verdict: RequestVerdict,
+    ) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        let bth = packet.bth();
+        let step = Step::Request { qpn: qp.qpn, psn: bth.psn(), opcode: bth.opcode(), verdict };
+        self.step_before(at, now, step);
     }
 
     /// Answers a request the responder will not execute.
@@ -303,6 +361,9 @@ impl Hca {
                 // A malformed receive WQE completes with its status and
                 // takes the QP to the error state.
                 self.counters.bad_wqe += 1;
+                if let Some(qpn) = self.qps.get(index as usize).map(|qp| qp.qpn) {
+                    self.step(now, Step::WqeRefused { qpn, status: error.status });
+                }
                 let wr_id = uroce_device::wqe::slot_wr_id(&slot);
                 self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
                 let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
@@ -740,13 +801,15 @@ impl Hca {
         let Some(deth) = packet.deth() else { return };
         let Some(qp) = self.qps.get(index as usize) else { return };
         if deth.qkey() != Qkey(qp.attr.qkey) {
-            self.counters.rcvd_bad_key_or_addr += 1;
-            return;
+            let qpn = qp.qpn;
+            return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
         }
         let wqe = match self.take_recv_wqe(now, index) {
             Ok(wqe) => wqe,
-            Err(_) => return, // no receive WQE: a UD datagram is dropped
+            // No receive WQE: a UD datagram is dropped.
+            Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
         };
+        self.request_step(now, index, packet, RequestVerdict::Executed);
         let qp = self.qps.get(index as usize).expect("checked");
         let pd = qp.pd;
         let mut grh = [0u8; 40];

@@ -9,7 +9,8 @@
 use crate::endpoint::{Endpoint, Transmit};
 use crate::hca::Hca;
 use crate::time::Instant;
-use uroce_device::types::{QpState, QpType};
+use crate::trace::{DropReason, Step};
+use uroce_device::types::{QpState, QpType, Qpn};
 use uroce_wire::frame::{classify, Classified, Link};
 use uroce_wire::opcode::Transport;
 use uroce_wire::{bth, Mask};
@@ -18,29 +19,24 @@ impl Hca {
     /// Takes one received IP packet.
     pub(crate) fn receive_packet(&mut self, now: Instant, data: &[u8]) {
         let Classified::Roce(frame) = classify(data, Link::RawIp) else {
-            self.counters.rcvd_malformed += 1;
-            return;
+            return self.drop_packet(now, None, DropReason::Malformed);
         };
         if !frame.integrity_ok() {
-            self.counters.rcvd_icrc_err += 1;
-            return;
+            return self.drop_packet(now, None, DropReason::BadChecksum);
         }
         let Ok(packet) = frame.packet() else {
-            self.counters.rcvd_malformed += 1;
-            return;
+            return self.drop_packet(now, None, DropReason::Malformed);
         };
-        if !self.addresses().contains(&frame.ip.destination()) {
-            self.counters.rcvd_bad_key_or_addr += 1;
-            return;
-        }
         let bth = packet.bth();
-        if !matches!(bth.pkey(), bth::DEFAULT_PKEY | 0x7fff) {
-            self.counters.rcvd_bad_key_or_addr += 1;
-            return;
+        let qpn = bth.dest_qpn();
+        if !self.addresses().contains(&frame.ip.destination()) {
+            return self.drop_packet(now, Some(qpn), DropReason::NotOurAddress);
         }
-        let Some(index) = self.qp_slot(bth.dest_qpn()) else {
-            self.counters.rcvd_unknown_qp += 1;
-            return;
+        if !matches!(bth.pkey(), bth::DEFAULT_PKEY | 0x7fff) {
+            return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
+        }
+        let Some(index) = self.qp_slot(qpn) else {
+            return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
         let qp = self.qps.get(index).expect("checked");
         let transport_ok = matches!(
@@ -48,16 +44,14 @@ impl Hca {
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
         );
         if !transport_ok || !qp.can_receive() {
-            self.counters.rcvd_unknown_qp += 1;
-            return;
+            return self.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
         }
         if qp.qp_type != QpType::Ud {
             let from_peer = qp.path.is_some_and(|p| {
                 p.remote == frame.ip.source() && p.local == frame.ip.destination()
             });
             if !from_peer {
-                self.counters.rcvd_bad_key_or_addr += 1;
-                return;
+                return self.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
             }
         }
         self.counters.rcvd_pkts += 1;
@@ -67,6 +61,21 @@ impl Hca {
         } else if qp.state != QpState::Err {
             self.responder_receive(now, index as u32, &frame, &packet);
         }
+    }
+
+    /// Drops a received packet: its counter, and the step.
+    pub(crate) fn drop_packet(&mut self, now: Instant, qpn: Option<Qpn>, reason: DropReason) {
+        let c = &mut self.counters;
+        match reason {
+            DropReason::Malformed => c.rcvd_malformed += 1,
+            DropReason::BadChecksum => c.rcvd_icrc_err += 1,
+            DropReason::NotOurAddress
+            | DropReason::BadPkey
+            | DropReason::NotFromPeer
+            | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
+            DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
+        }
+        self.step(now, Step::Dropped { qpn, reason });
     }
 
     /// One packet from QP `index`: what the responder owes first, then the

@@ -74,6 +74,8 @@ pub struct UdpConfig {
     /// kernel refuses GSO without UDP checksums, so datagrams then carry
     /// one (the ICRC masks it). Only for uroce peers: see `docs/runtime.md`.
     pub offload: bool,
+    /// What becomes of the HCA's decisions ([`uroce_hca::trace`]).
+    pub trace: TraceMode,
     /// The HCA's limits.
     pub hca: HcaConfig,
     /// Bytes of host memory the device may allocate for rings and MRs.
@@ -83,6 +85,22 @@ pub struct UdpConfig {
     /// through the kernel.
     pub link: Option<LinkConfig>,
 }
+
+/// What the runtime does with the HCA's decisions (see
+/// `uroce_hca::trace`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceMode {
+    /// Not recorded.
+    Off,
+    /// Kept (the newest [`TRACE_CAPACITY`]) for [`super::UdpDevice::take_steps`].
+    Keep,
+    /// Printed on standard error as they are taken, one line each:
+    /// `trace <device address> <microseconds since open> <decision>`.
+    Print,
+}
+
+/// Decisions a device keeps for its application when tracing.
+pub const TRACE_CAPACITY: usize = 1 << 16;
 
 impl UdpConfig {
     /// A device at `addr` with defaults: hybrid progress, background
@@ -95,6 +113,7 @@ impl UdpConfig {
             faults: None,
             capture: None,
             offload: false,
+            trace: TraceMode::Off,
             hca: HcaConfig::default(),
             memory_budget_bytes: 16 << 30,
             link: None,
@@ -104,7 +123,8 @@ impl UdpConfig {
     /// The configuration the environment asks for: `UROCE_ADDR` (default
     /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
     /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
-    /// path), `UROCE_OFFLOAD` (`1` for GSO), and for the L2 transport
+    /// path), `UROCE_OFFLOAD` (`1` for GSO), `UROCE_TRACE` (`1`: print the
+    /// HCA's decisions on standard error), and for the L2 transport
     /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`) or `UROCE_TAP` (a
     /// TAP interface's name), with `UROCE_ADDR`'s `/prefix` saying what is
     /// on-link, and `UROCE_MTU` (the link MTU).
@@ -180,6 +200,15 @@ impl UdpConfig {
         }
         if let Some(path) = var("UROCE_CAPTURE").filter(|p| !p.is_empty()) {
             config.capture = Some(PathBuf::from(path));
+        }
+        if let Some(text) = var("UROCE_TRACE") {
+            config.trace = match text.trim() {
+                "1" | "on" | "yes" | "true" => TraceMode::Print,
+                "0" | "off" | "no" | "false" | "" => TraceMode::Off,
+                _ => {
+                    return Err(UdpError::Config(format!("UROCE_TRACE=`{text}`: expected 0 or 1")))
+                }
+            };
         }
         if let Some(text) = var("UROCE_OFFLOAD") {
             config.offload = match text.trim() {
@@ -298,6 +327,9 @@ mod tests {
         assert!(UdpConfig::from_vars(vars(&[("UROCE_PROGRESS", "fast")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_FAULTS", "loss=3")])).is_err());
         assert!(UdpConfig::from_vars(vars(&[("UROCE_OFFLOAD", "maybe")])).is_err());
+        assert!(UdpConfig::from_vars(vars(&[("UROCE_TRACE", "loud")])).is_err());
+        let traced = UdpConfig::from_vars(vars(&[("UROCE_TRACE", "1")])).unwrap();
+        assert_eq!(traced.trace, TraceMode::Print);
     }
 
     #[test]

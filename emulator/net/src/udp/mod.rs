@@ -50,7 +50,10 @@ mod sys;
 mod tap;
 mod transport;
 
-pub use config::{device_addr_problem, parse_addr, parse_addr_prefix, ProgressMode, UdpConfig};
+pub use config::{
+    device_addr_problem, parse_addr, parse_addr_prefix, ProgressMode, TraceMode, UdpConfig,
+    TRACE_CAPACITY,
+};
 pub use link_tcp::{LinkTcpListener, LinkTcpStream};
 pub use stats::UdpStats;
 pub use uroce_faults::{FaultSpec, FaultSpecError};
@@ -167,10 +170,14 @@ impl UdpDevice {
         .map_err(|e| UdpError::Io("creating an eventfd".into(), e.into()))?;
         let stats = UdpStats { receive_buffer_bytes, ..UdpStats::default() };
         let faults = config.faults.map(Injector::new);
+        if config.trace != TraceMode::Off {
+            hca.lock().trace_steps(TRACE_CAPACITY);
+        }
         let runtime = Arc::new(Runtime {
             hca: hca.clone(),
             addr,
             mode: config.progress,
+            print_steps: config.trace == TraceMode::Print,
             ready_fd,
             wake,
             epoch: std::time::Instant::now(),
@@ -237,6 +244,13 @@ impl UdpDevice {
     /// The HCA's counters (takes only the HCA lock).
     pub fn counters(&self) -> uroce_hca::counters::Counters {
         self.hca.lock().counters()
+    }
+
+    /// The HCA's decisions since the last call, with their times (a device
+    /// opened with [`TraceMode::Keep`]; none otherwise).
+    pub fn take_steps(&self) -> Vec<(uroce_hca::Instant, uroce_hca::trace::Step)> {
+        let mut hca = self.hca.lock();
+        std::iter::from_fn(|| hca.poll_step()).collect()
     }
 
     /// Moves packets and time now, in the caller's thread.

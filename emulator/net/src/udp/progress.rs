@@ -29,6 +29,8 @@ pub(super) struct Runtime {
     pub hca: SharedHca,
     pub addr: IpAddr,
     pub mode: ProgressMode,
+    /// Print the HCA's decisions as they are taken (`TraceMode::Print`).
+    pub print_steps: bool,
     /// Readable when something arrives on the transport (a duplicate of
     /// its descriptor, waited on without the I/O lock).
     pub ready_fd: OwnedFd,
@@ -194,7 +196,27 @@ impl Runtime {
             }
         }
         self.deliver_events();
+        if self.print_steps {
+            self.print_steps();
+        }
         moved
+    }
+
+    /// Prints the HCA's decisions taken since the last call on standard
+    /// error (`trace <address> <microseconds> <decision>`).
+    fn print_steps(&self) {
+        use std::io::Write;
+        let steps: Vec<_> = {
+            let mut hca = self.hca.lock();
+            std::iter::from_fn(|| hca.poll_step()).collect()
+        };
+        if steps.is_empty() {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        for (at, step) in steps {
+            let _ = writeln!(err, "trace {} {} {step}", self.addr, at.as_nanos() / 1_000);
+        }
     }
 
     /// When the device next needs attention by itself (a timer or a
