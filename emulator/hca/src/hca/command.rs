@@ -1,0 +1,237 @@
+//! The control path: commands that create, query and destroy PDs, MRs,
+//! MWs, CQs, SRQs and AHs, and the device and port queries (QP commands
+//! are in `qp_command.rs`).
+
+use super::{AhContext, Hca, PdContext, SrqContext};
+use crate::cq::CqContext;
+use crate::mr::RegisterError;
+use crate::qp::Path;
+use crate::ring::{ConsumerRing, ProducerRing};
+use crate::time::Instant;
+use uroce_device::command::{AhAttr, CmdError, Command, DeviceAttr, PortAttr, Reply};
+use uroce_device::cqe::CQE_LEN;
+use uroce_device::types::Mtu;
+use uroce_device::wqe::recv_stride;
+
+impl Hca {
+    /// Executes a control-path command.
+    pub fn command(&mut self, now: Instant, command: Command) -> Result<Reply, CmdError> {
+        self.saw(now);
+        match command {
+            Command::QueryDevice => Ok(Reply::Device(self.device_attr())),
+            Command::QueryPort => Ok(Reply::Port(self.port_attr())),
+            Command::QueryGid { index } => self
+                .gids
+                .get(usize::from(index))
+                .map(|g| Reply::Gid(*g))
+                .ok_or(CmdError::Invalid("GID index out of range")),
+            Command::AllocPd => self
+                .pds
+                .insert_with(|_| PdContext::default())
+                .map(|i| Reply::Index(i as u32))
+                .map_err(|_| CmdError::NoResources("PD table full")),
+            Command::DeallocPd { pd } => {
+                let ctx = self.pds.get(pd as usize).ok_or(CmdError::NotFound("no such PD"))?;
+                if ctx.users > 0 {
+                    return Err(CmdError::Busy("PD still has MRs, MWs, QPs, SRQs or AHs"));
+                }
+                self.pds.remove(pd as usize);
+                Ok(Reply::Done)
+            }
+            Command::RegMr { pd, addr, length, iova, access } => {
+                self.pd_exists(pd)?;
+                let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
+                self.pd_use(pd, 1);
+                Ok(Reply::Mr { lkey: key, rkey: key })
+            }
+            Command::DeregMr { lkey } => {
+                let pd = self.mem.pd_of(lkey).ok_or(CmdError::NotFound("no such MR"))?;
+                self.mem.deregister(lkey).map_err(reg_error)?;
+                self.pd_use(pd, -1);
+                Ok(Reply::Done)
+            }
+            Command::AllocMw { pd, mw_type } => {
+                self.pd_exists(pd)?;
+                let rkey = self.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
+                self.pd_use(pd, 1);
+                Ok(Reply::Mw { rkey })
+            }
+            Command::DeallocMw { rkey } => {
+                let pd = self.mem.pd_of(rkey).ok_or(CmdError::NotFound("no such MW"))?;
+                self.mem.dealloc_window(rkey).map_err(reg_error)?;
+                self.pd_use(pd, -1);
+                Ok(Reply::Done)
+            }
+            Command::CreateCq { ring } => {
+                ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
+                    .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
+                if ring.stride != CQE_LEN as u32 {
+                    return Err(CmdError::Invalid("CQ stride must be the CQE size"));
+                }
+                self.cqs
+                    .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
+                    .map(|i| Reply::Index(i as u32))
+                    .map_err(|_| CmdError::NoResources("CQ table full"))
+            }
+            Command::DestroyCq { cq } => {
+                let ctx = self.cqs.get(cq as usize).ok_or(CmdError::NotFound("no such CQ"))?;
+                if ctx.users > 0 {
+                    return Err(CmdError::Busy("CQ still used by QPs"));
+                }
+                self.cqs.remove(cq as usize);
+                Ok(Reply::Done)
+            }
+            Command::CreateQp(init) => self.create_qp(init),
+            Command::ModifyQp { qpn, attr, mask } => self.modify_qp(now, qpn, &attr, mask),
+            Command::QueryQp { qpn } => {
+                let qp = self.qp(qpn).ok_or(CmdError::NotFound("no such QP"))?;
+                let mut attr = qp.attr;
+                attr.qp_state = Some(qp.state);
+                attr.cur_qp_state = Some(qp.state);
+                attr.cap = qp.cap;
+                Ok(Reply::QpAttr(attr))
+            }
+            Command::DestroyQp { qpn } => self.destroy_qp(qpn),
+            Command::CreateSrq { pd, ring, max_sge, limit } => {
+                self.pd_exists(pd)?;
+                if max_sge == 0 || max_sge > self.config.max_srq_sge {
+                    return Err(CmdError::Invalid("SRQ max_sge"));
+                }
+                ring.validate(self.config.max_srq_wr, recv_stride(max_sge))
+                    .map_err(|_| CmdError::Invalid("SRQ ring shape"))?;
+                let srq =
+                    SrqContext { pd, ring: ConsumerRing::new(ring), max_sge, limit, users: 0 };
+                let index = self
+                    .srqs
+                    .insert_with(|_| srq)
+                    .map_err(|_| CmdError::NoResources("SRQ table full"))?;
+                self.pd_use(pd, 1);
+                Ok(Reply::Index(index as u32))
+            }
+            Command::ModifySrq { srq, limit } => {
+                let ctx =
+                    self.srqs.get_mut(srq as usize).ok_or(CmdError::NotFound("no such SRQ"))?;
+                if limit > ctx.ring.desc.entries {
+                    return Err(CmdError::Invalid("SRQ limit above its size"));
+                }
+                ctx.limit = limit;
+                Ok(Reply::Done)
+            }
+            Command::DestroySrq { srq } => {
+                let ctx = self.srqs.get(srq as usize).ok_or(CmdError::NotFound("no such SRQ"))?;
+                if ctx.users > 0 {
+                    return Err(CmdError::Busy("SRQ still used by QPs"));
+                }
+                let pd = ctx.pd;
+                self.srqs.remove(srq as usize);
+                self.pd_use(pd, -1);
+                Ok(Reply::Done)
+            }
+            Command::CreateAh { pd, attr } => {
+                self.pd_exists(pd)?;
+                let path = self.resolve_path(&attr)?;
+                let index = self
+                    .ahs
+                    .insert_with(|_| AhContext { pd, path })
+                    .map_err(|_| CmdError::NoResources("AH table full"))?;
+                self.pd_use(pd, 1);
+                Ok(Reply::Index(index as u32))
+            }
+            Command::DestroyAh { ah } => {
+                let ctx = self.ahs.remove(ah as usize).ok_or(CmdError::NotFound("no such AH"))?;
+                self.pd_use(ctx.pd, -1);
+                Ok(Reply::Done)
+            }
+        }
+    }
+
+    pub(super) fn pd_exists(&self, pd: u32) -> Result<(), CmdError> {
+        self.pds.get(pd as usize).map(|_| ()).ok_or(CmdError::NotFound("no such PD"))
+    }
+
+    pub(super) fn pd_use(&mut self, pd: u32, delta: i32) {
+        if let Some(ctx) = self.pds.get_mut(pd as usize) {
+            ctx.users = ctx.users.saturating_add_signed(delta);
+        }
+    }
+
+    /// The source and destination IP of an address vector.
+    pub(super) fn resolve_path(&self, attr: &AhAttr) -> Result<Path, CmdError> {
+        let local = *self
+            .addresses
+            .get(usize::from(attr.sgid_index))
+            .ok_or(CmdError::Invalid("sgid_index out of range"))?;
+        let remote = attr.dgid.to_ip();
+        if local.is_ipv4() != remote.is_ipv4() {
+            return Err(CmdError::Invalid("source and destination GIDs of different IP versions"));
+        }
+        Ok(Path { local, remote })
+    }
+
+    pub(crate) fn ah_path(&self, ah: u32, pd: u32) -> Option<Path> {
+        self.ahs.get(ah as usize).filter(|a| a.pd == pd).map(|a| a.path)
+    }
+
+    fn device_attr(&self) -> DeviceAttr {
+        let c = &self.config;
+        DeviceAttr {
+            fw_ver: format!("uroce {}", env!("CARGO_PKG_VERSION")),
+            node_guid: self.node_guid(),
+            sys_image_guid: self.node_guid(),
+            max_mr_size: c.max_mr_size,
+            page_size_cap: 0xffff_f000,
+            vendor_id: 0,
+            vendor_part_id: 0,
+            hw_ver: 0,
+            max_qp: c.max_qp,
+            max_qp_wr: c.max_qp_wr,
+            max_sge: c.max_sge,
+            max_sge_rd: c.max_sge,
+            max_cq: c.max_cq,
+            max_cqe: c.max_cqe,
+            max_mr: c.max_mr,
+            max_pd: c.max_pd,
+            max_qp_rd_atom: u32::from(c.max_qp_rd_atom),
+            max_qp_init_rd_atom: u32::from(c.max_qp_init_rd_atom),
+            max_ah: c.max_ah,
+            max_srq: c.max_srq,
+            max_srq_wr: c.max_srq_wr,
+            max_srq_sge: c.max_srq_sge,
+            max_inline_data: c.max_inline_data,
+            max_pkeys: 64,
+            local_ca_ack_delay: 15,
+            phys_port_cnt: 1,
+        }
+    }
+
+    fn node_guid(&self) -> u64 {
+        // EUI-64 from the link-local GID when there is one.
+        let g = self.gids[0].0;
+        u64::from_be_bytes([g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]])
+    }
+
+    fn port_attr(&self) -> PortAttr {
+        PortAttr {
+            state: 4,
+            max_mtu: Mtu::Mtu4096,
+            active_mtu: self.config.active_mtu,
+            gid_tbl_len: self.gids.len() as u32,
+            max_msg_sz: self.config.max_msg_size,
+            pkey_tbl_len: 64,
+            link_layer: 2,
+        }
+    }
+}
+
+/// The command error of a registration error.
+fn reg_error(e: RegisterError) -> CmdError {
+    match e {
+        RegisterError::TableFull => CmdError::NoResources("MPT or MTT table full"),
+        RegisterError::BadArgument => CmdError::Invalid("bad address, length or access"),
+        RegisterError::AccessNeedsLocalWrite => {
+            CmdError::Invalid("remote write or atomic access needs local write")
+        }
+        RegisterError::Busy => CmdError::Busy("memory windows are bound to the region"),
+        RegisterError::NotFound => CmdError::NotFound("no such key"),
+    }
+}
