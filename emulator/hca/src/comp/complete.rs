@@ -1,0 +1,126 @@
+//! Send completions (rxe_comp.c's do_complete, complete_wqe): retiring
+//! finished WQEs in order, failing the oldest, flushing the send queue,
+//! and the SQ-drained event.
+
+use crate::hca::{Hca, TimerKind};
+use crate::qp::EntryState;
+use crate::time::Instant;
+use uroce_device::cqe::Cqe;
+use uroce_device::types::{QpState, QpType, WcStatus, WrOpcode};
+
+impl Hca {
+    /// Ends the oldest incomplete WQE with an error status; retiring it
+    /// moves the QP to the error state and flushes the rest.
+    pub(super) fn fail_oldest(&mut self, now: Instant, index: u32, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let mut i = qp.sq.consumer;
+        while i != qp.fetched {
+            if let Some(entry) = qp.entry_mut(i) {
+                if !matches!(entry.state, EntryState::Done(_)) {
+                    entry.state = EntryState::Done(status);
+                    break;
+                }
+            }
+            i = i.wrapping_add(1);
+        }
+        self.retire(now, index);
+    }
+
+    /// Writes completions for finished WQEs at the head of the send queue,
+    /// in order, and gives their slots back to the application. An error
+    /// completion moves the QP to ERR (RC) or SQE (UC, UD).
+    pub(crate) fn retire(&mut self, now: Instant, index: u32) {
+        loop {
+            let Some(qp) = self.qps.get_mut(index as usize) else { return };
+            if qp.sq.consumer == qp.fetched {
+                break;
+            }
+            let consumer = qp.sq.consumer;
+            let Some(entry) = qp.entry(consumer) else { break };
+            let EntryState::Done(status) = entry.state else { break };
+            let cqe = (status != WcStatus::Success || entry.signaled).then(|| {
+                let mut cqe =
+                    Cqe::new(entry.wqe.wr_id, status, entry.wqe.opcode.completion(), qp.qpn);
+                if status == WcStatus::Success {
+                    cqe.byte_len = match entry.wqe.opcode {
+                        WrOpcode::RdmaRead => entry.wqe.length() as u32,
+                        WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
+                        _ => 0,
+                    };
+                }
+                cqe
+            });
+            let slot = qp.slot(consumer);
+            qp.sq_shadow[slot] = None;
+            let host = self.mem.host().clone();
+            let _ = qp.sq.consume(host.as_ref(), 1);
+            if qp.req.index == consumer {
+                // Completed before the requester moved past it (local ops,
+                // errors): keep the requester behind the consumer.
+                qp.req.index = consumer.wrapping_add(1);
+                qp.req.sent_pkts = 0;
+            }
+            let (send_cq, qp_type, state) = (qp.send_cq, qp.qp_type, qp.state);
+            if let Some(cqe) = cqe {
+                self.post_cqe(now, send_cq, &cqe, false);
+            }
+            if status != WcStatus::Success && state != QpState::Err {
+                let next = if qp_type == QpType::Rc { QpState::Err } else { QpState::Sqe };
+                if let Some(qp) = self.qps.get_mut(index as usize) {
+                    qp.state = next;
+                }
+                if next == QpState::Err {
+                    self.enter_error(now, index);
+                } else {
+                    self.flush_send_queue(now, index);
+                }
+                return;
+            }
+        }
+        self.sq_drained_check(index);
+    }
+
+    pub(crate) fn sq_drained_check(&mut self, index: u32) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if qp.state == QpState::Sqd && qp.sq.consumer == qp.req.index && qp.attr.en_sqd_async_notify
+        {
+            let qpn = qp.qpn.value();
+            self.push_event(crate::hca::Event::Async {
+                event: uroce_device::types::EventType::SqDrained,
+                element: qpn,
+            });
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.attr.en_sqd_async_notify = false;
+            }
+        }
+    }
+
+    /// Completes every send WQE not yet retired with WR_FLUSH_ERR (the QP
+    /// is in ERR or SQE), including WQEs posted after the error.
+    pub(crate) fn flush_send_queue(&mut self, now: Instant, index: u32) {
+        self.fetch_send_wqes(now, index);
+        loop {
+            let Some(qp) = self.qps.get_mut(index as usize) else { return };
+            if qp.sq.consumer == qp.fetched {
+                qp.req.index = qp.fetched;
+                qp.req.sent_pkts = 0;
+                qp.req.rd_atomic_outstanding = 0;
+                break;
+            }
+            let consumer = qp.sq.consumer;
+            let (wr_id, opcode) = match qp.entry(consumer) {
+                Some(e) => (e.wqe.wr_id, e.wqe.opcode),
+                None => break,
+            };
+            let slot = qp.slot(consumer);
+            qp.sq_shadow[slot] = None;
+            let host = self.mem.host().clone();
+            let _ = qp.sq.consume(host.as_ref(), 1);
+            let (cq, qpn) = (qp.send_cq, qp.qpn);
+            let cqe = Cqe::new(wr_id, WcStatus::WrFlushErr, opcode.completion(), qpn);
+            self.post_cqe(now, cq, &cqe, false);
+        }
+        self.cancel_timer(index, TimerKind::Retransmit);
+        self.cancel_timer(index, TimerKind::Rnr);
+    }
+}

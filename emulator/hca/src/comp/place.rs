@@ -1,0 +1,195 @@
+//! Placing what a response carries (rxe_comp.c's do_read, do_atomic):
+//! READ response data into the READ's SGEs, an atomic's original value
+//! into its buffer, after finding the WQE the response belongs to.
+
+use crate::hca::Hca;
+use crate::mr::Origin;
+use crate::qp::EntryState;
+use crate::time::Instant;
+use crate::trace::ResponseVerdict;
+use uroce_device::types::{Access, WcStatus, WrOpcode};
+use uroce_device::wqe::Payload;
+use uroce_wire::{roce, Mask, Psn};
+
+impl Hca {
+    /// The send-queue entry a READ response or atomic ACK at `psn` belongs
+    /// to, if `psn` is the one the completer expects. A response ahead of
+    /// it means something before it was lost: go back (once). One behind is
+    /// a duplicate: dropped. An expected PSN no WQE owns is a ghost:
+    /// counted and dropped.
+    fn expected_response_entry(&mut self, now: Instant, index: u32, psn: Psn) -> Option<u32> {
+        let expected = self.qps.get(index as usize)?.comp.psn;
+        if psn != expected {
+            if psn.is_after(expected) {
+                self.go_back_once(now, index);
+            }
+            return None;
+        }
+        let entry = self.entry_at_psn(index, psn);
+        if entry.is_none() {
+            self.counters.rcvd_ghost_response += 1;
+        }
+        entry
+    }
+
+    pub(super) fn on_atomic_ack(
+        &mut self,
+        now: Instant,
+        index: u32,
+        psn: Psn,
+        orig: u64,
+    ) -> ResponseVerdict {
+        const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
+        if self.qps.get(index as usize).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
+            // Its AETH acknowledges everything before it.
+            self.ack_up_to(now, index, psn.wrapping_sub(1));
+        }
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+            return NOT_PLACED;
+        };
+        let qp = self.qps.get_mut(index as usize).expect("checked");
+        let pd = qp.pd;
+        let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
+        if !matches!(entry.wqe.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
+            self.counters.rcvd_ghost_response += 1;
+            return NOT_PLACED;
+        }
+        let status = match &entry.wqe.payload {
+            Payload::Sges(sges) if sges.len() == 1 => {
+                let sge = sges[0];
+                match self.mem.check(
+                    sge.lkey.0,
+                    pd,
+                    sge.addr,
+                    8,
+                    Access::LOCAL_WRITE,
+                    Origin::Local,
+                ) {
+                    Ok(range) => match self.mem.write(&range, &orig.to_le_bytes()) {
+                        Ok(()) => WcStatus::Success,
+                        Err(_) => WcStatus::LocProtErr,
+                    },
+                    Err(_) => WcStatus::LocProtErr,
+                }
+            }
+            _ => WcStatus::LocLenErr,
+        };
+        self.ack_up_to(now, index, psn.wrapping_sub(1));
+        let qp = self.qps.get_mut(index as usize).expect("checked");
+        if let Some(entry) = qp.entry_mut(entry_index) {
+            entry.state = EntryState::Done(status);
+        }
+        qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+        qp.comp.psn = psn.next();
+        qp.comp.retry_left = qp.attr.retry_cnt;
+        qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+        qp.comp.started_retry = false;
+        self.retire(now, index);
+        self.after_progress(now, index);
+        ResponseVerdict::AtomicPlaced
+    }
+
+    pub(super) fn on_read_response(
+        &mut self,
+        now: Instant,
+        index: u32,
+        psn: Psn,
+        packet: &roce::Packet<&[u8]>,
+    ) -> ResponseVerdict {
+        const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
+        // The AETH of a READ response acknowledges every request before
+        // the READ (an ACK for them may have been lost; rxe completes them
+        // too), never the READ's own response PSNs.
+        if packet.aeth().is_some() {
+            if let Some(first) = self
+                .entry_at_psn(index, psn)
+                .and_then(|i| self.qps.get(index as usize)?.entry(i).map(|e| e.first_psn))
+            {
+                self.ack_up_to(now, index, first.wrapping_sub(1));
+            }
+        }
+        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+            return NOT_PLACED;
+        };
+        let qp = self.qps.get(index as usize).expect("checked");
+        let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
+        let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
+        if entry.wqe.opcode != WrOpcode::RdmaRead {
+            self.counters.rcvd_ghost_response += 1;
+            return NOT_PLACED;
+        }
+        let offset = u64::from(entry.first_psn.distance_to(psn) as u32) * mtu;
+        let total = entry.wqe.length();
+        let payload = packet.payload();
+        let is_last = psn == entry.last_psn();
+        let expected_len = if is_last { total - offset.min(total) } else { mtu };
+        let opcode = packet.bth().opcode();
+        let ends = opcode.info().is_some_and(|i| i.is(Mask::END));
+        let status = if payload.len() as u64 != expected_len || ends != is_last {
+            Some(WcStatus::BadRespErr)
+        } else {
+            match &entry.wqe.payload {
+                Payload::Sges(sges) => scatter(&self.mem, pd, sges, offset, payload).err(),
+                Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
+            }
+        };
+        let qp = self.qps.get_mut(index as usize).expect("checked");
+        qp.comp.psn = psn.next();
+        qp.comp.retry_left = qp.attr.retry_cnt;
+        qp.comp.rnr_retry_left = qp.attr.rnr_retry;
+        qp.comp.started_retry = false;
+        let Some(entry) = qp.entry_mut(entry_index) else { return NOT_PLACED };
+        entry.read_placed = offset + payload.len() as u64;
+        if let Some(status) = status {
+            entry.state = EntryState::Done(status);
+            qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+        } else if is_last {
+            entry.state = EntryState::Done(WcStatus::Success);
+            qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+        }
+        self.retire(now, index);
+        self.after_progress(now, index);
+        ResponseVerdict::ReadPlaced
+    }
+
+    /// The shadow index of the WQE whose PSN range holds `psn`.
+    pub(super) fn entry_at_psn(&self, index: u32, psn: Psn) -> Option<u32> {
+        let qp = self.qps.get(index as usize)?;
+        let mut i = qp.sq.consumer;
+        while i != qp.fetched {
+            let entry = qp.entry(i)?;
+            if !entry.psn_assigned {
+                return None;
+            }
+            if psn.in_window(entry.first_psn, entry.npkts.max(1)) {
+                return Some(i);
+            }
+            i = i.wrapping_add(1);
+        }
+        None
+    }
+}
+
+/// Writes `data` at byte `offset` of a WQE's SGE list (READ responses),
+/// checking LOCAL_WRITE on every SGE.
+pub(crate) fn scatter(
+    mem: &crate::mr::MemoryTables,
+    pd: u32,
+    sges: &[uroce_device::wqe::Sge],
+    offset: u64,
+    data: &[u8],
+) -> Result<(), WcStatus> {
+    uroce_device::wqe::walk_sges(sges, offset, data.len(), |sge, skip, at, piece| {
+        let range = mem
+            .check(
+                sge.lkey.0,
+                pd,
+                sge.addr + skip,
+                piece as u64,
+                Access::LOCAL_WRITE,
+                Origin::Local,
+            )
+            .map_err(|_| WcStatus::LocProtErr)?;
+        mem.write(&range, &data[at..at + piece]).map_err(|_| WcStatus::LocProtErr)
+    })
+}

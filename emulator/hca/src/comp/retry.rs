@@ -1,0 +1,131 @@
+//! Timers and going back (rxe_comp.c's retry paths, rxe_req.c's
+//! req_retry): the retransmit timer, RNR waits, the retry budget, and
+//! go-back-N itself.
+
+use crate::hca::{Hca, TimerKind};
+use crate::qp::EntryState;
+use crate::time::Instant;
+use crate::trace::{GoBackCause, Step};
+use uroce_device::types::{QpState, WcStatus, WrOpcode};
+use uroce_wire::Psn;
+
+impl Hca {
+    /// After an ACK made progress: restart or stop the retransmit timer,
+    /// and let the requester send more.
+    pub(super) fn after_progress(&mut self, now: Instant, index: u32) {
+        self.rearm(now, index);
+        self.schedule(index);
+    }
+
+    /// Arms the retransmit timer while PSNs are outstanding.
+    pub(super) fn rearm(&mut self, now: Instant, index: u32) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        let outstanding = qp.comp.psn != qp.req.next_psn && qp.state != QpState::Err;
+        let at = match (outstanding, qp.ack_timeout_ns()) {
+            (true, Some(ns)) => Some(now.plus_nanos(ns)),
+            _ => None,
+        };
+        self.set_timer(index, TimerKind::Retransmit, at);
+    }
+
+    /// Spends one transport retry; with none left, fails the oldest WQE with
+    /// RETRY_EXC_ERR and returns false.
+    pub(super) fn consume_retry(&mut self, now: Instant, index: u32) -> bool {
+        let Some(qp) = self.qps.get_mut(index as usize) else { return false };
+        if qp.state == QpState::Err {
+            return false;
+        }
+        if qp.comp.retry_left == 0 {
+            self.counters.retry_exceeded_err += 1;
+            let qpn = qp.qpn;
+            self.step(now, Step::RetriesExhausted { qpn, rnr: false });
+            self.fail_oldest(now, index, WcStatus::RetryExcErr);
+            return false;
+        }
+        qp.comp.retry_left -= 1;
+        true
+    }
+
+    /// A response arrived ahead of the expected PSN: one before it was
+    /// lost. Go back once; the responses still in flight behind the lost one
+    /// will arrive out of sequence too and must not spend more retries.
+    pub(super) fn go_back_once(&mut self, now: Instant, index: u32) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if qp.comp.started_retry {
+            return;
+        }
+        let from = qp.comp.psn;
+        if self.consume_retry(now, index) {
+            self.retry(now, index, from, GoBackCause::ResponseAhead);
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.comp.started_retry = true;
+            }
+        }
+    }
+
+    /// The retransmit timer fired.
+    pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: u32) {
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if qp.comp.psn == qp.req.next_psn || qp.state == QpState::Err {
+            return;
+        }
+        let from = qp.comp.psn;
+        if self.consume_retry(now, index) {
+            self.retry(now, index, from, GoBackCause::Timeout);
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.comp.started_retry = true;
+            }
+            self.rearm(now, index);
+        }
+    }
+
+    /// An RNR wait ended: resume sending.
+    pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: u32) {
+        self.rearm(now, index);
+        self.schedule(index);
+    }
+
+    /// Go-back-N: the requester resumes at PSN `from`.
+    pub(crate) fn retry(&mut self, now: Instant, index: u32, from: Psn, cause: GoBackCause) {
+        let Some(start) = self.entry_at_psn(index, from) else { return };
+        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let Some(entry) = qp.entry(start) else { return };
+        let resume_pkts = match entry.wqe.opcode {
+            WrOpcode::RdmaRead
+            | WrOpcode::AtomicCmpAndSwp
+            | WrOpcode::AtomicFetchAndAdd
+            | WrOpcode::AtomicWrite
+            | WrOpcode::Flush => 0,
+            _ => entry.first_psn.distance_to(from).max(0) as u32,
+        };
+        // Positions in the send queue, counted from its head. A go-back
+        // never moves the requester forward: when it is already rewound to
+        // an earlier point (an implied NAK for a READ before this PSN, say),
+        // that point stands.
+        let consumer = qp.sq.consumer;
+        let position = |i: u32| i.wrapping_sub(consumer);
+        if (position(start), resume_pkts) >= (position(qp.req.index), qp.req.sent_pkts) {
+            return;
+        }
+        // Every go-back, whatever caused it (rxe's completer_retry_err).
+        self.counters.completer_retry_err += 1;
+        let qpn = qp.qpn;
+        let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
+        // start is at or before end, both within [consumer, fetched].
+        let span = position(end).saturating_sub(position(start));
+        for k in 0..span {
+            if let Some(entry) = qp.entry_mut(start.wrapping_add(k)) {
+                if entry.state == EntryState::Pending {
+                    entry.state = EntryState::Posted;
+                }
+            }
+        }
+        qp.req.index = start;
+        qp.req.sent_pkts = resume_pkts;
+        if from.is_before(qp.comp.psn) {
+            qp.comp.psn = from;
+        }
+        self.step(now, Step::GoBack { qpn, from, cause });
+        self.schedule(index);
+    }
+}

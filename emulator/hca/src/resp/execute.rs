@@ -1,0 +1,410 @@
+//! Executing an in-sequence request (rxe_resp.c's check_op_seq,
+//! check_length, check_rkey, execute, do_complete): SEND, WRITE, READ,
+//! the atomics, ATOMIC WRITE and FLUSH, and the READ/atomic resources.
+
+use super::{access_refusal, Refusal};
+use crate::hca::Hca;
+use crate::mr::{Origin, WordOp};
+use crate::qp::{InMessage, QpContext, Resource, Response};
+use crate::time::Instant;
+use uroce_device::types::{Access, QpType, WcFlags, WcOpcode, WcStatus};
+use uroce_wire::aeth::{self, Syndrome};
+use uroce_wire::frame::RoceFrame;
+use uroce_wire::{Mask, Opcode, Psn};
+
+impl Hca {
+    /// Executes an in-sequence request.
+    pub(super) fn execute(
+        &mut self,
+        now: Instant,
+        index: u32,
+        frame: &RoceFrame<'_>,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let _ = frame;
+        let info = packet.info();
+        let bth = packet.bth();
+        let psn = bth.psn();
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let mtu = qp.mtu() as usize;
+        let payload = packet.payload();
+        // Opcode sequence: a START only outside a message, MIDDLE/END
+        // only inside one of the same kind.
+        let in_msg = qp.resp.msg.as_ref();
+        let seq_ok = match (info.is(Mask::START), in_msg) {
+            (true, None) => true,
+            (true, Some(_)) => false,
+            (false, Some(InMessage::Send { .. })) => info.is(Mask::SEND),
+            (false, Some(InMessage::Write { .. })) => info.is(Mask::WRITE),
+            (false, None) => false,
+        };
+        if !seq_ok {
+            return Err(Refusal::InvalidRequest);
+        }
+        // Packet length: FIRST and MIDDLE carry exactly an MTU, the rest at
+        // most one.
+        let full = !info.is(Mask::END) && info.is(Mask::PAYLOAD);
+        if payload.len() > mtu || (full && payload.len() != mtu) {
+            return Err(Refusal::InvalidRequest);
+        }
+        if info.is(Mask::SEND) {
+            self.execute_send(now, index, packet)?;
+        } else if info.is(Mask::WRITE) {
+            self.execute_write(now, index, packet)?;
+        } else if info.is(Mask::READ) {
+            return self.execute_read(index, packet);
+        } else if info.is(Mask::ATOMIC) {
+            return self.execute_atomic(index, packet);
+        } else if info.is(Mask::ATOMIC_WRITE) || info.is(Mask::FLUSH) {
+            self.execute_atomic_write_or_flush(index, packet)?;
+        } else {
+            return Err(Refusal::InvalidRequest);
+        }
+        // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet.
+        self.accept_request(index, psn.next(), info.is(Mask::END), false).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        qp.resp.unacked_pkts += 1;
+        let coalesce_limit = self.config.max_pkt_per_ack;
+        if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
+            let msn = qp.resp.msn;
+            qp.resp.unacked_pkts = 0;
+            self.owe(
+                index,
+                Response::Ack {
+                    psn,
+                    syndrome: Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS),
+                    msn,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// An in-sequence request was executed: expect `next_epsn`, allow one
+    /// PSN sequence NAK for the next gap, and count the message if this
+    /// packet completes it. A READ or atomic is `answered` by its own
+    /// responses, which acknowledge everything before them: the ACK
+    /// coalescing count starts again. Returns the MSN to report.
+    fn accept_request(
+        &mut self,
+        index: u32,
+        next_epsn: Psn,
+        completes_message: bool,
+        answered: bool,
+    ) -> Option<u32> {
+        let resp = &mut self.qps.get_mut(index as usize)?.resp;
+        resp.epsn = next_epsn;
+        resp.nak_sent = false;
+        if completes_message {
+            resp.msn = (resp.msn + 1) & 0x00ff_ffff;
+        }
+        if answered {
+            resp.unacked_pkts = 0;
+        }
+        Some(resp.msn)
+    }
+
+    fn execute_send(
+        &mut self,
+        now: Instant,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let info = packet.info();
+        if info.is(Mask::START) {
+            let wqe = self.take_recv_wqe(now, index)?;
+            let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+            qp.resp.msg = Some(InMessage::Send { wqe, offset: 0 });
+        }
+        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let pd = qp.pd;
+        let Some(InMessage::Send { wqe, offset }) = qp.resp.msg.as_mut() else {
+            return Err(Refusal::InvalidRequest);
+        };
+        let payload = packet.payload();
+        let at = *offset;
+        let fits = at + payload.len() as u64 <= wqe.capacity();
+        let placed = if fits {
+            crate::comp::scatter(&self.mem, pd, &wqe.sges, at, payload)
+        } else {
+            Err(WcStatus::LocLenErr)
+        };
+        if let Err(status) = placed {
+            // The receive completes in error; the requester gets a NAK.
+            let wr_id = wqe.wr_id;
+            self.complete_recv(now, index, wr_id, status, WcOpcode::Recv, 0, None, false);
+            return Err(if status == WcStatus::LocLenErr {
+                Refusal::InvalidRequest
+            } else {
+                Refusal::OperationalError
+            });
+        }
+        *offset += payload.len() as u64;
+        if info.is(Mask::END) {
+            let (wr_id, byte_len) = (wqe.wr_id, *offset as u32);
+            qp.resp.msg = None;
+            let mut extra = None;
+            if let Some(imm) = packet.immdt() {
+                extra = Some((WcFlags::WITH_IMM, imm.imm()));
+            }
+            if let Some(ieth) = packet.ieth() {
+                let rkey = ieth.rkey().0;
+                if self.mem.invalidate_for(rkey, pd).is_err() {
+                    self.complete_recv(
+                        now,
+                        index,
+                        wr_id,
+                        WcStatus::RemInvReqErr,
+                        WcOpcode::Recv,
+                        0,
+                        None,
+                        false,
+                    );
+                    return Err(Refusal::InvalidRequest);
+                }
+                extra = Some((WcFlags::WITH_INV, rkey));
+            }
+            let solicited = packet.bth().solicited();
+            self.complete_recv(
+                now,
+                index,
+                wr_id,
+                WcStatus::Success,
+                WcOpcode::Recv,
+                byte_len,
+                extra,
+                solicited,
+            );
+        }
+        Ok(())
+    }
+
+    fn execute_write(
+        &mut self,
+        now: Instant,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let info = packet.info();
+        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+            return Err(Refusal::AccessError);
+        }
+        if info.is(Mask::START) {
+            let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
+            qp.resp.msg = Some(InMessage::Write {
+                va: reth.va(),
+                rkey: reth.rkey().0,
+                dma_len: reth.dma_len(),
+                offset: 0,
+            });
+        }
+        let (pd, qpn) = (qp.pd, qp.qpn);
+        let Some(InMessage::Write { va, rkey, dma_len, offset }) = qp.resp.msg.clone() else {
+            return Err(Refusal::InvalidRequest);
+        };
+        let payload = packet.payload();
+        let end = offset + payload.len() as u64;
+        if end > u64::from(dma_len) || (info.is(Mask::END) && end != u64::from(dma_len)) {
+            return Err(Refusal::InvalidRequest);
+        }
+        // WRITE with immediate consumes a receive WQE: find it before
+        // touching memory, so that after an RNR NAK the requester's resent
+        // packet finds the message exactly as it was.
+        let recv_wqe = match (info.is(Mask::END), packet.immdt()) {
+            (true, Some(_)) => match self.take_recv_wqe(now, index) {
+                Ok(wqe) => Some(wqe),
+                Err(refusal) => {
+                    if info.is(Mask::START) {
+                        if let Some(qp) = self.qps.get_mut(index as usize) {
+                            qp.resp.msg = None;
+                        }
+                    }
+                    return Err(refusal);
+                }
+            },
+            _ => None,
+        };
+        let range = self
+            .mem
+            .check(
+                rkey,
+                pd,
+                va + offset,
+                payload.len() as u64,
+                Access::REMOTE_WRITE,
+                Origin::Remote { qpn },
+            )
+            .map_err(access_refusal)?;
+        self.mem.write(&range, payload).map_err(access_refusal)?;
+        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        if let Some(InMessage::Write { offset, .. }) = qp.resp.msg.as_mut() {
+            *offset = end;
+        }
+        if info.is(Mask::END) {
+            qp.resp.msg = None;
+            if let (Some(imm), Some(wqe)) = (packet.immdt(), recv_wqe) {
+                let solicited = packet.bth().solicited();
+                self.complete_recv(
+                    now,
+                    index,
+                    wqe.wr_id,
+                    WcStatus::Success,
+                    WcOpcode::RecvRdmaWithImm,
+                    dma_len,
+                    Some((WcFlags::WITH_IMM, imm.imm())),
+                    solicited,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// QP `index`, if it is RC (READ and atomics exist only there) and
+    /// grants its peer `access`.
+    fn rc_granting(&self, index: u32, access: Access) -> Result<&QpContext, Refusal> {
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        if qp.qp_type != QpType::Rc {
+            return Err(Refusal::InvalidRequest);
+        }
+        if !qp.attr.qp_access_flags.contains(access) {
+            return Err(Refusal::AccessError);
+        }
+        Ok(qp)
+    }
+
+    fn execute_read(
+        &mut self,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
+        let psn = packet.bth().psn();
+        let qp = self.rc_granting(index, Access::REMOTE_READ)?;
+        let (pd, qpn, mtu) = (qp.pd, qp.qpn, qp.mtu());
+        let len = reth.dma_len();
+        if len > self.config.max_msg_size {
+            return Err(Refusal::InvalidRequest);
+        }
+        self.mem
+            .check(
+                reth.rkey().0,
+                pd,
+                reth.va(),
+                u64::from(len),
+                Access::REMOTE_READ,
+                Origin::Remote { qpn },
+            )
+            .map_err(access_refusal)?;
+        let npkts = len.div_ceil(mtu).max(1);
+        let resource =
+            Resource::Read { first_psn: psn, npkts, va: reth.va(), rkey: reth.rkey().0, len };
+        let slot = self.store_resource(index, resource).ok_or(Refusal::Drop)?;
+        let msn = self.accept_request(index, psn + npkts, true, true).ok_or(Refusal::Drop)?;
+        self.owe(index, Response::Read { resource: slot, start: 0, next: 0, msn });
+        Ok(())
+    }
+
+    fn execute_atomic(
+        &mut self,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let atomic = packet.atomic_eth().ok_or(Refusal::InvalidRequest)?;
+        let psn = packet.bth().psn();
+        let qp = self.rc_granting(index, Access::REMOTE_ATOMIC)?;
+        if atomic.va() % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        let (pd, qpn) = (qp.pd, qp.qpn);
+        let range = self
+            .mem
+            .check(
+                atomic.rkey().0,
+                pd,
+                atomic.va(),
+                8,
+                Access::REMOTE_ATOMIC,
+                Origin::Remote { qpn },
+            )
+            .map_err(access_refusal)?;
+        let op = if packet.bth().opcode() == Opcode::RC_COMPARE_SWAP {
+            WordOp::CompareSwap { compare: atomic.compare(), swap: atomic.swap_add() }
+        } else {
+            WordOp::FetchAdd(atomic.swap_add())
+        };
+        let orig = self.mem.atomic(&range, op).map_err(access_refusal)?;
+        let slot =
+            self.store_resource(index, Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
+        let msn = self.accept_request(index, psn.next(), true, true).ok_or(Refusal::Drop)?;
+        self.owe(index, Response::AtomicAck { resource: slot, msn });
+        Ok(())
+    }
+
+    fn execute_atomic_write_or_flush(
+        &mut self,
+        index: u32,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let (pd, qpn) = (qp.pd, qp.qpn);
+        if packet.info().is(Mask::ATOMIC_WRITE) {
+            if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+                return Err(Refusal::AccessError);
+            }
+            let payload = packet.payload();
+            if payload.len() != 8 || reth.dma_len() != 8 || reth.va() % 8 != 0 {
+                return Err(Refusal::InvalidRequest);
+            }
+            let range = self
+                .mem
+                .check(
+                    reth.rkey().0,
+                    pd,
+                    reth.va(),
+                    8,
+                    Access::REMOTE_WRITE,
+                    Origin::Remote { qpn },
+                )
+                .map_err(access_refusal)?;
+            let value =
+                u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
+            self.mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
+        } else {
+            // FLUSH: memory here is always coherent and "persistent" as far
+            // as the emulator can make it; check the rights and range.
+            let feth = packet.feth().ok_or(Refusal::InvalidRequest)?;
+            let mut needed = Access::EMPTY;
+            if feth.placement_type() & 0x1 != 0 {
+                needed = needed | Access::FLUSH_GLOBAL;
+            }
+            if feth.placement_type() & 0x2 != 0 {
+                needed = needed | Access::FLUSH_PERSISTENT;
+            }
+            let len = if feth.selectivity_level() == 1 { 0 } else { u64::from(reth.dma_len()) };
+            if len > 0 {
+                self.mem
+                    .check(reth.rkey().0, pd, reth.va(), len, needed, Origin::Remote { qpn })
+                    .map_err(access_refusal)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stores a READ/atomic resource in the ring, replacing the oldest.
+    fn store_resource(&mut self, index: u32, resource: Resource) -> Option<usize> {
+        let qp = self.qps.get_mut(index as usize)?;
+        let slots = qp.resp.resources.len();
+        if slots == 0 {
+            return None;
+        }
+        let slot = qp.resp.res_head % slots;
+        // Responses still owed for the slot being reused go: the requester
+        // exceeded max_dest_rd_atomic and will retry.
+        qp.resp.queue.retain(|r| !matches!(r, Response::Read { resource, .. } | Response::AtomicAck { resource, .. } if *resource == slot));
+        qp.resp.resources[slot] = Some(resource);
+        qp.resp.res_head = (slot + 1) % slots;
+        Some(slot)
+    }
+}

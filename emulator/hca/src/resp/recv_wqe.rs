@@ -1,0 +1,186 @@
+//! Receive WQEs (rxe_resp.c's get_srq_wqe, do_complete for receives):
+//! taking one from the RQ or the SRQ, giving its slot back, writing the
+//! receive completion; and UD datagrams, one receive WQE each.
+
+use super::Refusal;
+use crate::hca::Hca;
+use crate::time::Instant;
+use crate::trace::{DropReason, RequestVerdict, Step};
+use uroce_device::cqe::Cqe;
+use uroce_device::types::{Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
+use uroce_device::wqe::RecvWqe;
+use uroce_wire::frame::RoceFrame;
+
+impl Hca {
+    /// The receive WQE a SEND (or WRITE with immediate) goes into: from the
+    /// SRQ (taken at once) or peeked from the RQ (consumed at completion).
+    pub(super) fn take_recv_wqe(&mut self, now: Instant, index: u32) -> Result<RecvWqe, Refusal> {
+        let host = self.mem.host().clone();
+        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let (slot, max_sge) = match qp.srq {
+            Some(srq_index) => {
+                let srq = self.srqs.get_mut(srq_index as usize).ok_or(Refusal::OperationalError)?;
+                if srq.ring.refresh(host.as_ref()).is_err() {
+                    return Err(Refusal::OperationalError);
+                }
+                if srq.ring.available() == 0 {
+                    return Err(Refusal::NotReady);
+                }
+                let mut slot = vec![0u8; srq.ring.desc.stride as usize];
+                srq.ring
+                    .read_entry(host.as_ref(), srq.ring.consumer, &mut slot)
+                    .map_err(|_| Refusal::OperationalError)?;
+                // An SRQ WQE is taken at once: other QPs share the ring.
+                srq.ring.consume(host.as_ref(), 1).map_err(|_| Refusal::OperationalError)?;
+                let max_sge = srq.max_sge;
+                if srq.limit > 0 && srq.ring.available() < srq.limit {
+                    srq.limit = 0;
+                    self.push_event(crate::hca::Event::Async {
+                        event: uroce_device::types::EventType::SrqLimitReached,
+                        element: srq_index,
+                    });
+                }
+                (slot, max_sge)
+            }
+            None => {
+                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+                let max_sge = qp.cap.max_recv_sge;
+                let rq = qp.rq.as_mut().ok_or(Refusal::OperationalError)?;
+                if rq.refresh(host.as_ref()).is_err() {
+                    return Err(Refusal::OperationalError);
+                }
+                if rq.available() == 0 {
+                    return Err(Refusal::NotReady);
+                }
+                let mut slot = vec![0u8; rq.desc.stride as usize];
+                rq.read_entry(host.as_ref(), rq.consumer, &mut slot)
+                    .map_err(|_| Refusal::OperationalError)?;
+                // An RQ WQE stays at the head until its message completes.
+                (slot, max_sge)
+            }
+        };
+        match RecvWqe::decode(&slot, max_sge) {
+            Ok(wqe) => Ok(wqe),
+            Err(error) => {
+                // A malformed receive WQE completes with its status and
+                // takes the QP to the error state.
+                self.counters.bad_wqe += 1;
+                if let Some(qpn) = self.qps.get(index as usize).map(|qp| qp.qpn) {
+                    self.step(now, Step::WqeRefused { qpn, status: error.status });
+                }
+                let wr_id = uroce_device::wqe::slot_wr_id(&slot);
+                self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
+                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+                if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
+                    qp.state = QpState::Err;
+                    self.enter_error(now, index);
+                }
+                Err(Refusal::OperationalError)
+            }
+        }
+    }
+
+    /// Gives the RQ slot of a finished receive back (SRQ WQEs were taken
+    /// already).
+    fn release_recv_wqe(&mut self, index: u32) {
+        let host = self.mem.host().clone();
+        if let Some(qp) = self.qps.get_mut(index as usize) {
+            if qp.srq.is_none() {
+                if let Some(rq) = qp.rq.as_mut() {
+                    if rq.available() > 0 {
+                        let _ = rq.consume(host.as_ref(), 1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes a receive completion and releases the RQ slot.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn complete_recv(
+        &mut self,
+        now: Instant,
+        index: u32,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        extra: Option<(WcFlags, u32)>,
+        solicited: bool,
+    ) {
+        self.release_recv_wqe(index);
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        let mut cqe = Cqe::new(wr_id, status, opcode, qp.qpn);
+        cqe.byte_len = byte_len;
+        if let Some((flags, value)) = extra {
+            cqe.flags = flags;
+            cqe.imm_or_inv = value;
+        }
+        let cq = qp.recv_cq;
+        self.post_cqe(now, cq, &cqe, solicited);
+    }
+
+    /// UD: one packet per message, Q_Key checked, GRH at the buffer start.
+    pub(super) fn receive_ud(
+        &mut self,
+        now: Instant,
+        index: u32,
+        frame: &RoceFrame<'_>,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) {
+        let Some(deth) = packet.deth() else { return };
+        let Some(qp) = self.qps.get(index as usize) else { return };
+        if deth.qkey() != Qkey(qp.attr.qkey) {
+            let qpn = qp.qpn;
+            return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
+        }
+        let wqe = match self.take_recv_wqe(now, index) {
+            Ok(wqe) => wqe,
+            // No receive WQE: a UD datagram is dropped.
+            Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
+        };
+        self.request_step(now, index, packet, RequestVerdict::Executed);
+        let qp = self.qps.get(index as usize).expect("checked");
+        let pd = qp.pd;
+        let mut grh = [0u8; 40];
+        let ip = frame.ip_header_bytes();
+        if ip.len() == 40 {
+            grh.copy_from_slice(ip);
+        } else if ip.len() >= 20 {
+            grh[20..40].copy_from_slice(&ip[..20]);
+        }
+        let payload = packet.payload();
+        let sges = &wqe.sges;
+        let total = 40 + payload.len() as u64;
+        let status = if total > wqe.capacity() {
+            Err(WcStatus::LocLenErr)
+        } else {
+            crate::comp::scatter(&self.mem, pd, sges, 0, &grh)
+                .and_then(|()| crate::comp::scatter(&self.mem, pd, sges, 40, payload))
+        };
+        let qpn = qp.qpn;
+        let cq = qp.recv_cq;
+        self.release_recv_wqe(index);
+        let mut cqe = Cqe::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
+        match status {
+            Ok(()) => {
+                cqe.byte_len = total as u32;
+                cqe.flags = WcFlags::GRH;
+                cqe.src_qp = deth.src_qpn();
+                if let Some(imm) = packet.immdt() {
+                    cqe.flags = cqe.flags | WcFlags::WITH_IMM;
+                    cqe.imm_or_inv = imm.imm();
+                }
+            }
+            Err(status) => cqe.status = status,
+        }
+        let solicited = packet.bth().solicited();
+        self.post_cqe(now, cq, &cqe, solicited);
+        if cqe.status != WcStatus::Success {
+            if let Some(qp) = self.qps.get_mut(index as usize) {
+                qp.state = QpState::Err;
+            }
+            self.enter_error(now, index);
+        }
+    }
+}
