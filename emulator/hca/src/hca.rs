@@ -99,6 +99,9 @@ pub struct Hca {
     last_now: Instant,
     /// Gather buffer for one packet's payload (path MTU bytes).
     pub(crate) scratch: Vec<u8>,
+    /// One WQE's bytes as read from a ring (grown to the largest stride
+    /// seen, then reused).
+    pub(crate) wqe_slot: Vec<u8>,
     /// UDP source ports the runtime cannot send from.
     pub(crate) source_ports: crate::ports::SourcePorts,
 }
@@ -134,6 +137,7 @@ impl Hca {
             ip_id: 0,
             last_now: Instant::ZERO,
             scratch: vec![0; config.active_mtu.bytes() as usize],
+            wqe_slot: Vec::new(),
             source_ports: crate::ports::SourcePorts::default(),
             gids,
             addresses,

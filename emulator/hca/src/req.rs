@@ -58,11 +58,15 @@ impl Hca {
             max_inline: qp.cap.max_inline_data,
             max_msg_size,
         };
-        let mut slot = vec![0u8; qp.sq.desc.stride as usize];
+        // The WQEs are read into the HCA's slot buffer (zeroed first, as a
+        // fresh one would be).
+        let slot = &mut self.wqe_slot;
+        slot.clear();
+        slot.resize(qp.sq.desc.stride as usize, 0);
         while qp.fetched != qp.sq.producer_seen {
-            let read = qp.sq.read_entry(host.as_ref(), qp.fetched, &mut slot);
+            let read = qp.sq.read_entry(host.as_ref(), qp.fetched, slot);
             let decoded = match read {
-                Ok(()) => SendWqe::decode(&slot, &limits).map_err(|e| e.status),
+                Ok(()) => SendWqe::decode(slot, &limits).map_err(|e| e.status),
                 Err(_) => Err(WcStatus::LocQpOpErr),
             };
             let entry = match decoded {
@@ -90,7 +94,7 @@ impl Hca {
                     }
                 }
                 Err(status) => {
-                    let wr_id = uroce_device::wqe::slot_wr_id(&slot);
+                    let wr_id = uroce_device::wqe::slot_wr_id(slot);
                     SqEntry {
                         wqe: SendWqe {
                             wr_id,
@@ -195,20 +199,30 @@ impl Hca {
         let Some(qp) = self.qps.get(index as usize) else { return WcStatus::LocQpOpErr };
         let (pd, qpn) = (qp.pd, qp.qpn);
         let Some(entry) = qp.entry(req_index) else { return WcStatus::LocQpOpErr };
-        let wqe = entry.wqe.clone();
-        match wqe.opcode {
-            WrOpcode::LocalInv => match self.mem.invalidate_for(wqe.imm_or_inv, pd) {
+        // The operands are copied out: the memory tables change below.
+        let wqe = &entry.wqe;
+        let (opcode, imm_or_inv, rkey, ud, remote_addr, compare_add, swap) = (
+            wqe.opcode,
+            wqe.imm_or_inv,
+            wqe.rkey,
+            wqe.ud,
+            wqe.remote_addr,
+            wqe.compare_add,
+            wqe.swap,
+        );
+        match opcode {
+            WrOpcode::LocalInv => match self.mem.invalidate_for(imm_or_inv, pd) {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocQpOpErr,
             },
             WrOpcode::BindMw => {
-                let access = Access(wqe.swap as u32);
+                let access = Access(swap as u32);
                 let bound = self.mem.bind_window(
-                    wqe.imm_or_inv,
-                    Some(wqe.rkey.0 as u8),
-                    wqe.ud.ah,
-                    wqe.remote_addr,
-                    wqe.compare_add,
+                    imm_or_inv,
+                    Some(rkey.0 as u8),
+                    ud.ah,
+                    remote_addr,
+                    compare_add,
                     access,
                     pd,
                     qpn,
@@ -270,37 +284,46 @@ impl Hca {
                 qp.req.rd_atomic_outstanding += 1;
             }
         }
-        let entry = qp.entry(req_index)?.clone();
-        let total = entry.wqe.length();
+        // What the packet needs of the WQE, copied out (the payload is
+        // gathered from the shadow entry in place).
+        let entry = qp.entry(req_index)?;
+        let (first_psn, npkts, read_placed) = (entry.first_psn, entry.npkts, entry.read_placed);
+        let wqe = &entry.wqe;
+        let (flags, imm_or_inv, remote_addr, rkey) =
+            (wqe.flags, wqe.imm_or_inv, wqe.remote_addr, wqe.rkey);
+        let (compare_add, swap, ud) = (wqe.compare_add, wqe.swap, wqe.ud);
+        let total = wqe.length();
         // Which packet, which bytes.
         let (psn, position, offset, len, request_pkts) = match opcode {
             WrOpcode::RdmaRead => {
-                let done_pkts = (entry.read_placed / u64::from(mtu)) as u32;
-                (entry.first_psn + done_pkts, Position::Only, entry.read_placed, 0, 1)
+                let done_pkts = (read_placed / u64::from(mtu)) as u32;
+                (first_psn + done_pkts, Position::Only, read_placed, 0, 1)
             }
             WrOpcode::AtomicCmpAndSwp
             | WrOpcode::AtomicFetchAndAdd
             | WrOpcode::AtomicWrite
-            | WrOpcode::Flush => (entry.first_psn, Position::Only, 0, 0, 1),
+            | WrOpcode::Flush => (first_psn, Position::Only, 0, 0, 1),
             _ => {
                 let k = qp.req.sent_pkts;
                 let offset = u64::from(k) * u64::from(mtu);
                 let len = (total - offset.min(total)).min(u64::from(mtu));
-                let position = match (k == 0, k + 1 == entry.npkts) {
+                let position = match (k == 0, k + 1 == npkts) {
                     (true, true) => Position::Only,
                     (true, false) => Position::First,
                     (false, true) => Position::Last,
                     (false, false) => Position::Middle,
                 };
-                (entry.first_psn + k, position, offset, len, entry.npkts)
+                (first_psn + k, position, offset, len, npkts)
             }
         };
         // Gather the payload through the checked DMA path.
         let pd = qp.pd;
-        let gathered = match opcode {
-            WrOpcode::AtomicWrite => gather(&self.mem, pd, &entry.wqe, 0, 8, &mut self.scratch),
-            _ => gather(&self.mem, pd, &entry.wqe, offset, len, &mut self.scratch),
+        let (offset_gathered, len_gathered) = match opcode {
+            WrOpcode::AtomicWrite => (0, 8),
+            _ => (offset, len),
         };
+        let wqe = &self.qps.get(index as usize)?.entry(req_index)?.wqe;
+        let gathered = gather(&self.mem, pd, wqe, offset_gathered, len_gathered, &mut self.scratch);
         let payload_len = match gathered {
             Ok(n) => n,
             Err(status) => {
@@ -320,52 +343,47 @@ impl Hca {
         let wire_opcode = select_opcode(qp_type, opcode, position)?;
         let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), psn, payload_len);
         bth.ack_req = ack_req;
-        bth.solicited = last && entry.wqe.flags.contains(SendFlags::SOLICITED);
+        bth.solicited = last && flags.contains(SendFlags::SOLICITED);
         let mut ext = ExtHeaders::default();
         let info = wire_opcode.info()?;
         use uroce_wire::Mask;
         if info.is(Mask::RETH) {
             let (va, dma_len) = match opcode {
-                WrOpcode::RdmaRead => (entry.wqe.remote_addr + offset, (total - offset) as u32),
-                WrOpcode::Flush => (entry.wqe.remote_addr, entry.wqe.compare_add as u32),
-                _ => (entry.wqe.remote_addr, total as u32),
+                WrOpcode::RdmaRead => (remote_addr + offset, (total - offset) as u32),
+                WrOpcode::Flush => (remote_addr, compare_add as u32),
+                _ => (remote_addr, total as u32),
             };
-            ext.reth = Some(reth::Repr { va, rkey: entry.wqe.rkey, dma_len });
+            ext.reth = Some(reth::Repr { va, rkey, dma_len });
         }
         if info.is(Mask::IMMDT) {
-            ext.immdt = Some(immdt::Repr { imm: entry.wqe.imm_or_inv });
+            ext.immdt = Some(immdt::Repr { imm: imm_or_inv });
         }
         if info.is(Mask::IETH) {
-            ext.ieth = Some(ieth::Repr { rkey: Rkey(entry.wqe.imm_or_inv) });
+            ext.ieth = Some(ieth::Repr { rkey: Rkey(imm_or_inv) });
         }
         if info.is(Mask::ATOMIC_ETH) {
             let (swap_add, compare) = match opcode {
-                WrOpcode::AtomicCmpAndSwp => (entry.wqe.swap, entry.wqe.compare_add),
-                _ => (entry.wqe.compare_add, 0),
+                WrOpcode::AtomicCmpAndSwp => (swap, compare_add),
+                _ => (compare_add, 0),
             };
-            ext.atomic_eth = Some(atomic_eth::Repr {
-                va: entry.wqe.remote_addr,
-                rkey: entry.wqe.rkey,
-                swap_add,
-                compare,
-            });
+            ext.atomic_eth = Some(atomic_eth::Repr { va: remote_addr, rkey, swap_add, compare });
         }
         if info.is(Mask::FETH) {
             ext.feth = Some(feth::Repr {
-                selectivity_level: ((entry.wqe.swap >> 8) & 0x3) as u8,
-                placement_type: (entry.wqe.swap & 0xf) as u8,
+                selectivity_level: ((swap >> 8) & 0x3) as u8,
+                placement_type: (swap & 0xf) as u8,
                 reserved: 0,
             });
         }
         let (path, dest_qpn) = if qp_type == QpType::Ud {
-            let qkey = if Qkey(entry.wqe.ud.remote_qkey.0).is_privileged() {
+            let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
                 Qkey(qp.attr.qkey)
             } else {
-                entry.wqe.ud.remote_qkey
+                ud.remote_qkey
             };
             ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
-            let path = self.ah_path(entry.wqe.ud.ah, pd);
-            (path, entry.wqe.ud.remote_qpn)
+            let path = self.ah_path(ud.ah, pd);
+            (path, ud.remote_qpn)
         } else {
             (qp.path, Qpn::new(qp.attr.dest_qp_num))
         };

@@ -77,17 +77,18 @@ impl Hca {
         let Some(qp) = self.qps.get_mut(index as usize) else { return };
         let (qpn, cq) = (qp.qpn, qp.recv_cq);
         let Some(mut rq) = qp.rq else { return };
-        let max_sge = qp.cap.max_recv_sge;
         let host = self.mem.host().clone();
         if rq.refresh(host.as_ref()).is_err() {
             // A bogus producer index: nothing can be trusted in this ring.
             return;
         }
-        let mut slot = vec![0u8; rq.desc.stride as usize];
+        self.wqe_slot.clear();
+        self.wqe_slot.resize(rq.desc.stride as usize, 0);
         while rq.available() > 0 {
-            let wr_id = match rq.read_entry(host.as_ref(), rq.consumer, &mut slot) {
-                Ok(()) => uroce_device::wqe::RecvWqe::decode(&slot, max_sge)
-                    .map_or(uroce_device::wqe::slot_wr_id(&slot), |w| w.wr_id),
+            // A WQE that decodes has its wr_id where one that does not is
+            // looked for: the first 8 bytes of the slot.
+            let wr_id = match rq.read_entry(host.as_ref(), rq.consumer, &mut self.wqe_slot) {
+                Ok(()) => uroce_device::wqe::slot_wr_id(&self.wqe_slot),
                 Err(_) => break,
             };
             if rq.consume(host.as_ref(), 1).is_err() {

@@ -200,7 +200,7 @@ impl Hca {
             });
         }
         let (pd, qpn) = (qp.pd, qp.qpn);
-        let Some(InMessage::Write { va, rkey, dma_len, offset }) = qp.resp.msg.clone() else {
+        let Some(&InMessage::Write { va, rkey, dma_len, offset }) = qp.resp.msg.as_ref() else {
             return Err(Refusal::InvalidRequest);
         };
         let payload = packet.payload();

@@ -16,8 +16,12 @@ impl Hca {
     /// SRQ (taken at once) or peeked from the RQ (consumed at completion).
     pub(super) fn take_recv_wqe(&mut self, now: Instant, index: u32) -> Result<RecvWqe, Refusal> {
         let host = self.mem.host().clone();
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
-        let (slot, max_sge) = match qp.srq {
+        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        // The WQE is read into the HCA's slot buffer (zeroed first, as a
+        // fresh one would be).
+        let slot = &mut self.wqe_slot;
+        let mut limit_reached = None;
+        let max_sge = match qp.srq {
             Some(srq_index) => {
                 let srq = self.srqs.get_mut(srq_index as usize).ok_or(Refusal::OperationalError)?;
                 if srq.ring.refresh(host.as_ref()).is_err() {
@@ -26,24 +30,20 @@ impl Hca {
                 if srq.ring.available() == 0 {
                     return Err(Refusal::NotReady);
                 }
-                let mut slot = vec![0u8; srq.ring.desc.stride as usize];
+                slot.clear();
+                slot.resize(srq.ring.desc.stride as usize, 0);
                 srq.ring
-                    .read_entry(host.as_ref(), srq.ring.consumer, &mut slot)
+                    .read_entry(host.as_ref(), srq.ring.consumer, slot)
                     .map_err(|_| Refusal::OperationalError)?;
                 // An SRQ WQE is taken at once: other QPs share the ring.
                 srq.ring.consume(host.as_ref(), 1).map_err(|_| Refusal::OperationalError)?;
-                let max_sge = srq.max_sge;
                 if srq.limit > 0 && srq.ring.available() < srq.limit {
                     srq.limit = 0;
-                    self.push_event(crate::hca::Event::Async {
-                        event: uroce_device::types::EventType::SrqLimitReached,
-                        element: srq_index,
-                    });
+                    limit_reached = Some(srq_index);
                 }
-                (slot, max_sge)
+                srq.max_sge
             }
             None => {
-                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
                 let max_sge = qp.cap.max_recv_sge;
                 let rq = qp.rq.as_mut().ok_or(Refusal::OperationalError)?;
                 if rq.refresh(host.as_ref()).is_err() {
@@ -52,14 +52,23 @@ impl Hca {
                 if rq.available() == 0 {
                     return Err(Refusal::NotReady);
                 }
-                let mut slot = vec![0u8; rq.desc.stride as usize];
-                rq.read_entry(host.as_ref(), rq.consumer, &mut slot)
+                slot.clear();
+                slot.resize(rq.desc.stride as usize, 0);
+                rq.read_entry(host.as_ref(), rq.consumer, slot)
                     .map_err(|_| Refusal::OperationalError)?;
                 // An RQ WQE stays at the head until its message completes.
-                (slot, max_sge)
+                max_sge
             }
         };
-        match RecvWqe::decode(&slot, max_sge) {
+        let decoded = RecvWqe::decode(slot, max_sge);
+        let wr_id = uroce_device::wqe::slot_wr_id(slot);
+        if let Some(srq_index) = limit_reached {
+            self.push_event(crate::hca::Event::Async {
+                event: uroce_device::types::EventType::SrqLimitReached,
+                element: srq_index,
+            });
+        }
+        match decoded {
             Ok(wqe) => Ok(wqe),
             Err(error) => {
                 // A malformed receive WQE completes with its status and
@@ -68,7 +77,6 @@ impl Hca {
                 if let Some(qpn) = self.qps.get(index as usize).map(|qp| qp.qpn) {
                     self.step(now, Step::WqeRefused { qpn, status: error.status });
                 }
-                let wr_id = uroce_device::wqe::slot_wr_id(&slot);
                 self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
                 let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
                 if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
