@@ -18,6 +18,7 @@
 //! its first unacknowledged packet and a partially answered READ with a
 //! new request for the bytes still missing.
 
+use crate::handles::QpIndex;
 use crate::hca::{Hca, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
@@ -38,10 +39,10 @@ impl Hca {
     pub(crate) fn completer_receive(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &roce::Packet<&[u8]>,
     ) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let (qpn, psn, opcode) = (qp.qpn, packet.bth().psn(), packet.bth().opcode());
         // The step goes first: what the response completes or raises
         // follows it.
@@ -53,10 +54,10 @@ impl Hca {
     fn complete_response(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &roce::Packet<&[u8]>,
     ) -> ResponseVerdict {
-        let Some(qp) = self.qps.get(index as usize) else { return ResponseVerdict::NotPlaced };
+        let Some(qp) = self.qps.get(index) else { return ResponseVerdict::NotPlaced };
         let psn = packet.bth().psn();
         // Only a response to something outstanding may have an effect: a
         // PSN sent and not yet acknowledged, on an RC QP that sends.
@@ -109,7 +110,7 @@ impl Hca {
 
     /// An ACK (or the AETH of a READ response) acknowledges every PSN up to
     /// and including `psn`.
-    fn on_ack(&mut self, now: Instant, index: u32, psn: Psn) -> ResponseVerdict {
+    fn on_ack(&mut self, now: Instant, index: QpIndex, psn: Psn) -> ResponseVerdict {
         // A stale or duplicate ACK must not postpone the retransmit timer.
         let progressed = self.ack_up_to(now, index, psn);
         if progressed {
@@ -121,8 +122,8 @@ impl Hca {
     /// Completes SEND/WRITE/ATOMIC WRITE/FLUSH WQEs acknowledged by `psn`;
     /// a READ or atomic passed by the ACK lost its response.
     /// Returns whether the oldest unacknowledged PSN moved forward.
-    fn ack_up_to(&mut self, now: Instant, index: u32, psn: Psn) -> bool {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return false };
+    fn ack_up_to(&mut self, now: Instant, index: QpIndex, psn: Psn) -> bool {
+        let Some(qp) = self.qps.get_mut(index) else { return false };
         let mut i = qp.sq.consumer;
         let mut implied_nak = None;
         // Every entry with PSNs may be covered, including ones a go-back
@@ -175,7 +176,7 @@ impl Hca {
             // per ACK that passes it.
             if !qp.comp.started_retry && self.consume_retry(now, index) {
                 self.retry(now, index, resume, GoBackCause::ImpliedNak);
-                if let Some(qp) = self.qps.get_mut(index as usize) {
+                if let Some(qp) = self.qps.get_mut(index) {
                     qp.comp.started_retry = true;
                 }
             }
@@ -190,28 +191,26 @@ impl Hca {
     /// lost response, acknowledging up to it started the go-back for that
     /// one (an implied NAK; rxe's COMPST_ERROR_RETRY), and the resent
     /// requests will meet whatever the NAK was about again.
-    fn nak_applies(&mut self, now: Instant, index: u32, psn: Psn) -> bool {
+    fn nak_applies(&mut self, now: Instant, index: QpIndex, psn: Psn) -> bool {
         self.ack_up_to(now, index, psn.wrapping_sub(1));
-        self.qps
-            .get(index as usize)
-            .is_some_and(|qp| qp.comp.psn == psn && qp.state != QpState::Err)
+        self.qps.get(index).is_some_and(|qp| qp.comp.psn == psn && qp.state != QpState::Err)
     }
 
     /// PSN sequence error: go back to `psn`. A go-back already under way
     /// from this point (a duplicated NAK, or the timer fired first) is not
     /// started or paid for again: the responder NAKs a gap once, so a
     /// second NAK without progress adds nothing.
-    fn on_seq_nak(&mut self, now: Instant, index: u32, psn: Psn) -> Applied {
+    fn on_seq_nak(&mut self, now: Instant, index: QpIndex, psn: Psn) -> Applied {
         self.counters.rcvd_seq_err += 1;
         if !self.nak_applies(now, index, psn) {
             return Applied(false);
         }
-        if self.qps.get(index as usize).is_some_and(|qp| qp.comp.started_retry) {
+        if self.qps.get(index).is_some_and(|qp| qp.comp.started_retry) {
             return Applied(false);
         }
         if self.consume_retry(now, index) {
             self.retry(now, index, psn, GoBackCause::SequenceNak);
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 qp.comp.started_retry = true;
             }
             self.rearm(now, index);
@@ -220,12 +219,12 @@ impl Hca {
     }
 
     /// Receiver not ready: wait the RNR timer, then go back to `psn`.
-    fn on_rnr_nak(&mut self, now: Instant, index: u32, psn: Psn, timer_code: u8) -> Applied {
+    fn on_rnr_nak(&mut self, now: Instant, index: QpIndex, psn: Psn, timer_code: u8) -> Applied {
         self.counters.rcvd_rnr_err += 1;
         if !self.nak_applies(now, index, psn) {
             return Applied(false);
         }
-        let Some(qp) = self.qps.get_mut(index as usize) else { return Applied(false) };
+        let Some(qp) = self.qps.get_mut(index) else { return Applied(false) };
         let qpn = qp.qpn;
         if qp.attr.rnr_retry != 7 {
             if qp.comp.rnr_retry_left == 0 {
@@ -247,7 +246,13 @@ impl Hca {
     /// A NAK the requester cannot recover from (invalid request, remote
     /// access or operational error) ends the WQE that holds `psn`, the
     /// oldest one not done.
-    fn on_fatal_nak(&mut self, now: Instant, index: u32, psn: Psn, status: WcStatus) -> Applied {
+    fn on_fatal_nak(
+        &mut self,
+        now: Instant,
+        index: QpIndex,
+        psn: Psn,
+        status: WcStatus,
+    ) -> Applied {
         let applies = self.nak_applies(now, index, psn);
         if applies {
             self.fail_oldest(now, index, status);

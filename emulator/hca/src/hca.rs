@@ -14,6 +14,7 @@ use crate::config::{HcaConfig, FIRST_QPN};
 use crate::counters::Counters;
 use crate::cq::{Arm, CqContext};
 use crate::endpoint::{Endpoint, Transmit};
+use crate::handles::{AhIndex, CqIndex, PdIndex, QpIndex, SrqIndex, TableIndex};
 use crate::mr::MemoryTables;
 use crate::qp::{Path, QpContext};
 use crate::ring::{ConsumerRing, PRODUCER_OFFSET, SCHEDULED_OFFSET};
@@ -42,7 +43,7 @@ struct PdContext {
 #[derive(Debug)]
 pub struct SrqContext {
     /// Protection domain.
-    pub pd: u32,
+    pub pd: PdIndex,
     /// The ring.
     pub ring: ConsumerRing,
     /// SGEs per WQE.
@@ -56,7 +57,7 @@ pub struct SrqContext {
 /// An address handle.
 #[derive(Debug, Clone, Copy)]
 struct AhContext {
-    pd: u32,
+    pd: PdIndex,
     path: Path,
 }
 
@@ -78,18 +79,18 @@ pub struct Hca {
     gids: Vec<Gid>,
     addresses: Vec<IpAddr>,
     pub(crate) mem: MemoryTables,
-    pds: Table<PdContext>,
-    pub(crate) cqs: Table<CqContext>,
-    pub(crate) qps: Table<QpContext>,
-    pub(crate) srqs: Table<SrqContext>,
-    ahs: Table<AhContext>,
+    pds: Table<PdContext, PdIndex>,
+    pub(crate) cqs: Table<CqContext, CqIndex>,
+    pub(crate) qps: Table<QpContext, QpIndex>,
+    pub(crate) srqs: Table<SrqContext, SrqIndex>,
+    ahs: Table<AhContext, AhIndex>,
     /// How many times each QP table slot has been used: a slot's next QP
     /// gets a QPN it has not had for a long time (see [`Hca::qpn_of_slot`]).
     qp_slot_generation: Vec<u32>,
     /// QPs (table indices) that may have packets to send, in turn order.
-    sched: VecDeque<u32>,
+    sched: VecDeque<QpIndex>,
     /// Armed timers: (when, QP index, which).
-    timers: BTreeSet<(Instant, u32, TimerKind)>,
+    timers: BTreeSet<(Instant, QpIndex, TimerKind)>,
     events: VecDeque<Event>,
     pub(crate) counters: Counters,
     /// The decisions kept for the driver (off unless asked for).
@@ -182,9 +183,9 @@ impl Hca {
     /// The table slot of the live QP numbered `qpn`. A QPN names a slot and
     /// that slot's generation: the number of a destroyed QP names nothing,
     /// even once its slot holds a new QP.
-    pub(crate) fn qp_slot(&self, qpn: Qpn) -> Option<usize> {
+    pub(crate) fn qp_slot(&self, qpn: Qpn) -> Option<QpIndex> {
         let offset = qpn.value().checked_sub(FIRST_QPN)?;
-        let slot = (offset % self.config.max_qp) as usize;
+        let slot = QpIndex(offset % self.config.max_qp);
         self.qps.get(slot).filter(|qp| qp.qpn == qpn).map(|_| slot)
     }
 
@@ -194,11 +195,11 @@ impl Hca {
     /// a delayed or replayed packet of the old connection finds no QP
     /// instead of the new one (rxe allocates QPNs cyclically for the same
     /// reason).
-    fn qpn_of_slot(&self, slot: usize) -> Qpn {
+    fn qpn_of_slot(&self, slot: QpIndex) -> Qpn {
         let max_qp = self.config.max_qp;
         let generations = (0x0100_0000 - FIRST_QPN) / max_qp;
-        let generation = self.qp_slot_generation[slot] % generations;
-        Qpn::new(FIRST_QPN + slot as u32 + generation * max_qp)
+        let generation = self.qp_slot_generation[slot.slot()] % generations;
+        Qpn::new(FIRST_QPN + slot.value() + generation * max_qp)
     }
 
     /// Whether some QP may have a packet to send now: a driver that
@@ -283,17 +284,17 @@ impl Hca {
                 };
                 let state = self.qps.get(index).map(|qp| qp.state);
                 match (state, doorbell) {
-                    (Some(QpState::Err), _) => self.flush(now, index as u32),
+                    (Some(QpState::Err), _) => self.flush(now, index),
                     // SQE: sends flush, receives go on.
                     (Some(QpState::Sqe), Doorbell::SendQueue(_)) => {
-                        self.flush_send_queue(now, index as u32)
+                        self.flush_send_queue(now, index)
                     }
-                    _ => self.schedule(index as u32),
+                    _ => self.schedule(index),
                 }
             }
             Doorbell::Srq(_) => {}
             Doorbell::ArmCq { cq, solicited_only } => {
-                if let Some(ctx) = self.cqs.get_mut(cq as usize) {
+                if let Some(ctx) = self.cqs.get_mut(CqIndex(cq)) {
                     ctx.arm = if solicited_only { Arm::SolicitedOnly } else { Arm::Next };
                 }
             }
@@ -303,8 +304,8 @@ impl Hca {
     /// Puts a QP in the transmit schedule, and raises its send queue's
     /// device-scheduled flag: until it comes down the driver may skip the
     /// kick after a post, since the HCA will look at the queue anyway.
-    pub(crate) fn schedule(&mut self, index: u32) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    pub(crate) fn schedule(&mut self, index: QpIndex) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         if qp.scheduled {
             return;
         }
@@ -320,9 +321,9 @@ impl Hca {
     /// after the fence the producer index is read again, and a post the
     /// HCA has not seen this way is taken as its doorbell would have been
     /// (the store-load pattern of `uroce_device::ring`).
-    fn unschedule(&mut self, now: Instant, index: u32) {
+    fn unschedule(&mut self, now: Instant, index: QpIndex) {
         let host = self.mem.host().clone();
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let Some(qp) = self.qps.get_mut(index) else { return };
         qp.scheduled = false;
         let base = qp.sq.desc.base;
         let _ = host.store_release_u32(base + SCHEDULED_OFFSET, 0);
@@ -337,8 +338,8 @@ impl Hca {
 
     // ---- timers ---------------------------------------------------------
 
-    pub(crate) fn set_timer(&mut self, index: u32, kind: TimerKind, at: Option<Instant>) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    pub(crate) fn set_timer(&mut self, index: QpIndex, kind: TimerKind, at: Option<Instant>) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let slot = match kind {
             TimerKind::Retransmit => &mut qp.comp.retransmit_at,
             TimerKind::Rnr => &mut qp.comp.rnr_until,
@@ -352,7 +353,7 @@ impl Hca {
         }
     }
 
-    pub(crate) fn cancel_timer(&mut self, index: u32, kind: TimerKind) {
+    pub(crate) fn cancel_timer(&mut self, index: QpIndex, kind: TimerKind) {
         self.set_timer(index, kind, None);
     }
 }
@@ -373,7 +374,7 @@ impl Endpoint for Hca {
         for _ in 0..turns {
             let index = self.sched.pop_front()?;
             if let Some(transmit) = self.transmit_from(now, index, buf) {
-                if self.qps.get(index as usize).is_some() {
+                if self.qps.get(index).is_some() {
                     self.sched.push_back(index);
                 }
                 self.counters.sent_pkts += 1;
@@ -395,7 +396,7 @@ impl Endpoint for Hca {
                 break;
             }
             self.timers.pop_first();
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 match kind {
                     TimerKind::Retransmit => qp.comp.retransmit_at = None,
                     TimerKind::Rnr => qp.comp.rnr_until = None,

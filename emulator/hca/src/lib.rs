@@ -15,6 +15,7 @@ pub mod config;
 pub mod counters;
 pub mod cq;
 pub mod endpoint;
+pub mod handles;
 pub mod hca;
 pub mod mr;
 mod ports;

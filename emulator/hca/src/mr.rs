@@ -17,14 +17,12 @@
 //! ([`MemoryTables::dma_faults`], the `dma_faults` counter), once per
 //! access that meets one.
 
+use crate::handles::PdIndex;
 use crate::tables::{Table, TableFull};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use uroce_device::mem::{HostMemory, MemFault};
 use uroce_device::types::{key_parts, make_key, Access, Qpn};
-
-/// A protection domain's index.
-pub type PdIndex = u32;
 
 /// What an MPT entry describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 //! (`resp.rs`) executes incoming requests and answers them. Their state
 //! lives here, split the same way.
 
+use crate::handles::{CqIndex, PdIndex, SrqIndex};
 use crate::ring::ConsumerRing;
 use crate::time::Instant;
 use core::net::IpAddr;
@@ -223,13 +224,13 @@ pub struct QpContext {
     /// State.
     pub state: QpState,
     /// Protection domain.
-    pub pd: u32,
+    pub pd: PdIndex,
     /// CQ for send completions.
-    pub send_cq: u32,
+    pub send_cq: CqIndex,
     /// CQ for receive completions.
-    pub recv_cq: u32,
+    pub recv_cq: CqIndex,
     /// SRQ, if receives come from one.
-    pub srq: Option<u32>,
+    pub srq: Option<SrqIndex>,
     /// The send queue ring.
     pub sq: ConsumerRing,
     /// The receive queue ring (none with an SRQ).

@@ -9,6 +9,7 @@
 //! local operations (LOCAL_INV, BIND_MW) in order.
 
 use crate::endpoint::{PacketKind, Transmit};
+use crate::handles::{AhIndex, PdIndex, QpIndex};
 use crate::hca::{Hca, TimerKind};
 use crate::mr::Origin;
 use crate::qp::{EntryState, Path, SqEntry};
@@ -34,10 +35,10 @@ enum Position {
 impl Hca {
     /// Copies newly posted send WQEs into the shadow, validating each once.
     /// A producer index that jumps past the ring is a fatal QP error.
-    pub(crate) fn fetch_send_wqes(&mut self, now: Instant, index: u32) {
+    pub(crate) fn fetch_send_wqes(&mut self, now: Instant, index: QpIndex) {
         let host = self.mem.host().clone();
         let max_msg_size = self.config.max_msg_size;
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let Some(qp) = self.qps.get_mut(index) else { return };
         match qp.sq.refresh(host.as_ref()) {
             Ok(_) => {}
             Err(RingError::IndexJump { .. }) | Err(_) => {
@@ -132,10 +133,10 @@ impl Hca {
     pub(crate) fn next_request_packet(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        let qp = self.qps.get(index as usize)?;
+        let qp = self.qps.get(index)?;
         if !qp.can_send() || qp.comp.rnr_until.is_some() {
             return None;
         }
@@ -145,7 +146,7 @@ impl Hca {
         // Local operations and refused WQEs complete without a packet; a
         // bounded number of them per turn.
         for _ in 0..self.config.max_packets_per_turn {
-            let qp = self.qps.get(index as usize)?;
+            let qp = self.qps.get(index)?;
             if qp.req.index == qp.fetched || !qp.can_send() {
                 return None;
             }
@@ -159,7 +160,7 @@ impl Hca {
             }
             if matches!(entry.state, EntryState::Done(_)) {
                 // Acknowledged while queued for a resend: skip it.
-                let qp = self.qps.get_mut(index as usize)?;
+                let qp = self.qps.get_mut(index)?;
                 qp.req.index = req_index.wrapping_add(1);
                 qp.req.sent_pkts = 0;
                 continue;
@@ -183,8 +184,8 @@ impl Hca {
     }
 
     /// Completes the current WQE without sending anything.
-    fn finish_without_packet(&mut self, now: Instant, index: u32, status: WcStatus) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    fn finish_without_packet(&mut self, now: Instant, index: QpIndex, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let req_index = qp.req.index;
         if let Some(entry) = qp.entry_mut(req_index) {
             entry.state = EntryState::Done(status);
@@ -195,8 +196,8 @@ impl Hca {
     }
 
     /// LOCAL_INV and BIND_MW.
-    fn execute_local(&mut self, index: u32, req_index: u32) -> WcStatus {
-        let Some(qp) = self.qps.get(index as usize) else { return WcStatus::LocQpOpErr };
+    fn execute_local(&mut self, index: QpIndex, req_index: u32) -> WcStatus {
+        let Some(qp) = self.qps.get(index) else { return WcStatus::LocQpOpErr };
         let (pd, qpn) = (qp.pd, qp.qpn);
         let Some(entry) = qp.entry(req_index) else { return WcStatus::LocQpOpErr };
         // The operands are copied out: the memory tables change below.
@@ -237,11 +238,11 @@ impl Hca {
     }
 
     /// Builds the next packet of the current WQE (RC, UC, UD).
-    fn build_request(&mut self, now: Instant, index: u32, buf: &mut [u8]) -> Option<Transmit> {
+    fn build_request(&mut self, now: Instant, index: QpIndex, buf: &mut [u8]) -> Option<Transmit> {
         let max_unacked = self.config.max_unacked_psns;
         let max_pkt_per_ack = self.config.max_pkt_per_ack;
         let active_mtu = self.config.active_mtu.bytes();
-        let qp = self.qps.get_mut(index as usize)?;
+        let qp = self.qps.get_mut(index)?;
         let mtu = if qp.qp_type == QpType::Ud { active_mtu } else { qp.mtu() };
         let req_index = qp.req.index;
         let outstanding = qp.req.rd_atomic_outstanding;
@@ -322,13 +323,13 @@ impl Hca {
             WrOpcode::AtomicWrite => (0, 8),
             _ => (offset, len),
         };
-        let wqe = &self.qps.get(index as usize)?.entry(req_index)?.wqe;
+        let wqe = &self.qps.get(index)?.entry(req_index)?.wqe;
         let gathered = gather(&self.mem, pd, wqe, offset_gathered, len_gathered, &mut self.scratch);
         let payload_len = match gathered {
             Ok(n) => n,
             Err(status) => {
                 // A local protection error ends the WQE (and the QP).
-                let qp = self.qps.get_mut(index as usize)?;
+                let qp = self.qps.get_mut(index)?;
                 if opcode.is_read_or_atomic() {
                     qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
                 }
@@ -336,7 +337,7 @@ impl Hca {
                 return None;
             }
         };
-        let qp = self.qps.get_mut(index as usize)?;
+        let qp = self.qps.get_mut(index)?;
         let last = matches!(position, Position::Last | Position::Only);
         let ack_req = qp_type == QpType::Rc
             && (last || opcode.is_read_or_atomic() || qp.req.noack_pkts + 1 >= max_pkt_per_ack);
@@ -382,25 +383,25 @@ impl Hca {
                 ud.remote_qkey
             };
             ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
-            let path = self.ah_path(ud.ah, pd);
+            let path = self.ah_path(AhIndex(ud.ah), pd);
             (path, ud.remote_qpn)
         } else {
             (qp.path, Qpn::new(qp.attr.dest_qp_num))
         };
         let Some(path) = path else {
             // A UD WQE naming no address handle of this PD.
-            let qp = self.qps.get_mut(index as usize)?;
+            let qp = self.qps.get_mut(index)?;
             qp.req.sent_pkts = 0;
             self.finish_without_packet(now, index, WcStatus::LocQpOpErr);
             return None;
         };
         bth.dest_qpn = dest_qpn;
-        let sport = self.settled_source_port(self.qps.get(index as usize)?.sport);
+        let sport = self.settled_source_port(self.qps.get(index)?.sport);
         let ip_id = self.next_ip_id();
         let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
         let transmit = emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)?;
         // Account for the packet.
-        let qp = self.qps.get_mut(index as usize)?;
+        let qp = self.qps.get_mut(index)?;
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
         qp.req.sent_pkts += 1;
@@ -476,7 +477,7 @@ fn select_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Option<Op
 /// checking every SGE's L_Key. Returns the bytes gathered.
 pub(crate) fn gather(
     mem: &crate::mr::MemoryTables,
-    pd: u32,
+    pd: PdIndex,
     wqe: &SendWqe,
     offset: u64,
     len: u64,

@@ -12,6 +12,7 @@
 //! What is owed goes into one queue per QP, in PSN order, so an ACK never
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
+use crate::handles::QpIndex;
 use crate::hca::Hca;
 use crate::mr::AccessError;
 use crate::qp::Response;
@@ -46,11 +47,11 @@ impl Hca {
     pub(crate) fn responder_receive(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let qp_type = qp.qp_type;
         let psn = packet.bth().psn();
         if qp_type == QpType::Ud {
@@ -62,7 +63,7 @@ impl Hca {
         if qp_type == QpType::Uc {
             // UC resynchronises on every FIRST/ONLY: a message that lost a
             // packet is dropped whole, silently, and counted once.
-            let qp = self.qps.get_mut(index as usize).expect("checked");
+            let qp = self.qps.get_mut(index).expect("checked");
             if info.is(Mask::START) {
                 if psn != epsn || qp.resp.msg.is_some() {
                     self.counters.out_of_seq_request += 1;
@@ -84,7 +85,7 @@ impl Hca {
             }
         } else if psn != epsn {
             if psn.is_after(epsn) {
-                let qp = self.qps.get_mut(index as usize).expect("checked");
+                let qp = self.qps.get_mut(index).expect("checked");
                 let nak = !qp.resp.nak_sent;
                 if nak {
                     // Counted once per gap, as rxe does.
@@ -132,8 +133,8 @@ impl Hca {
     }
 
     /// The syndrome `refuse` answers `refusal` with.
-    fn refusal_syndrome(&self, index: u32, refusal: Refusal) -> Syndrome {
-        let timer_code = self.qps.get(index as usize).map_or(0, |qp| qp.attr.min_rnr_timer);
+    fn refusal_syndrome(&self, index: QpIndex, refusal: Refusal) -> Syndrome {
+        let timer_code = self.qps.get(index).map_or(0, |qp| qp.attr.min_rnr_timer);
         match refusal {
             Refusal::NotReady => Syndrome::RnrNak { timer_code },
             Refusal::InvalidRequest | Refusal::Drop => Syndrome::Nak(NakCode::InvalidRequest),
@@ -146,7 +147,7 @@ impl Hca {
     fn request_step(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
         verdict: RequestVerdict,
     ) {
@@ -160,19 +161,26 @@ impl Hca {
         &mut self,
         at: u64,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
         verdict: RequestVerdict,
     ) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let bth = packet.bth();
         let step = Step::Request { qpn: qp.qpn, psn: bth.psn(), opcode: bth.opcode(), verdict };
         self.step_before(at, now, step);
     }
 
     /// Answers a request the responder will not execute.
-    fn refuse(&mut self, now: Instant, index: u32, psn: Psn, refusal: Refusal, qp_type: QpType) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    fn refuse(
+        &mut self,
+        now: Instant,
+        index: QpIndex,
+        psn: Psn,
+        refusal: Refusal,
+        qp_type: QpType,
+    ) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         if qp_type == QpType::Uc {
             // UC never NAKs: drop the rest of the message.
             qp.resp.drop_msg = true;

@@ -7,6 +7,7 @@
 //! and QP. Everything dropped is counted.
 
 use crate::endpoint::{Endpoint, Transmit};
+use crate::handles::QpIndex;
 use crate::hca::Hca;
 use crate::time::Instant;
 use crate::trace::{DropReason, Step};
@@ -57,9 +58,9 @@ impl Hca {
         self.counters.rcvd_pkts += 1;
         let info = packet.info();
         if info.is(Mask::RESP) {
-            self.completer_receive(now, index as u32, &packet);
+            self.completer_receive(now, index, &packet);
         } else if qp.state != QpState::Err {
-            self.responder_receive(now, index as u32, &frame, &packet);
+            self.responder_receive(now, index, &frame, &packet);
         }
     }
 
@@ -83,7 +84,7 @@ impl Hca {
     pub(crate) fn transmit_from(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         buf: &mut [u8],
     ) -> Option<Transmit> {
         if let Some(t) = self.next_response_packet(index, buf) {

@@ -2,6 +2,7 @@
 //! finished WQEs in order, failing the oldest, flushing the send queue,
 //! and the SQ-drained event.
 
+use crate::handles::QpIndex;
 use crate::hca::{Hca, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
@@ -11,8 +12,8 @@ use uroce_device::types::{QpState, QpType, WcStatus, WrOpcode};
 impl Hca {
     /// Ends the oldest incomplete WQE with an error status; retiring it
     /// moves the QP to the error state and flushes the rest.
-    pub(super) fn fail_oldest(&mut self, now: Instant, index: u32, status: WcStatus) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    pub(super) fn fail_oldest(&mut self, now: Instant, index: QpIndex, status: WcStatus) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let mut i = qp.sq.consumer;
         while i != qp.fetched {
             if let Some(entry) = qp.entry_mut(i) {
@@ -29,9 +30,9 @@ impl Hca {
     /// Writes completions for finished WQEs at the head of the send queue,
     /// in order, and gives their slots back to the application. An error
     /// completion moves the QP to ERR (RC) or SQE (UC, UD).
-    pub(crate) fn retire(&mut self, now: Instant, index: u32) {
+    pub(crate) fn retire(&mut self, now: Instant, index: QpIndex) {
         loop {
-            let Some(qp) = self.qps.get_mut(index as usize) else { return };
+            let Some(qp) = self.qps.get_mut(index) else { return };
             if qp.sq.consumer == qp.fetched {
                 break;
             }
@@ -66,7 +67,7 @@ impl Hca {
             }
             if status != WcStatus::Success && state != QpState::Err {
                 let next = if qp_type == QpType::Rc { QpState::Err } else { QpState::Sqe };
-                if let Some(qp) = self.qps.get_mut(index as usize) {
+                if let Some(qp) = self.qps.get_mut(index) {
                     qp.state = next;
                 }
                 if next == QpState::Err {
@@ -80,8 +81,8 @@ impl Hca {
         self.sq_drained_check(index);
     }
 
-    pub(crate) fn sq_drained_check(&mut self, index: u32) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+    pub(crate) fn sq_drained_check(&mut self, index: QpIndex) {
+        let Some(qp) = self.qps.get(index) else { return };
         if qp.state == QpState::Sqd && qp.sq.consumer == qp.req.index && qp.attr.en_sqd_async_notify
         {
             let qpn = qp.qpn.value();
@@ -89,7 +90,7 @@ impl Hca {
                 event: uroce_device::types::EventType::SqDrained,
                 element: qpn,
             });
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 qp.attr.en_sqd_async_notify = false;
             }
         }
@@ -97,10 +98,10 @@ impl Hca {
 
     /// Completes every send WQE not yet retired with WR_FLUSH_ERR (the QP
     /// is in ERR or SQE), including WQEs posted after the error.
-    pub(crate) fn flush_send_queue(&mut self, now: Instant, index: u32) {
+    pub(crate) fn flush_send_queue(&mut self, now: Instant, index: QpIndex) {
         self.fetch_send_wqes(now, index);
         loop {
-            let Some(qp) = self.qps.get_mut(index as usize) else { return };
+            let Some(qp) = self.qps.get_mut(index) else { return };
             if qp.sq.consumer == qp.fetched {
                 qp.req.index = qp.fetched;
                 qp.req.sent_pkts = 0;

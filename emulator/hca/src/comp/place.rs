@@ -2,6 +2,7 @@
 //! READ response data into the READ's SGEs, an atomic's original value
 //! into its buffer, after finding the WQE the response belongs to.
 
+use crate::handles::{PdIndex, QpIndex};
 use crate::hca::Hca;
 use crate::mr::Origin;
 use crate::qp::EntryState;
@@ -17,8 +18,8 @@ impl Hca {
     /// it means something before it was lost: go back (once). One behind is
     /// a duplicate: dropped. An expected PSN no WQE owns is a ghost:
     /// counted and dropped.
-    fn expected_response_entry(&mut self, now: Instant, index: u32, psn: Psn) -> Option<u32> {
-        let expected = self.qps.get(index as usize)?.comp.psn;
+    fn expected_response_entry(&mut self, now: Instant, index: QpIndex, psn: Psn) -> Option<u32> {
+        let expected = self.qps.get(index)?.comp.psn;
         if psn != expected {
             if psn.is_after(expected) {
                 self.go_back_once(now, index);
@@ -35,19 +36,19 @@ impl Hca {
     pub(super) fn on_atomic_ack(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         psn: Psn,
         orig: u64,
     ) -> ResponseVerdict {
         const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
-        if self.qps.get(index as usize).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
+        if self.qps.get(index).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
             // Its AETH acknowledges everything before it.
             self.ack_up_to(now, index, psn.wrapping_sub(1));
         }
         let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
             return NOT_PLACED;
         };
-        let qp = self.qps.get_mut(index as usize).expect("checked");
+        let qp = self.qps.get_mut(index).expect("checked");
         let pd = qp.pd;
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if !matches!(entry.wqe.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
@@ -75,7 +76,7 @@ impl Hca {
             _ => WcStatus::LocLenErr,
         };
         self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let qp = self.qps.get_mut(index as usize).expect("checked");
+        let qp = self.qps.get_mut(index).expect("checked");
         if let Some(entry) = qp.entry_mut(entry_index) {
             entry.state = EntryState::Done(status);
         }
@@ -92,7 +93,7 @@ impl Hca {
     pub(super) fn on_read_response(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         psn: Psn,
         packet: &roce::Packet<&[u8]>,
     ) -> ResponseVerdict {
@@ -103,7 +104,7 @@ impl Hca {
         if packet.aeth().is_some() {
             if let Some(first) = self
                 .entry_at_psn(index, psn)
-                .and_then(|i| self.qps.get(index as usize)?.entry(i).map(|e| e.first_psn))
+                .and_then(|i| self.qps.get(index)?.entry(i).map(|e| e.first_psn))
             {
                 self.ack_up_to(now, index, first.wrapping_sub(1));
             }
@@ -111,7 +112,7 @@ impl Hca {
         let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
             return NOT_PLACED;
         };
-        let qp = self.qps.get(index as usize).expect("checked");
+        let qp = self.qps.get(index).expect("checked");
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if entry.wqe.opcode != WrOpcode::RdmaRead {
@@ -133,7 +134,7 @@ impl Hca {
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }
         };
-        let qp = self.qps.get_mut(index as usize).expect("checked");
+        let qp = self.qps.get_mut(index).expect("checked");
         qp.comp.psn = psn.next();
         qp.comp.retry_left = qp.attr.retry_cnt;
         qp.comp.rnr_retry_left = qp.attr.rnr_retry;
@@ -153,8 +154,8 @@ impl Hca {
     }
 
     /// The shadow index of the WQE whose PSN range holds `psn`.
-    pub(super) fn entry_at_psn(&self, index: u32, psn: Psn) -> Option<u32> {
-        let qp = self.qps.get(index as usize)?;
+    pub(super) fn entry_at_psn(&self, index: QpIndex, psn: Psn) -> Option<u32> {
+        let qp = self.qps.get(index)?;
         let mut i = qp.sq.consumer;
         while i != qp.fetched {
             let entry = qp.entry(i)?;
@@ -174,7 +175,7 @@ impl Hca {
 /// checking LOCAL_WRITE on every SGE.
 pub(crate) fn scatter(
     mem: &crate::mr::MemoryTables,
-    pd: u32,
+    pd: PdIndex,
     sges: &[uroce_device::wqe::Sge],
     offset: u64,
     data: &[u8],

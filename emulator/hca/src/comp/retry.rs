@@ -2,6 +2,7 @@
 //! req_retry): the retransmit timer, RNR waits, the retry budget, and
 //! go-back-N itself.
 
+use crate::handles::QpIndex;
 use crate::hca::{Hca, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
@@ -12,14 +13,14 @@ use uroce_wire::Psn;
 impl Hca {
     /// After an ACK made progress: restart or stop the retransmit timer,
     /// and let the requester send more.
-    pub(super) fn after_progress(&mut self, now: Instant, index: u32) {
+    pub(super) fn after_progress(&mut self, now: Instant, index: QpIndex) {
         self.rearm(now, index);
         self.schedule(index);
     }
 
     /// Arms the retransmit timer while PSNs are outstanding.
-    pub(super) fn rearm(&mut self, now: Instant, index: u32) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+    pub(super) fn rearm(&mut self, now: Instant, index: QpIndex) {
+        let Some(qp) = self.qps.get(index) else { return };
         let outstanding = qp.comp.psn != qp.req.next_psn && qp.state != QpState::Err;
         let at = match (outstanding, qp.ack_timeout_ns()) {
             (true, Some(ns)) => Some(now.plus_nanos(ns)),
@@ -30,8 +31,8 @@ impl Hca {
 
     /// Spends one transport retry; with none left, fails the oldest WQE with
     /// RETRY_EXC_ERR and returns false.
-    pub(super) fn consume_retry(&mut self, now: Instant, index: u32) -> bool {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return false };
+    pub(super) fn consume_retry(&mut self, now: Instant, index: QpIndex) -> bool {
+        let Some(qp) = self.qps.get_mut(index) else { return false };
         if qp.state == QpState::Err {
             return false;
         }
@@ -49,30 +50,30 @@ impl Hca {
     /// A response arrived ahead of the expected PSN: one before it was
     /// lost. Go back once; the responses still in flight behind the lost one
     /// will arrive out of sequence too and must not spend more retries.
-    pub(super) fn go_back_once(&mut self, now: Instant, index: u32) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+    pub(super) fn go_back_once(&mut self, now: Instant, index: QpIndex) {
+        let Some(qp) = self.qps.get(index) else { return };
         if qp.comp.started_retry {
             return;
         }
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
             self.retry(now, index, from, GoBackCause::ResponseAhead);
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 qp.comp.started_retry = true;
             }
         }
     }
 
     /// The retransmit timer fired.
-    pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: u32) {
-        let Some(qp) = self.qps.get(index as usize) else { return };
+    pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: QpIndex) {
+        let Some(qp) = self.qps.get(index) else { return };
         if qp.comp.psn == qp.req.next_psn || qp.state == QpState::Err {
             return;
         }
         let from = qp.comp.psn;
         if self.consume_retry(now, index) {
             self.retry(now, index, from, GoBackCause::Timeout);
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 qp.comp.started_retry = true;
             }
             self.rearm(now, index);
@@ -80,15 +81,15 @@ impl Hca {
     }
 
     /// An RNR wait ended: resume sending.
-    pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: u32) {
+    pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: QpIndex) {
         self.rearm(now, index);
         self.schedule(index);
     }
 
     /// Go-back-N: the requester resumes at PSN `from`.
-    pub(crate) fn retry(&mut self, now: Instant, index: u32, from: Psn, cause: GoBackCause) {
+    pub(crate) fn retry(&mut self, now: Instant, index: QpIndex, from: Psn, cause: GoBackCause) {
         let Some(start) = self.entry_at_psn(index, from) else { return };
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let Some(entry) = qp.entry(start) else { return };
         let resume_pkts = match entry.wqe.opcode {
             WrOpcode::RdmaRead

@@ -4,6 +4,7 @@
 
 use super::{AhContext, Hca, PdContext, SrqContext};
 use crate::cq::CqContext;
+use crate::handles::{AhIndex, CqIndex, PdIndex, SrqIndex};
 use crate::mr::RegisterError;
 use crate::qp::Path;
 use crate::ring::{ConsumerRing, ProducerRing};
@@ -28,17 +29,19 @@ impl Hca {
             Command::AllocPd => self
                 .pds
                 .insert_with(|_| PdContext::default())
-                .map(|i| Reply::Index(i as u32))
+                .map(|pd| Reply::Index(pd.value()))
                 .map_err(|_| CmdError::NoResources("PD table full")),
             Command::DeallocPd { pd } => {
-                let ctx = self.pds.get(pd as usize).ok_or(CmdError::NotFound("no such PD"))?;
+                let pd = PdIndex(pd);
+                let ctx = self.pds.get(pd).ok_or(CmdError::NotFound("no such PD"))?;
                 if ctx.users > 0 {
                     return Err(CmdError::Busy("PD still has MRs, MWs, QPs, SRQs or AHs"));
                 }
-                self.pds.remove(pd as usize);
+                self.pds.remove(pd);
                 Ok(Reply::Done)
             }
             Command::RegMr { pd, addr, length, iova, access } => {
+                let pd = PdIndex(pd);
                 self.pd_exists(pd)?;
                 let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
                 self.pd_use(pd, 1);
@@ -51,6 +54,7 @@ impl Hca {
                 Ok(Reply::Done)
             }
             Command::AllocMw { pd, mw_type } => {
+                let pd = PdIndex(pd);
                 self.pd_exists(pd)?;
                 let rkey = self.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
                 self.pd_use(pd, 1);
@@ -70,15 +74,16 @@ impl Hca {
                 }
                 self.cqs
                     .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
-                    .map(|i| Reply::Index(i as u32))
+                    .map(|cq| Reply::Index(cq.value()))
                     .map_err(|_| CmdError::NoResources("CQ table full"))
             }
             Command::DestroyCq { cq } => {
-                let ctx = self.cqs.get(cq as usize).ok_or(CmdError::NotFound("no such CQ"))?;
+                let cq = CqIndex(cq);
+                let ctx = self.cqs.get(cq).ok_or(CmdError::NotFound("no such CQ"))?;
                 if ctx.users > 0 {
                     return Err(CmdError::Busy("CQ still used by QPs"));
                 }
-                self.cqs.remove(cq as usize);
+                self.cqs.remove(cq);
                 Ok(Reply::Done)
             }
             Command::CreateQp(init) => self.create_qp(init),
@@ -93,6 +98,7 @@ impl Hca {
             }
             Command::DestroyQp { qpn } => self.destroy_qp(qpn),
             Command::CreateSrq { pd, ring, max_sge, limit } => {
+                let pd = PdIndex(pd);
                 self.pd_exists(pd)?;
                 if max_sge == 0 || max_sge > self.config.max_srq_sge {
                     return Err(CmdError::Invalid("SRQ max_sge"));
@@ -106,11 +112,11 @@ impl Hca {
                     .insert_with(|_| srq)
                     .map_err(|_| CmdError::NoResources("SRQ table full"))?;
                 self.pd_use(pd, 1);
-                Ok(Reply::Index(index as u32))
+                Ok(Reply::Index(index.value()))
             }
             Command::ModifySrq { srq, limit } => {
-                let ctx =
-                    self.srqs.get_mut(srq as usize).ok_or(CmdError::NotFound("no such SRQ"))?;
+                let srq = SrqIndex(srq);
+                let ctx = self.srqs.get_mut(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
                 if limit > ctx.ring.desc.entries {
                     return Err(CmdError::Invalid("SRQ limit above its size"));
                 }
@@ -118,16 +124,18 @@ impl Hca {
                 Ok(Reply::Done)
             }
             Command::DestroySrq { srq } => {
-                let ctx = self.srqs.get(srq as usize).ok_or(CmdError::NotFound("no such SRQ"))?;
+                let srq = SrqIndex(srq);
+                let ctx = self.srqs.get(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
                 if ctx.users > 0 {
                     return Err(CmdError::Busy("SRQ still used by QPs"));
                 }
                 let pd = ctx.pd;
-                self.srqs.remove(srq as usize);
+                self.srqs.remove(srq);
                 self.pd_use(pd, -1);
                 Ok(Reply::Done)
             }
             Command::CreateAh { pd, attr } => {
+                let pd = PdIndex(pd);
                 self.pd_exists(pd)?;
                 let path = self.resolve_path(&attr)?;
                 let index = self
@@ -135,22 +143,23 @@ impl Hca {
                     .insert_with(|_| AhContext { pd, path })
                     .map_err(|_| CmdError::NoResources("AH table full"))?;
                 self.pd_use(pd, 1);
-                Ok(Reply::Index(index as u32))
+                Ok(Reply::Index(index.value()))
             }
             Command::DestroyAh { ah } => {
-                let ctx = self.ahs.remove(ah as usize).ok_or(CmdError::NotFound("no such AH"))?;
+                let ah = AhIndex(ah);
+                let ctx = self.ahs.remove(ah).ok_or(CmdError::NotFound("no such AH"))?;
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
         }
     }
 
-    pub(super) fn pd_exists(&self, pd: u32) -> Result<(), CmdError> {
-        self.pds.get(pd as usize).map(|_| ()).ok_or(CmdError::NotFound("no such PD"))
+    pub(super) fn pd_exists(&self, pd: PdIndex) -> Result<(), CmdError> {
+        self.pds.get(pd).map(|_| ()).ok_or(CmdError::NotFound("no such PD"))
     }
 
-    pub(super) fn pd_use(&mut self, pd: u32, delta: i32) {
-        if let Some(ctx) = self.pds.get_mut(pd as usize) {
+    pub(super) fn pd_use(&mut self, pd: PdIndex, delta: i32) {
+        if let Some(ctx) = self.pds.get_mut(pd) {
             ctx.users = ctx.users.saturating_add_signed(delta);
         }
     }
@@ -168,8 +177,8 @@ impl Hca {
         Ok(Path { local, remote })
     }
 
-    pub(crate) fn ah_path(&self, ah: u32, pd: u32) -> Option<Path> {
-        self.ahs.get(ah as usize).filter(|a| a.pd == pd).map(|a| a.path)
+    pub(crate) fn ah_path(&self, ah: AhIndex, pd: PdIndex) -> Option<Path> {
+        self.ahs.get(ah).filter(|a| a.pd == pd).map(|a| a.path)
     }
 
     fn device_attr(&self) -> DeviceAttr {

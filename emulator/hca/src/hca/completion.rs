@@ -3,6 +3,7 @@
 
 use super::{Hca, TimerKind};
 use crate::cq::PostOutcome;
+use crate::handles::{CqIndex, QpIndex};
 use crate::time::Instant;
 use crate::trace::Step;
 use uroce_device::cqe::Cqe;
@@ -12,23 +13,25 @@ use uroce_device::types::{EventType, QpState, WcStatus};
 impl Hca {
     /// Writes a CQE to CQ `cq`, raising the events it calls for. An
     /// overrun raises CQ_ERR and moves the QP to the error state.
-    pub(crate) fn post_cqe(&mut self, now: Instant, cq: u32, cqe: &Cqe, solicited: bool) {
+    pub(crate) fn post_cqe(&mut self, now: Instant, cq: CqIndex, cqe: &Cqe, solicited: bool) {
         let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
-        self.step(now, Step::Completion { qpn, cq, wr_id, status, opcode });
-        let outcome = match self.cqs.get_mut(cq as usize) {
+        self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        let outcome = match self.cqs.get_mut(cq) {
             Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
             None => PostOutcome::Overrun,
         };
         match outcome {
-            PostOutcome::Written { notify: true } => self.push_event(Event::Completion { cq }),
+            PostOutcome::Written { notify: true } => {
+                self.push_event(Event::Completion { cq: cq.value() })
+            }
             PostOutcome::Written { notify: false } => {}
             PostOutcome::Overrun => {
                 self.counters.cq_overrun += 1;
-                self.push_event(Event::Async { event: EventType::CqErr, element: cq });
+                self.push_event(Event::Async { event: EventType::CqErr, element: cq.value() });
                 if let Some(index) = self.qp_slot(cqe.qp_num) {
                     let is_live = self.qps.get(index).is_some_and(|q| q.state != QpState::Err);
                     if is_live {
-                        self.fatal(now, index as u32);
+                        self.fatal(now, index);
                     }
                 }
             }
@@ -36,8 +39,8 @@ impl Hca {
     }
 
     /// A QP hit an error it cannot report through a completion: QP_FATAL.
-    pub(crate) fn fatal(&mut self, now: Instant, index: u32) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    pub(crate) fn fatal(&mut self, now: Instant, index: QpIndex) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let qpn = qp.qpn.value();
         qp.state = QpState::Err;
         self.push_event(Event::Async { event: EventType::QpFatal, element: qpn });
@@ -45,10 +48,10 @@ impl Hca {
     }
 
     /// The QP entered the error state: stop its timers and flush its queues.
-    pub(crate) fn enter_error(&mut self, now: Instant, index: u32) {
+    pub(crate) fn enter_error(&mut self, now: Instant, index: QpIndex) {
         self.cancel_timer(index, TimerKind::Retransmit);
         self.cancel_timer(index, TimerKind::Rnr);
-        if let Some(qp) = self.qps.get_mut(index as usize) {
+        if let Some(qp) = self.qps.get_mut(index) {
             // Nothing more is answered, except a NAK that explains the
             // error to the peer.
             qp.resp.queue.retain(|r| {
@@ -68,13 +71,13 @@ impl Hca {
 
     /// Completes every outstanding and newly posted WQE of a QP in the
     /// error state with WR_FLUSH_ERR (send queue, then receive queue).
-    pub(crate) fn flush(&mut self, now: Instant, index: u32) {
+    pub(crate) fn flush(&mut self, now: Instant, index: QpIndex) {
         self.flush_send_queue(now, index);
         self.flush_recv_queue(now, index);
     }
 
-    fn flush_recv_queue(&mut self, now: Instant, index: u32) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    fn flush_recv_queue(&mut self, now: Instant, index: QpIndex) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let (qpn, cq) = (qp.qpn, qp.recv_cq);
         let Some(mut rq) = qp.rq else { return };
         let host = self.mem.host().clone();
@@ -98,7 +101,7 @@ impl Hca {
                 Cqe::new(wr_id, WcStatus::WrFlushErr, uroce_device::types::WcOpcode::Recv, qpn);
             self.post_cqe(now, cq, &cqe, true);
         }
-        if let Some(qp) = self.qps.get_mut(index as usize) {
+        if let Some(qp) = self.qps.get_mut(index) {
             qp.rq = Some(rq);
         }
     }

@@ -3,6 +3,7 @@
 
 use super::{Hca, TimerKind};
 use crate::config::HcaConfig;
+use crate::handles::{CqIndex, PdIndex, SrqIndex, TableIndex};
 use crate::qp::{Completer, Path, QpContext, Requester, Responder};
 use crate::qp_state::modify_is_ok;
 use crate::ring::ConsumerRing;
@@ -15,7 +16,11 @@ use uroce_wire::udp_port;
 impl Hca {
     pub(super) fn create_qp(&mut self, init: QpInit) -> Result<Reply, CmdError> {
         let c = &self.config;
-        self.pd_exists(init.pd)?;
+        // The handles the command names, typed.
+        let pd = PdIndex(init.pd);
+        let (send_cq, recv_cq) = (CqIndex(init.send_cq), CqIndex(init.recv_cq));
+        let srq = init.srq.map(SrqIndex);
+        self.pd_exists(pd)?;
         let cap = init.cap;
         if cap.max_send_wr == 0 || cap.max_send_wr > c.max_qp_wr {
             return Err(CmdError::Invalid("max_send_wr"));
@@ -29,9 +34,9 @@ impl Hca {
         init.sq
             .validate(c.max_qp_wr, send_stride(cap.max_send_sge, cap.max_inline_data))
             .map_err(|_| CmdError::Invalid("SQ ring shape"))?;
-        let rq = match (init.srq, init.rq) {
+        let rq = match (srq, init.rq) {
             (Some(srq), None) => {
-                if self.srqs.get(srq as usize).is_none_or(|s| s.pd != init.pd) {
+                if self.srqs.get(srq).is_none_or(|s| s.pd != pd) {
                     return Err(CmdError::Invalid("no such SRQ in this PD"));
                 }
                 None
@@ -52,8 +57,8 @@ impl Hca {
             }
             _ => return Err(CmdError::Invalid("a QP has an RQ or an SRQ, not both or neither")),
         };
-        for cq in [init.send_cq, init.recv_cq] {
-            if self.cqs.get(cq as usize).is_none() {
+        for cq in [send_cq, recv_cq] {
+            if self.cqs.get(cq).is_none() {
                 return Err(CmdError::Invalid("no such CQ"));
             }
         }
@@ -64,10 +69,10 @@ impl Hca {
                 qpn: Qpn::new(0),
                 qp_type: init.qp_type,
                 state: QpState::Reset,
-                pd: init.pd,
-                send_cq: init.send_cq,
-                recv_cq: init.recv_cq,
-                srq: init.srq,
+                pd,
+                send_cq,
+                recv_cq,
+                srq,
                 sq: ConsumerRing::new(init.sq),
                 rq,
                 cap,
@@ -85,13 +90,13 @@ impl Hca {
                 sent_pkts: 0,
             })
             .map_err(|_| CmdError::NoResources("QP table full"))?;
-        self.pd_use(init.pd, 1);
-        for cq in [init.send_cq, init.recv_cq] {
-            if let Some(ctx) = self.cqs.get_mut(cq as usize) {
+        self.pd_use(pd, 1);
+        for cq in [send_cq, recv_cq] {
+            if let Some(ctx) = self.cqs.get_mut(cq) {
                 ctx.users += 1;
             }
         }
-        if let Some(srq) = init.srq.and_then(|s| self.srqs.get_mut(s as usize)) {
+        if let Some(srq) = srq.and_then(|s| self.srqs.get_mut(s)) {
             srq.users += 1;
         }
         let qpn = self.qpn_of_slot(index);
@@ -107,17 +112,18 @@ impl Hca {
     pub(super) fn destroy_qp(&mut self, qpn: Qpn) -> Result<Reply, CmdError> {
         let index = self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?;
         let qp = self.qps.remove(index).ok_or(CmdError::NotFound("no such QP"))?;
-        self.qp_slot_generation[index] = self.qp_slot_generation[index].wrapping_add(1);
-        self.cancel_timer(index as u32, TimerKind::Retransmit);
-        self.cancel_timer(index as u32, TimerKind::Rnr);
-        self.sched.retain(|&i| i != index as u32);
+        let generation = &mut self.qp_slot_generation[index.slot()];
+        *generation = generation.wrapping_add(1);
+        self.cancel_timer(index, TimerKind::Retransmit);
+        self.cancel_timer(index, TimerKind::Rnr);
+        self.sched.retain(|&i| i != index);
         self.pd_use(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(ctx) = self.cqs.get_mut(cq as usize) {
+            if let Some(ctx) = self.cqs.get_mut(cq) {
                 ctx.users = ctx.users.saturating_sub(1);
             }
         }
-        if let Some(srq) = qp.srq.and_then(|s| self.srqs.get_mut(s as usize)) {
+        if let Some(srq) = qp.srq.and_then(|s| self.srqs.get_mut(s)) {
             srq.users = srq.users.saturating_sub(1);
         }
         Ok(Reply::Done)
@@ -174,11 +180,11 @@ impl Hca {
             _ => {}
         }
         if to == QpState::Err && from != QpState::Err {
-            self.enter_error(now, index as u32);
+            self.enter_error(now, index);
         } else if matches!(to, QpState::Rts | QpState::Sqe | QpState::Sqd) {
-            self.schedule(index as u32);
+            self.schedule(index);
             if to == QpState::Sqd {
-                self.sq_drained_check(index as u32);
+                self.sq_drained_check(index);
             }
         }
         Ok(Reply::Done)

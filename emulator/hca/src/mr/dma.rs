@@ -2,7 +2,8 @@
 //! the reads, writes and atomics that go through them (the only path from
 //! a key to host memory).
 
-use super::{AccessError, Checked, MemoryTables, MptKind, Origin, PdIndex};
+use super::{AccessError, Checked, MemoryTables, MptKind, Origin};
+use crate::handles::PdIndex;
 use std::sync::atomic::Ordering;
 use uroce_device::mem::MemFault;
 use uroce_device::types::{key_parts, Access};

@@ -3,6 +3,7 @@
 //! the atomics, ATOMIC WRITE and FLUSH, and the READ/atomic resources.
 
 use super::{access_refusal, Refusal};
+use crate::handles::QpIndex;
 use crate::hca::Hca;
 use crate::mr::{Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Response};
@@ -17,7 +18,7 @@ impl Hca {
     pub(super) fn execute(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
@@ -25,7 +26,7 @@ impl Hca {
         let info = packet.info();
         let bth = packet.bth();
         let psn = bth.psn();
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
         let mtu = qp.mtu() as usize;
         let payload = packet.payload();
         // Opcode sequence: a START only outside a message, MIDDLE/END
@@ -62,7 +63,7 @@ impl Hca {
         }
         // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet.
         self.accept_request(index, psn.next(), info.is(Mask::END), false).ok_or(Refusal::Drop)?;
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         qp.resp.unacked_pkts += 1;
         let coalesce_limit = self.config.max_pkt_per_ack;
         if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
@@ -87,12 +88,12 @@ impl Hca {
     /// coalescing count starts again. Returns the MSN to report.
     fn accept_request(
         &mut self,
-        index: u32,
+        index: QpIndex,
         next_epsn: Psn,
         completes_message: bool,
         answered: bool,
     ) -> Option<u32> {
-        let resp = &mut self.qps.get_mut(index as usize)?.resp;
+        let resp = &mut self.qps.get_mut(index)?.resp;
         resp.epsn = next_epsn;
         resp.nak_sent = false;
         if completes_message {
@@ -107,16 +108,16 @@ impl Hca {
     fn execute_send(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let info = packet.info();
         if info.is(Mask::START) {
             let wqe = self.take_recv_wqe(now, index)?;
-            let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+            let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
             qp.resp.msg = Some(InMessage::Send { wqe, offset: 0 });
         }
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         let pd = qp.pd;
         let Some(InMessage::Send { wqe, offset }) = qp.resp.msg.as_mut() else {
             return Err(Refusal::InvalidRequest);
@@ -182,11 +183,11 @@ impl Hca {
     fn execute_write(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let info = packet.info();
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
             return Err(Refusal::AccessError);
         }
@@ -216,7 +217,7 @@ impl Hca {
                 Ok(wqe) => Some(wqe),
                 Err(refusal) => {
                     if info.is(Mask::START) {
-                        if let Some(qp) = self.qps.get_mut(index as usize) {
+                        if let Some(qp) = self.qps.get_mut(index) {
                             qp.resp.msg = None;
                         }
                     }
@@ -237,7 +238,7 @@ impl Hca {
             )
             .map_err(access_refusal)?;
         self.mem.write(&range, payload).map_err(access_refusal)?;
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         if let Some(InMessage::Write { offset, .. }) = qp.resp.msg.as_mut() {
             *offset = end;
         }
@@ -262,8 +263,8 @@ impl Hca {
 
     /// QP `index`, if it is RC (READ and atomics exist only there) and
     /// grants its peer `access`.
-    fn rc_granting(&self, index: u32, access: Access) -> Result<&QpContext, Refusal> {
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+    fn rc_granting(&self, index: QpIndex, access: Access) -> Result<&QpContext, Refusal> {
+        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
         if qp.qp_type != QpType::Rc {
             return Err(Refusal::InvalidRequest);
         }
@@ -275,7 +276,7 @@ impl Hca {
 
     fn execute_read(
         &mut self,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
@@ -307,7 +308,7 @@ impl Hca {
 
     fn execute_atomic(
         &mut self,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let atomic = packet.atomic_eth().ok_or(Refusal::InvalidRequest)?;
@@ -343,11 +344,11 @@ impl Hca {
 
     fn execute_atomic_write_or_flush(
         &mut self,
-        index: u32,
+        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
-        let qp = self.qps.get(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
         let (pd, qpn) = (qp.pd, qp.qpn);
         if packet.info().is(Mask::ATOMIC_WRITE) {
             if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
@@ -393,8 +394,8 @@ impl Hca {
     }
 
     /// Stores a READ/atomic resource in the ring, replacing the oldest.
-    fn store_resource(&mut self, index: u32, resource: Resource) -> Option<usize> {
-        let qp = self.qps.get_mut(index as usize)?;
+    fn store_resource(&mut self, index: QpIndex, resource: Resource) -> Option<usize> {
+        let qp = self.qps.get_mut(index)?;
         let slots = qp.resp.resources.len();
         if slots == 0 {
             return None;

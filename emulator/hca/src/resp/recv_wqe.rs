@@ -3,6 +3,7 @@
 //! receive completion; and UD datagrams, one receive WQE each.
 
 use super::Refusal;
+use crate::handles::QpIndex;
 use crate::hca::Hca;
 use crate::time::Instant;
 use crate::trace::{DropReason, RequestVerdict, Step};
@@ -14,16 +15,20 @@ use uroce_wire::frame::RoceFrame;
 impl Hca {
     /// The receive WQE a SEND (or WRITE with immediate) goes into: from the
     /// SRQ (taken at once) or peeked from the RQ (consumed at completion).
-    pub(super) fn take_recv_wqe(&mut self, now: Instant, index: u32) -> Result<RecvWqe, Refusal> {
+    pub(super) fn take_recv_wqe(
+        &mut self,
+        now: Instant,
+        index: QpIndex,
+    ) -> Result<RecvWqe, Refusal> {
         let host = self.mem.host().clone();
-        let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         // The WQE is read into the HCA's slot buffer (zeroed first, as a
         // fresh one would be).
         let slot = &mut self.wqe_slot;
         let mut limit_reached = None;
         let max_sge = match qp.srq {
             Some(srq_index) => {
-                let srq = self.srqs.get_mut(srq_index as usize).ok_or(Refusal::OperationalError)?;
+                let srq = self.srqs.get_mut(srq_index).ok_or(Refusal::OperationalError)?;
                 if srq.ring.refresh(host.as_ref()).is_err() {
                     return Err(Refusal::OperationalError);
                 }
@@ -65,7 +70,7 @@ impl Hca {
         if let Some(srq_index) = limit_reached {
             self.push_event(crate::hca::Event::Async {
                 event: uroce_device::types::EventType::SrqLimitReached,
-                element: srq_index,
+                element: srq_index.value(),
             });
         }
         match decoded {
@@ -74,11 +79,11 @@ impl Hca {
                 // A malformed receive WQE completes with its status and
                 // takes the QP to the error state.
                 self.counters.bad_wqe += 1;
-                if let Some(qpn) = self.qps.get(index as usize).map(|qp| qp.qpn) {
+                if let Some(qpn) = self.qps.get(index).map(|qp| qp.qpn) {
                     self.step(now, Step::WqeRefused { qpn, status: error.status });
                 }
                 self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
-                let qp = self.qps.get_mut(index as usize).ok_or(Refusal::Drop)?;
+                let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
                 if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
                     qp.state = QpState::Err;
                     self.enter_error(now, index);
@@ -90,9 +95,9 @@ impl Hca {
 
     /// Gives the RQ slot of a finished receive back (SRQ WQEs were taken
     /// already).
-    fn release_recv_wqe(&mut self, index: u32) {
+    fn release_recv_wqe(&mut self, index: QpIndex) {
         let host = self.mem.host().clone();
-        if let Some(qp) = self.qps.get_mut(index as usize) {
+        if let Some(qp) = self.qps.get_mut(index) {
             if qp.srq.is_none() {
                 if let Some(rq) = qp.rq.as_mut() {
                     if rq.available() > 0 {
@@ -108,7 +113,7 @@ impl Hca {
     pub(super) fn complete_recv(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         wr_id: u64,
         status: WcStatus,
         opcode: WcOpcode,
@@ -117,7 +122,7 @@ impl Hca {
         solicited: bool,
     ) {
         self.release_recv_wqe(index);
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let mut cqe = Cqe::new(wr_id, status, opcode, qp.qpn);
         cqe.byte_len = byte_len;
         if let Some((flags, value)) = extra {
@@ -132,12 +137,12 @@ impl Hca {
     pub(super) fn receive_ud(
         &mut self,
         now: Instant,
-        index: u32,
+        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let Some(deth) = packet.deth() else { return };
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         if deth.qkey() != Qkey(qp.attr.qkey) {
             let qpn = qp.qpn;
             return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
@@ -148,7 +153,7 @@ impl Hca {
             Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
         };
         self.request_step(now, index, packet, RequestVerdict::Executed);
-        let qp = self.qps.get(index as usize).expect("checked");
+        let qp = self.qps.get(index).expect("checked");
         let pd = qp.pd;
         let mut grh = [0u8; 40];
         let ip = frame.ip_header_bytes();
@@ -185,7 +190,7 @@ impl Hca {
         let solicited = packet.bth().solicited();
         self.post_cqe(now, cq, &cqe, solicited);
         if cqe.status != WcStatus::Success {
-            if let Some(qp) = self.qps.get_mut(index as usize) {
+            if let Some(qp) = self.qps.get_mut(index) {
                 qp.state = QpState::Err;
             }
             self.enter_error(now, index);

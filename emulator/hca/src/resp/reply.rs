@@ -3,6 +3,7 @@
 //! responses in PSN order, and building each response packet.
 
 use crate::endpoint::{PacketKind, Transmit};
+use crate::handles::QpIndex;
 use crate::hca::Hca;
 use crate::mr::Origin;
 use crate::qp::{Resource, Response};
@@ -20,12 +21,12 @@ impl Hca {
     pub(super) fn duplicate(
         &mut self,
         _now: Instant,
-        index: u32,
+        index: QpIndex,
         psn: Psn,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let info = packet.info();
-        let Some(qp) = self.qps.get(index as usize) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let msn = qp.resp.msn;
         if info.is(Mask::READ) {
             // Re-execute from the duplicate's PSN if we still hold the READ.
@@ -70,8 +71,8 @@ impl Hca {
     }
 
     /// Queues a response, coalescing ACKs, within the bound.
-    pub(super) fn owe(&mut self, index: u32, response: Response) {
-        let Some(qp) = self.qps.get_mut(index as usize) else { return };
+    pub(super) fn owe(&mut self, index: QpIndex, response: Response) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let bound = qp.resp.resources.len() + MAX_QUEUED_ACKS;
         let is_plain_ack =
             |r: &Response| matches!(r, Response::Ack { syndrome: Syndrome::Ack { .. }, .. });
@@ -87,8 +88,12 @@ impl Hca {
     }
 
     /// Builds the next packet the responder owes, if any.
-    pub(crate) fn next_response_packet(&mut self, index: u32, buf: &mut [u8]) -> Option<Transmit> {
-        let qp = self.qps.get_mut(index as usize)?;
+    pub(crate) fn next_response_packet(
+        &mut self,
+        index: QpIndex,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        let qp = self.qps.get_mut(index)?;
         let response = *qp.resp.queue.front()?;
         let path = qp.path?;
         let sport = qp.sport;
@@ -142,7 +147,7 @@ impl Hca {
                         Origin::Remote { qpn },
                     )
                     .and_then(|range| self.mem.read(&range, &mut self.scratch[..this_len]));
-                let qp = self.qps.get_mut(index as usize)?;
+                let qp = self.qps.get_mut(index)?;
                 if read.is_err() {
                     // The key was invalidated (or the memory freed) since the
                     // READ was accepted: a remote access error, like any
@@ -151,7 +156,7 @@ impl Hca {
                     qp.resp.queue.clear();
                     self.counters.send_nak += 1;
                     let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
-                    let qp = self.qps.get_mut(index as usize)?;
+                    let qp = self.qps.get_mut(index)?;
                     qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
                     qp.state = QpState::Err;
                     let qpn = qp.qpn.value();
@@ -188,7 +193,7 @@ impl Hca {
         let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
         let transmit =
             crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
-        if let Some(qp) = self.qps.get_mut(index as usize) {
+        if let Some(qp) = self.qps.get_mut(index) {
             qp.sent_pkts += 1;
         }
         Some(transmit)
