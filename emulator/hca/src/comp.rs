@@ -135,7 +135,7 @@ impl Hca {
             }
             if !matches!(entry.state, EntryState::Done(_)) {
                 let response_needed = matches!(
-                    entry.wqe.opcode,
+                    entry.opcode,
                     WrOpcode::RdmaRead | WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd
                 );
                 if response_needed {
@@ -151,7 +151,7 @@ impl Hca {
                 // to be sent again.
                 if !psn.is_before(entry.last_psn()) {
                     entry.state = EntryState::Done(WcStatus::Success);
-                    if entry.wqe.opcode.is_read_or_atomic() {
+                    if entry.opcode.is_read_or_atomic() {
                         qp.req.rd_atomic_outstanding =
                             qp.req.rd_atomic_outstanding.saturating_sub(1);
                     }
@@ -275,7 +275,7 @@ impl Applied {
 
 /// The PSN from which a READ/atomic must be asked again.
 fn resume_psn(entry: &crate::qp::SqEntry, mtu: u32) -> Psn {
-    match entry.wqe.opcode {
+    match entry.opcode {
         WrOpcode::RdmaRead => entry.first_psn + (entry.read_placed / u64::from(mtu)) as u32,
         _ => entry.first_psn,
     }

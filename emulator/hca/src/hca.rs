@@ -56,7 +56,7 @@ pub struct SrqContext {
 
 /// An address handle.
 #[derive(Debug, Clone, Copy)]
-struct AhContext {
+pub(crate) struct AhContext {
     pd: PdIndex,
     path: Path,
 }
@@ -68,6 +68,53 @@ pub(crate) enum TimerKind {
     Retransmit,
     /// End of an RNR wait (requester).
     Rnr,
+}
+
+/// Armed timers, in firing order: (when, QP, which).
+#[derive(Debug, Default)]
+pub(crate) struct Timers(BTreeSet<(Instant, QpIndex, TimerKind)>);
+
+impl Timers {
+    /// Sets the `kind` timer of QP `index` (whose context is `qp`) to fire
+    /// at `at`, or with `None` stops it.
+    pub(crate) fn set(
+        &mut self,
+        index: QpIndex,
+        qp: &mut QpContext,
+        kind: TimerKind,
+        at: Option<Instant>,
+    ) {
+        let slot = match kind {
+            TimerKind::Retransmit => &mut qp.comp.retransmit_at,
+            TimerKind::Rnr => &mut qp.comp.rnr_until,
+        };
+        if let Some(old) = slot.take() {
+            self.0.remove(&(old, index, kind));
+        }
+        *slot = at;
+        if let Some(at) = at {
+            self.0.insert((at, index, kind));
+        }
+    }
+}
+
+/// The IPv4 identifications of the packets the HCA sends (rxe: the
+/// kernel's per-destination counter; uroce: one counter per device).
+#[derive(Debug)]
+pub(crate) struct Ipv4Ids {
+    policy: crate::config::Ipv4IdPolicy,
+    last: u16,
+}
+
+impl Ipv4Ids {
+    /// The next identification.
+    pub(crate) fn next(&mut self) -> u16 {
+        if self.policy == crate::config::Ipv4IdPolicy::Zero {
+            return 0;
+        }
+        self.last = self.last.wrapping_add(1);
+        self.last
+    }
 }
 
 /// Events kept before the oldest is dropped.
@@ -83,19 +130,19 @@ pub struct Hca {
     pub(crate) cqs: Table<CqContext, CqIndex>,
     pub(crate) qps: Table<QpContext, QpIndex>,
     pub(crate) srqs: Table<SrqContext, SrqIndex>,
-    ahs: Table<AhContext, AhIndex>,
+    pub(crate) ahs: Table<AhContext, AhIndex>,
     /// How many times each QP table slot has been used: a slot's next QP
     /// gets a QPN it has not had for a long time (see [`Hca::qpn_of_slot`]).
     qp_slot_generation: Vec<u32>,
     /// QPs (table indices) that may have packets to send, in turn order.
     sched: VecDeque<QpIndex>,
-    /// Armed timers: (when, QP index, which).
-    timers: BTreeSet<(Instant, QpIndex, TimerKind)>,
+    /// Armed timers.
+    pub(crate) timers: Timers,
     events: VecDeque<Event>,
     pub(crate) counters: Counters,
     /// The decisions kept for the driver (off unless asked for).
     pub(crate) steps: StepLog,
-    ip_id: u16,
+    pub(crate) ip_ids: Ipv4Ids,
     /// The latest time the HCA was given.
     last_now: Instant,
     /// Gather buffer for one packet's payload (path MTU bytes).
@@ -131,11 +178,11 @@ impl Hca {
             ahs: Table::new(config.max_ah as usize),
             qp_slot_generation: vec![0; config.max_qp as usize],
             sched: VecDeque::new(),
-            timers: BTreeSet::new(),
+            timers: Timers::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
             steps: StepLog::default(),
-            ip_id: 0,
+            ip_ids: Ipv4Ids { policy: config.ipv4_id, last: 0 },
             last_now: Instant::ZERO,
             scratch: vec![0; config.active_mtu.bytes() as usize],
             wqe_slot: Vec::new(),
@@ -260,11 +307,7 @@ impl Hca {
     /// The next IPv4 identification (rxe: the kernel's per-destination
     /// counter; uroce: one counter per device).
     pub(crate) fn next_ip_id(&mut self) -> u16 {
-        if self.config.ipv4_id == crate::config::Ipv4IdPolicy::Zero {
-            return 0;
-        }
-        self.ip_id = self.ip_id.wrapping_add(1);
-        self.ip_id
+        self.ip_ids.next()
     }
 
     /// The GID table.
@@ -340,17 +383,7 @@ impl Hca {
 
     pub(crate) fn set_timer(&mut self, index: QpIndex, kind: TimerKind, at: Option<Instant>) {
         let Some(qp) = self.qps.get_mut(index) else { return };
-        let slot = match kind {
-            TimerKind::Retransmit => &mut qp.comp.retransmit_at,
-            TimerKind::Rnr => &mut qp.comp.rnr_until,
-        };
-        if let Some(old) = slot.take() {
-            self.timers.remove(&(old, index, kind));
-        }
-        *slot = at;
-        if let Some(at) = at {
-            self.timers.insert((at, index, kind));
-        }
+        self.timers.set(index, qp, kind, at);
     }
 
     pub(crate) fn cancel_timer(&mut self, index: QpIndex, kind: TimerKind) {
@@ -386,16 +419,16 @@ impl Endpoint for Hca {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|&(at, _, _)| at)
+        self.timers.0.first().map(|&(at, _, _)| at)
     }
 
     fn handle_timeout(&mut self, now: Instant) {
         self.saw(now);
-        while let Some(&(at, index, kind)) = self.timers.first() {
+        while let Some(&(at, index, kind)) = self.timers.0.first() {
             if at > now {
                 break;
             }
-            self.timers.pop_first();
+            self.timers.0.pop_first();
             if let Some(qp) = self.qps.get_mut(index) {
                 match kind {
                     TimerKind::Retransmit => qp.comp.retransmit_at = None,

@@ -25,6 +25,7 @@ mod req;
 mod resp;
 pub mod ring;
 mod rx;
+pub mod send_op;
 pub mod shared;
 pub mod tables;
 pub mod time;

@@ -21,14 +21,21 @@ pub(crate) struct SourcePorts {
     refused: BTreeSet<u16>,
 }
 
-impl Hca {
+impl SourcePorts {
     /// The source port a QP whose own port is `port` sends from now.
-    pub(crate) fn settled_source_port(&self, port: u16) -> u16 {
-        if self.source_ports.refused.is_empty() || !self.source_ports.refused.contains(&port) {
+    pub(crate) fn settle(&self, port: u16) -> u16 {
+        if self.refused.is_empty() || !self.refused.contains(&port) {
             port
         } else {
             ROCEV2_UDP_PORT
         }
+    }
+}
+
+impl Hca {
+    /// The source port a QP whose own port is `port` sends from now.
+    pub(crate) fn settled_source_port(&self, port: u16) -> u16 {
+        self.source_ports.settle(port)
     }
 
     /// The runtime cannot send from `port`: packets settled on it leave

@@ -8,12 +8,14 @@
 
 use crate::handles::{CqIndex, PdIndex, SrqIndex};
 use crate::ring::ConsumerRing;
+use crate::send_op::SendOp;
 use crate::time::Instant;
 use core::net::IpAddr;
 use std::collections::VecDeque;
 use uroce_device::command::{QpAttr, QpCap};
 use uroce_device::types::{QpState, QpType, Qpn, WcStatus};
-use uroce_device::wqe::{RecvWqe, SendWqe};
+use uroce_device::types::{SendFlags, WrOpcode};
+use uroce_device::wqe::{Payload, RecvWqe, SendWqe, UdDest};
 use uroce_wire::aeth::Syndrome;
 use uroce_wire::Psn;
 
@@ -29,11 +31,20 @@ pub enum EntryState {
 }
 
 /// The HCA's copy of one send WQE (the "SQ shadow"): the WQE is read from
-/// the application's ring once, and from then on only this copy is used.
+/// the application's ring once, validated and decoded, and from then on
+/// only this copy is used.
 #[derive(Debug, Clone)]
 pub struct SqEntry {
-    /// The validated WQE.
-    pub wqe: SendWqe,
+    /// The application's tag, returned in the completion.
+    pub wr_id: u64,
+    /// The WQE's opcode.
+    pub opcode: WrOpcode,
+    /// The WQE's flags.
+    pub flags: SendFlags,
+    /// The operation, decoded.
+    pub op: SendOp,
+    /// The data: SGEs, or inline bytes.
+    pub payload: Payload,
     /// Where it is.
     pub state: EntryState,
     /// Whether its PSNs are assigned (from its first transmission on).
@@ -53,6 +64,51 @@ pub struct SqEntry {
 }
 
 impl SqEntry {
+    /// A fetched WQE, decoded.
+    pub fn new(wqe: SendWqe, signaled: bool, fetch_error: Option<WcStatus>) -> SqEntry {
+        SqEntry {
+            wr_id: wqe.wr_id,
+            opcode: wqe.opcode,
+            flags: wqe.flags,
+            op: SendOp::decode(&wqe),
+            payload: wqe.payload,
+            state: EntryState::Posted,
+            psn_assigned: false,
+            first_psn: Psn::default(),
+            npkts: 0,
+            read_placed: 0,
+            signaled,
+            fetch_error,
+        }
+    }
+
+    /// A WQE that did not decode: it completes with `status` (signaled)
+    /// when the requester reaches it.
+    pub fn refused(wr_id: u64, status: WcStatus) -> SqEntry {
+        SqEntry {
+            wr_id,
+            opcode: WrOpcode::Send,
+            flags: SendFlags::EMPTY,
+            op: SendOp::Send { imm: None, invalidate: None, ud: UdDest::default() },
+            payload: Payload::Inline(Vec::new()),
+            state: EntryState::Posted,
+            psn_assigned: false,
+            first_psn: Psn::default(),
+            npkts: 0,
+            read_placed: 0,
+            signaled: true,
+            fetch_error: Some(status),
+        }
+    }
+
+    /// Total bytes of the message (sum of SGE lengths, or inline length).
+    pub fn length(&self) -> u64 {
+        match &self.payload {
+            Payload::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
+            Payload::Inline(data) => data.len() as u64,
+        }
+    }
+
     /// The last PSN of the WQE.
     pub fn last_psn(&self) -> Psn {
         self.first_psn + (self.npkts.max(1) - 1)
@@ -61,7 +117,7 @@ impl SqEntry {
     /// Whether the WQE's completion needs data back (READ, atomics,
     /// FLUSH) rather than a plain ACK.
     pub fn wants_response(&self) -> bool {
-        self.wqe.opcode.is_read_or_atomic()
+        self.opcode.is_read_or_atomic()
     }
 }
 

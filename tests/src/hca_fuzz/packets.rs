@@ -330,7 +330,7 @@ impl Packets {
         let oldest = qp
             .entry(qp.sq.consumer)
             .filter(|e| e.psn_assigned)
-            .map(|e| (e.first_psn, e.wqe.length(), e.read_placed));
+            .map(|e| (e.first_psn, e.length(), e.read_placed));
         Some(QpView {
             epsn: qp.resp.epsn,
             comp_psn: qp.comp.psn,

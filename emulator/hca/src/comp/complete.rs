@@ -40,11 +40,10 @@ impl Hca {
             let Some(entry) = qp.entry(consumer) else { break };
             let EntryState::Done(status) = entry.state else { break };
             let cqe = (status != WcStatus::Success || entry.signaled).then(|| {
-                let mut cqe =
-                    Cqe::new(entry.wqe.wr_id, status, entry.wqe.opcode.completion(), qp.qpn);
+                let mut cqe = Cqe::new(entry.wr_id, status, entry.opcode.completion(), qp.qpn);
                 if status == WcStatus::Success {
-                    cqe.byte_len = match entry.wqe.opcode {
-                        WrOpcode::RdmaRead => entry.wqe.length() as u32,
+                    cqe.byte_len = match entry.opcode {
+                        WrOpcode::RdmaRead => entry.length() as u32,
                         WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd => 8,
                         _ => 0,
                     };
@@ -110,7 +109,7 @@ impl Hca {
             }
             let consumer = qp.sq.consumer;
             let (wr_id, opcode) = match qp.entry(consumer) {
-                Some(e) => (e.wqe.wr_id, e.wqe.opcode),
+                Some(e) => (e.wr_id, e.opcode),
                 None => break,
             };
             let slot = qp.slot(consumer);

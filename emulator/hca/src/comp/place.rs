@@ -51,11 +51,11 @@ impl Hca {
         let qp = self.qps.get_mut(index).expect("checked");
         let pd = qp.pd;
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
-        if !matches!(entry.wqe.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
+        if !matches!(entry.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
             self.counters.rcvd_ghost_response += 1;
             return NOT_PLACED;
         }
-        let status = match &entry.wqe.payload {
+        let status = match &entry.payload {
             Payload::Sges(sges) if sges.len() == 1 => {
                 let sge = sges[0];
                 match self.mem.check(
@@ -115,12 +115,12 @@ impl Hca {
         let qp = self.qps.get(index).expect("checked");
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
-        if entry.wqe.opcode != WrOpcode::RdmaRead {
+        if entry.opcode != WrOpcode::RdmaRead {
             self.counters.rcvd_ghost_response += 1;
             return NOT_PLACED;
         }
         let offset = u64::from(entry.first_psn.distance_to(psn) as u32) * mtu;
-        let total = entry.wqe.length();
+        let total = entry.length();
         let payload = packet.payload();
         let is_last = psn == entry.last_psn();
         let expected_len = if is_last { total - offset.min(total) } else { mtu };
@@ -129,7 +129,7 @@ impl Hca {
         let status = if payload.len() as u64 != expected_len || ends != is_last {
             Some(WcStatus::BadRespErr)
         } else {
-            match &entry.wqe.payload {
+            match &entry.payload {
                 Payload::Sges(sges) => scatter(&self.mem, pd, sges, offset, payload).err(),
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }

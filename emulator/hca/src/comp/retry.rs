@@ -91,7 +91,7 @@ impl Hca {
         let Some(start) = self.entry_at_psn(index, from) else { return };
         let Some(qp) = self.qps.get_mut(index) else { return };
         let Some(entry) = qp.entry(start) else { return };
-        let resume_pkts = match entry.wqe.opcode {
+        let resume_pkts = match entry.opcode {
             WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpAndSwp
             | WrOpcode::AtomicFetchAndAdd

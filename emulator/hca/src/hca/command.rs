@@ -8,6 +8,7 @@ use crate::handles::{AhIndex, CqIndex, PdIndex, SrqIndex};
 use crate::mr::RegisterError;
 use crate::qp::Path;
 use crate::ring::{ConsumerRing, ProducerRing};
+use crate::tables::Table;
 use crate::time::Instant;
 use uroce_device::command::{AhAttr, CmdError, Command, DeviceAttr, PortAttr, Reply};
 use uroce_device::cqe::CQE_LEN;
@@ -177,10 +178,6 @@ impl Hca {
         Ok(Path { local, remote })
     }
 
-    pub(crate) fn ah_path(&self, ah: AhIndex, pd: PdIndex) -> Option<Path> {
-        self.ahs.get(ah).filter(|a| a.pd == pd).map(|a| a.path)
-    }
-
     fn device_attr(&self) -> DeviceAttr {
         let c = &self.config;
         DeviceAttr {
@@ -242,5 +239,13 @@ fn reg_error(e: RegisterError) -> CmdError {
         }
         RegisterError::Busy => CmdError::Busy("memory windows are bound to the region"),
         RegisterError::NotFound => CmdError::NotFound("no such key"),
+    }
+}
+
+impl Table<AhContext, AhIndex> {
+    /// The path of address handle `ah`, if it is one of protection domain
+    /// `pd`'s.
+    pub(crate) fn path(&self, ah: AhIndex, pd: PdIndex) -> Option<Path> {
+        self.get(ah).filter(|a| a.pd == pd).map(|a| a.path)
     }
 }

@@ -1,0 +1,78 @@
+//! Fetching send WQEs (rxe_req.c's req_next_wqe, as far as the ring is
+//! concerned): newly posted WQEs are copied out of the application's ring
+//! into the SQ shadow once, validated and decoded there.
+
+use crate::handles::QpIndex;
+use crate::hca::Hca;
+use crate::qp::SqEntry;
+use crate::time::Instant;
+use crate::trace::Step;
+use uroce_device::ring::RingError;
+use uroce_device::types::{QpState, QpType, SendFlags, WcStatus};
+use uroce_device::wqe::{SendWqe, WqeLimits};
+
+impl Hca {
+    /// Copies newly posted send WQEs into the shadow, validating each once.
+    /// A producer index that jumps past the ring is a fatal QP error.
+    pub(crate) fn fetch_send_wqes(&mut self, now: Instant, index: QpIndex) {
+        let host = self.mem.host().clone();
+        let max_msg_size = self.config.max_msg_size;
+        let Some(qp) = self.qps.get_mut(index) else { return };
+        match qp.sq.refresh(host.as_ref()) {
+            Ok(_) => {}
+            Err(RingError::IndexJump { .. }) | Err(_) => {
+                // Nothing in this ring can be trusted any more. A QP already
+                // in error only flushes what it had fetched (going fatal
+                // again would flush, fetch and fail here again).
+                if qp.state != QpState::Err {
+                    self.counters.bad_wqe += 1;
+                    let qpn = qp.qpn;
+                    self.step(now, Step::WqeRefused { qpn, status: WcStatus::LocQpOpErr });
+                    self.fatal(now, index);
+                }
+                return;
+            }
+        }
+        let limits = WqeLimits {
+            max_sge: qp.cap.max_send_sge,
+            max_inline: qp.cap.max_inline_data,
+            max_msg_size,
+        };
+        // The WQEs are read into the HCA's slot buffer (zeroed first, as a
+        // fresh one would be).
+        let slot = &mut self.wqe_slot;
+        slot.clear();
+        slot.resize(qp.sq.desc.stride as usize, 0);
+        while qp.fetched != qp.sq.producer_seen {
+            let read = qp.sq.read_entry(host.as_ref(), qp.fetched, slot);
+            let decoded = match read {
+                Ok(()) => SendWqe::decode(slot, &limits).map_err(|e| e.status),
+                Err(_) => Err(WcStatus::LocQpOpErr),
+            };
+            let entry = match decoded {
+                Ok(wqe) => {
+                    let legal = wqe.opcode.allowed_on(qp.qp_type);
+                    let signaled = qp.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
+                    let ud_too_long = qp.qp_type == QpType::Ud
+                        && wqe.length() > u64::from(self.config.active_mtu.bytes());
+                    let fetch_error = if !legal {
+                        Some(WcStatus::LocQpOpErr)
+                    } else if ud_too_long {
+                        Some(WcStatus::LocLenErr)
+                    } else {
+                        None
+                    };
+                    SqEntry::new(wqe, signaled, fetch_error)
+                }
+                Err(status) => SqEntry::refused(uroce_device::wqe::slot_wr_id(slot), status),
+            };
+            if let Some(status) = entry.fetch_error {
+                self.counters.bad_wqe += 1;
+                self.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
+            }
+            let s = qp.slot(qp.fetched);
+            qp.sq_shadow[s] = Some(entry);
+            qp.fetched = qp.fetched.wrapping_add(1);
+        }
+    }
+}
