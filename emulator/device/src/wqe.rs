@@ -233,6 +233,19 @@ impl SendWqe {
     /// Reads and validates a WQE from its slot (`slot` is the whole
     /// `stride` bytes as copied out of the ring). Never panics.
     pub fn decode(slot: &[u8], limits: &WqeLimits) -> Result<SendWqe, WqeError> {
+        SendWqe::decode_reusing(slot, limits, &mut Vec::new(), &mut Vec::new())
+    }
+
+    /// [`SendWqe::decode`], reusing buffers: the WQE's data goes into
+    /// `sges` or `inline` (taken, cleared and filled; the other is left as
+    /// it was), so a queue that gives a finished WQE's buffer back
+    /// allocates nothing once warm. Never panics.
+    pub fn decode_reusing(
+        slot: &[u8],
+        limits: &WqeLimits,
+        sges: &mut Vec<Sge>,
+        inline: &mut Vec<u8>,
+    ) -> Result<SendWqe, WqeError> {
         let err = |status, reason| Err(WqeError { status, reason });
         if slot.len() < SEND_HEADER_LEN {
             return err(WcStatus::LocQpOpErr, "slot shorter than a WQE header");
@@ -268,7 +281,10 @@ impl SendWqe {
             ) {
                 return err(WcStatus::LocQpOpErr, "inline data on an opcode that sends none");
             }
-            Payload::Inline(data.to_vec())
+            let mut bytes = core::mem::take(inline);
+            bytes.clear();
+            bytes.extend_from_slice(data);
+            Payload::Inline(bytes)
         } else {
             if num_sge > limits.max_sge {
                 return err(WcStatus::LocQpOpErr, "more SGEs than the QP allows");
@@ -277,7 +293,10 @@ impl SendWqe {
             let Some(table) = slot.get(SEND_HEADER_LEN..end) else {
                 return err(WcStatus::LocQpOpErr, "SGE list past the slot");
             };
-            Payload::Sges(table.chunks_exact(SGE_LEN).map(Sge::decode).collect())
+            let mut list = core::mem::take(sges);
+            list.clear();
+            list.extend(table.chunks_exact(SGE_LEN).map(Sge::decode));
+            Payload::Sges(list)
         };
         let wqe = SendWqe {
             wr_id: le64(&slot[0..8]),
@@ -319,7 +338,7 @@ impl SendWqe {
 }
 
 /// A decoded receive WQE.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RecvWqe {
     /// The application's tag.
     pub wr_id: u64,
@@ -347,6 +366,14 @@ impl RecvWqe {
 
     /// Reads and validates a receive WQE. Never panics.
     pub fn decode(slot: &[u8], max_sge: u32) -> Result<RecvWqe, WqeError> {
+        let mut wqe = RecvWqe { wr_id: 0, sges: Vec::new() };
+        wqe.decode_into(slot, max_sge)?;
+        Ok(wqe)
+    }
+
+    /// [`RecvWqe::decode`] into `self`, reusing its SGE list's buffer. A
+    /// WQE that does not decode leaves `self` as it was. Never panics.
+    pub fn decode_into(&mut self, slot: &[u8], max_sge: u32) -> Result<(), WqeError> {
         let err = |reason| Err(WqeError { status: WcStatus::LocQpOpErr, reason });
         if slot.len() < RECV_HEADER_LEN {
             return err("slot shorter than a receive WQE header");
@@ -359,10 +386,10 @@ impl RecvWqe {
         let Some(table) = slot.get(RECV_HEADER_LEN..end) else {
             return err("SGE list past the slot");
         };
-        Ok(RecvWqe {
-            wr_id: le64(&slot[0..8]),
-            sges: table.chunks_exact(SGE_LEN).map(Sge::decode).collect(),
-        })
+        self.wr_id = le64(&slot[0..8]);
+        self.sges.clear();
+        self.sges.extend(table.chunks_exact(SGE_LEN).map(Sge::decode));
+        Ok(())
     }
 
     /// Total bytes the WQE can take.

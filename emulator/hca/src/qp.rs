@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use uroce_device::command::{QpAttr, QpCap};
 use uroce_device::types::{QpState, QpType, Qpn, WcStatus};
 use uroce_device::types::{SendFlags, WrOpcode};
-use uroce_device::wqe::{Payload, RecvWqe, SendWqe, UdDest};
+use uroce_device::wqe::{Payload, RecvWqe, SendWqe, Sge, UdDest};
 use uroce_wire::aeth::Syndrome;
 use uroce_wire::Psn;
 
@@ -121,6 +121,36 @@ impl SqEntry {
     }
 }
 
+/// One slot of the SQ shadow: the entry fetched into it, if any, and the
+/// data buffers of the entries it held before, kept for the next one (a
+/// WQE fetched into a warm slot allocates nothing).
+#[derive(Debug, Default)]
+pub struct SqSlot {
+    /// The entry, from its fetch until it is retired.
+    pub entry: Option<SqEntry>,
+    /// An SGE list buffer for the next entry.
+    pub spare_sges: Vec<Sge>,
+    /// An inline data buffer for the next entry.
+    pub spare_inline: Vec<u8>,
+}
+
+impl SqSlot {
+    /// Empties the slot, keeping its entry's data buffer (the larger of
+    /// it and the spare one of its kind).
+    pub fn clear(&mut self) {
+        let Some(entry) = self.entry.take() else { return };
+        match entry.payload {
+            Payload::Sges(list) if list.capacity() > self.spare_sges.capacity() => {
+                self.spare_sges = list;
+            }
+            Payload::Inline(bytes) if bytes.capacity() > self.spare_inline.capacity() => {
+                self.spare_inline = bytes;
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Requester state (`qp->req` in rxe).
 #[derive(Debug, Clone, Default)]
 pub struct Requester {
@@ -216,12 +246,10 @@ pub enum Response {
 }
 
 /// The kind of multi-packet message being received.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InMessage {
-    /// A SEND into a receive WQE.
+    /// A SEND into the receive WQE in [`Responder::recv_wqe`].
     Send {
-        /// The receive WQE (from the RQ or the SRQ).
-        wqe: RecvWqe,
         /// Bytes placed so far.
         offset: u64,
     },
@@ -249,6 +277,10 @@ pub struct Responder {
     pub nak_sent: bool,
     /// The message in progress.
     pub msg: Option<InMessage>,
+    /// The receive WQE taken last (from the RQ or the SRQ): a SEND's while
+    /// it is received. Its SGE list's buffer is reused from one WQE to the
+    /// next.
+    pub recv_wqe: RecvWqe,
     /// UC: drop packets until the next FIRST/ONLY.
     pub drop_msg: bool,
     /// READ/atomic resources, a ring of `max_dest_rd_atomic` slots.
@@ -302,7 +334,7 @@ pub struct QpContext {
     /// UDP source port.
     pub sport: u16,
     /// The SQ shadow, indexed by ring slot.
-    pub sq_shadow: Vec<Option<SqEntry>>,
+    pub sq_shadow: Vec<SqSlot>,
     /// Ring index up to which WQEs were copied into the shadow.
     pub fetched: u32,
     /// Requester.
@@ -334,13 +366,13 @@ impl QpContext {
 
     /// The shadow entry of ring index `index`, if fetched.
     pub fn entry(&self, index: u32) -> Option<&SqEntry> {
-        self.sq_shadow[self.slot(index)].as_ref()
+        self.sq_shadow[self.slot(index)].entry.as_ref()
     }
 
     /// The shadow entry of ring index `index`, mutably.
     pub fn entry_mut(&mut self, index: u32) -> Option<&mut SqEntry> {
         let slot = self.slot(index);
-        self.sq_shadow[slot].as_mut()
+        self.sq_shadow[slot].entry.as_mut()
     }
 
     /// The local ACK timeout in nanoseconds (4.096 us * 2^timeout), or

@@ -51,7 +51,7 @@ impl Hca {
                 cqe
             });
             let slot = qp.slot(consumer);
-            qp.sq_shadow[slot] = None;
+            qp.sq_shadow[slot].clear();
             let host = self.mem.host().clone();
             let _ = qp.sq.consume(host.as_ref(), 1);
             if qp.req.index == consumer {
@@ -113,7 +113,7 @@ impl Hca {
                 None => break,
             };
             let slot = qp.slot(consumer);
-            qp.sq_shadow[slot] = None;
+            qp.sq_shadow[slot].clear();
             let host = self.mem.host().clone();
             let _ = qp.sq.consume(host.as_ref(), 1);
             let (cq, qpn) = (qp.send_cq, qp.qpn);

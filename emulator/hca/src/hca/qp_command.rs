@@ -4,7 +4,7 @@
 use super::{Hca, TimerKind};
 use crate::config::HcaConfig;
 use crate::handles::{CqIndex, PdIndex, SrqIndex, TableIndex};
-use crate::qp::{Completer, Path, QpContext, Requester, Responder};
+use crate::qp::{Completer, Path, QpContext, Requester, Responder, SqSlot};
 use crate::qp_state::modify_is_ok;
 use crate::ring::ConsumerRing;
 use crate::time::Instant;
@@ -80,7 +80,7 @@ impl Hca {
                 attr: QpAttr::default(),
                 path: None,
                 sport: 0,
-                sq_shadow: vec![None; entries],
+                sq_shadow: std::iter::repeat_with(SqSlot::default).take(entries).collect(),
                 fetched: 0,
                 req: Requester::default(),
                 comp: Completer::default(),
@@ -302,5 +302,5 @@ fn reset_qp(qp: &mut QpContext) {
     qp.rq = qp.rq.map(|rq| ConsumerRing::new(rq.desc));
     qp.fetched = 0;
     qp.sq_doorbell_seen = 0;
-    qp.sq_shadow.iter_mut().for_each(|e| *e = None);
+    qp.sq_shadow.iter_mut().for_each(SqSlot::clear);
 }

@@ -44,9 +44,16 @@ impl Hca {
         slot.clear();
         slot.resize(qp.sq.desc.stride as usize, 0);
         while qp.fetched != qp.sq.producer_seen {
+            let s = qp.slot(qp.fetched);
+            let shadow = &mut qp.sq_shadow[s];
+            shadow.clear();
             let read = qp.sq.read_entry(host.as_ref(), qp.fetched, slot);
             let decoded = match read {
-                Ok(()) => SendWqe::decode(slot, &limits).map_err(|e| e.status),
+                Ok(()) => {
+                    // The WQE's data goes into the slot's spare buffers.
+                    let (sges, inline) = (&mut shadow.spare_sges, &mut shadow.spare_inline);
+                    SendWqe::decode_reusing(slot, &limits, sges, inline).map_err(|e| e.status)
+                }
                 Err(_) => Err(WcStatus::LocQpOpErr),
             };
             let entry = match decoded {
@@ -70,8 +77,7 @@ impl Hca {
                 self.counters.bad_wqe += 1;
                 self.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
             }
-            let s = qp.slot(qp.fetched);
-            qp.sq_shadow[s] = Some(entry);
+            qp.sq_shadow[s].entry = Some(entry);
             qp.fetched = qp.fetched.wrapping_add(1);
         }
     }

@@ -113,15 +113,16 @@ impl Hca {
     ) -> Result<(), Refusal> {
         let info = packet.info();
         if info.is(Mask::START) {
-            let wqe = self.take_recv_wqe(now, index)?;
+            self.take_recv_wqe(now, index)?;
             let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
-            qp.resp.msg = Some(InMessage::Send { wqe, offset: 0 });
+            qp.resp.msg = Some(InMessage::Send { offset: 0 });
         }
         let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         let pd = qp.pd;
-        let Some(InMessage::Send { wqe, offset }) = qp.resp.msg.as_mut() else {
+        let Some(InMessage::Send { offset }) = qp.resp.msg.as_mut() else {
             return Err(Refusal::InvalidRequest);
         };
+        let wqe = &qp.resp.recv_wqe;
         let payload = packet.payload();
         let at = *offset;
         let fits = at + payload.len() as u64 <= wqe.capacity();
@@ -212,9 +213,9 @@ impl Hca {
         // WRITE with immediate consumes a receive WQE: find it before
         // touching memory, so that after an RNR NAK the requester's resent
         // packet finds the message exactly as it was.
-        let recv_wqe = match (info.is(Mask::END), packet.immdt()) {
+        let recv_wr_id = match (info.is(Mask::END), packet.immdt()) {
             (true, Some(_)) => match self.take_recv_wqe(now, index) {
-                Ok(wqe) => Some(wqe),
+                Ok(wr_id) => Some(wr_id),
                 Err(refusal) => {
                     if info.is(Mask::START) {
                         if let Some(qp) = self.qps.get_mut(index) {
@@ -244,12 +245,12 @@ impl Hca {
         }
         if info.is(Mask::END) {
             qp.resp.msg = None;
-            if let (Some(imm), Some(wqe)) = (packet.immdt(), recv_wqe) {
+            if let (Some(imm), Some(wr_id)) = (packet.immdt(), recv_wr_id) {
                 let solicited = packet.bth().solicited();
                 self.complete_recv(
                     now,
                     index,
-                    wqe.wr_id,
+                    wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
                     dma_len,

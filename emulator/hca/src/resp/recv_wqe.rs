@@ -9,17 +9,13 @@ use crate::time::Instant;
 use crate::trace::{DropReason, RequestVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
-use uroce_device::wqe::RecvWqe;
 use uroce_wire::frame::RoceFrame;
 
 impl Hca {
-    /// The receive WQE a SEND (or WRITE with immediate) goes into: from the
-    /// SRQ (taken at once) or peeked from the RQ (consumed at completion).
-    pub(super) fn take_recv_wqe(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-    ) -> Result<RecvWqe, Refusal> {
+    /// Takes the receive WQE a SEND (or WRITE with immediate) goes into,
+    /// into the QP's `resp.recv_wqe`, and returns its `wr_id`: from the SRQ
+    /// (taken at once) or peeked from the RQ (consumed at completion).
+    pub(super) fn take_recv_wqe(&mut self, now: Instant, index: QpIndex) -> Result<u64, Refusal> {
         let host = self.mem.host().clone();
         let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
         // The WQE is read into the HCA's slot buffer (zeroed first, as a
@@ -65,7 +61,7 @@ impl Hca {
                 max_sge
             }
         };
-        let decoded = RecvWqe::decode(slot, max_sge);
+        let decoded = qp.resp.recv_wqe.decode_into(slot, max_sge);
         let wr_id = uroce_device::wqe::slot_wr_id(slot);
         if let Some(srq_index) = limit_reached {
             self.push_event(crate::hca::Event::Async {
@@ -74,7 +70,7 @@ impl Hca {
             });
         }
         match decoded {
-            Ok(wqe) => Ok(wqe),
+            Ok(()) => Ok(wr_id),
             Err(error) => {
                 // A malformed receive WQE completes with its status and
                 // takes the QP to the error state.
@@ -147,8 +143,8 @@ impl Hca {
             let qpn = qp.qpn;
             return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
         }
-        let wqe = match self.take_recv_wqe(now, index) {
-            Ok(wqe) => wqe,
+        let wr_id = match self.take_recv_wqe(now, index) {
+            Ok(wr_id) => wr_id,
             // No receive WQE: a UD datagram is dropped.
             Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
         };
@@ -163,6 +159,7 @@ impl Hca {
             grh[20..40].copy_from_slice(&ip[..20]);
         }
         let payload = packet.payload();
+        let wqe = &qp.resp.recv_wqe;
         let sges = &wqe.sges;
         let total = 40 + payload.len() as u64;
         let status = if total > wqe.capacity() {
@@ -174,7 +171,7 @@ impl Hca {
         let qpn = qp.qpn;
         let cq = qp.recv_cq;
         self.release_recv_wqe(index);
-        let mut cqe = Cqe::new(wqe.wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
+        let mut cqe = Cqe::new(wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
         match status {
             Ok(()) => {
                 cqe.byte_len = total as u32;
