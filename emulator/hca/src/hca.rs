@@ -70,6 +70,24 @@ pub(crate) enum TimerKind {
     Rnr,
 }
 
+/// Puts QP `index`, whose context is `qp`, in the transmit schedule
+/// `sched` (see [`Hca::schedule`]).
+pub(crate) fn schedule_qp(
+    sched: &mut VecDeque<QpIndex>,
+    mem: &MemoryTables,
+    index: QpIndex,
+    qp: &mut QpContext,
+) {
+    if qp.scheduled {
+        return;
+    }
+    qp.scheduled = true;
+    sched.push_back(index);
+    // A fault here (the application freed its ring) is met again, and
+    // reported, when the queue is read.
+    let _ = mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
+}
+
 /// Armed timers, in firing order: (when, QP, which).
 #[derive(Debug, Default)]
 pub(crate) struct Timers(BTreeSet<(Instant, QpIndex, TimerKind)>);
@@ -135,7 +153,7 @@ pub struct Hca {
     /// gets a QPN it has not had for a long time (see [`Hca::qpn_of_slot`]).
     qp_slot_generation: Vec<u32>,
     /// QPs (table indices) that may have packets to send, in turn order.
-    sched: VecDeque<QpIndex>,
+    pub(crate) sched: VecDeque<QpIndex>,
     /// Armed timers.
     pub(crate) timers: Timers,
     events: VecDeque<Event>,
@@ -349,14 +367,7 @@ impl Hca {
     /// kick after a post, since the HCA will look at the queue anyway.
     pub(crate) fn schedule(&mut self, index: QpIndex) {
         let Some(qp) = self.qps.get_mut(index) else { return };
-        if qp.scheduled {
-            return;
-        }
-        qp.scheduled = true;
-        self.sched.push_back(index);
-        // A fault here (the application freed its ring) is met again,
-        // and reported, when the queue is read.
-        let _ = self.mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
+        schedule_qp(&mut self.sched, &self.mem, index, qp);
     }
 
     /// Takes a QP with nothing to send out of the schedule and lowers the

@@ -4,9 +4,10 @@
 
 use super::{access_refusal, Refusal};
 use crate::handles::QpIndex;
+use crate::hca::schedule_qp;
 use crate::hca::Hca;
-use crate::mr::{Origin, WordOp};
-use crate::qp::{InMessage, QpContext, Resource, Response};
+use crate::mr::{MemoryTables, Origin, WordOp};
+use crate::qp::{InMessage, QpContext, Resource, Responder, Response};
 use crate::time::Instant;
 use uroce_device::types::{Access, QpType, WcFlags, WcOpcode, WcStatus};
 use uroce_wire::aeth::{self, Syndrome};
@@ -57,52 +58,26 @@ impl Hca {
         } else if info.is(Mask::ATOMIC) {
             return self.execute_atomic(index, packet);
         } else if info.is(Mask::ATOMIC_WRITE) || info.is(Mask::FLUSH) {
-            self.execute_atomic_write_or_flush(index, packet)?;
+            let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
+            execute_atomic_write_or_flush(&self.mem, qp, packet)?;
         } else {
             return Err(Refusal::InvalidRequest);
         }
-        // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet.
-        self.accept_request(index, psn.next(), info.is(Mask::END), false).ok_or(Refusal::Drop)?;
+        // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet, and the ACK
+        // when it is asked for (or enough packets went unacknowledged).
         let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        qp.resp.accept_request(psn.next(), info.is(Mask::END), false);
         qp.resp.unacked_pkts += 1;
         let coalesce_limit = self.config.max_pkt_per_ack;
         if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
             let msn = qp.resp.msn;
             qp.resp.unacked_pkts = 0;
-            self.owe(
-                index,
-                Response::Ack {
-                    psn,
-                    syndrome: Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS),
-                    msn,
-                },
-            );
+            let syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
+            if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
+                schedule_qp(&mut self.sched, &self.mem, index, qp);
+            }
         }
         Ok(())
-    }
-
-    /// An in-sequence request was executed: expect `next_epsn`, allow one
-    /// PSN sequence NAK for the next gap, and count the message if this
-    /// packet completes it. A READ or atomic is `answered` by its own
-    /// responses, which acknowledge everything before them: the ACK
-    /// coalescing count starts again. Returns the MSN to report.
-    fn accept_request(
-        &mut self,
-        index: QpIndex,
-        next_epsn: Psn,
-        completes_message: bool,
-        answered: bool,
-    ) -> Option<u32> {
-        let resp = &mut self.qps.get_mut(index)?.resp;
-        resp.epsn = next_epsn;
-        resp.nak_sent = false;
-        if completes_message {
-            resp.msn = (resp.msn + 1) & 0x00ff_ffff;
-        }
-        if answered {
-            resp.unacked_pkts = 0;
-        }
-        Some(resp.msn)
     }
 
     fn execute_send(
@@ -262,19 +237,8 @@ impl Hca {
         Ok(())
     }
 
-    /// QP `index`, if it is RC (READ and atomics exist only there) and
-    /// grants its peer `access`.
-    fn rc_granting(&self, index: QpIndex, access: Access) -> Result<&QpContext, Refusal> {
-        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
-        if qp.qp_type != QpType::Rc {
-            return Err(Refusal::InvalidRequest);
-        }
-        if !qp.attr.qp_access_flags.contains(access) {
-            return Err(Refusal::AccessError);
-        }
-        Ok(qp)
-    }
-
+    /// RDMA READ: check the R_Key over the whole range, keep the READ as a
+    /// resource (a duplicate is answered from it), owe its responses.
     fn execute_read(
         &mut self,
         index: QpIndex,
@@ -282,7 +246,8 @@ impl Hca {
     ) -> Result<(), Refusal> {
         let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.rc_granting(index, Access::REMOTE_READ)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        rc_granting(qp, Access::REMOTE_READ)?;
         let (pd, qpn, mtu) = (qp.pd, qp.qpn, qp.mtu());
         let len = reth.dma_len();
         if len > self.config.max_msg_size {
@@ -301,12 +266,16 @@ impl Hca {
         let npkts = len.div_ceil(mtu).max(1);
         let resource =
             Resource::Read { first_psn: psn, npkts, va: reth.va(), rkey: reth.rkey().0, len };
-        let slot = self.store_resource(index, resource).ok_or(Refusal::Drop)?;
-        let msn = self.accept_request(index, psn + npkts, true, true).ok_or(Refusal::Drop)?;
-        self.owe(index, Response::Read { resource: slot, start: 0, next: 0, msn });
+        let slot = qp.resp.store_resource(resource).ok_or(Refusal::Drop)?;
+        let msn = qp.resp.accept_request(psn + npkts, true, true);
+        if qp.resp.owe(Response::Read { resource: slot, start: 0, next: 0, msn }) {
+            schedule_qp(&mut self.sched, &self.mem, index, qp);
+        }
         Ok(())
     }
 
+    /// COMPARE_SWAP and FETCH_ADD: check the R_Key, run the operation,
+    /// keep its result as a resource, owe the ATOMIC ACKNOWLEDGE.
     fn execute_atomic(
         &mut self,
         index: QpIndex,
@@ -314,7 +283,8 @@ impl Hca {
     ) -> Result<(), Refusal> {
         let atomic = packet.atomic_eth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.rc_granting(index, Access::REMOTE_ATOMIC)?;
+        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        rc_granting(qp, Access::REMOTE_ATOMIC)?;
         if atomic.va() % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
@@ -336,77 +306,99 @@ impl Hca {
             WordOp::FetchAdd(atomic.swap_add())
         };
         let orig = self.mem.atomic(&range, op).map_err(access_refusal)?;
-        let slot =
-            self.store_resource(index, Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
-        let msn = self.accept_request(index, psn.next(), true, true).ok_or(Refusal::Drop)?;
-        self.owe(index, Response::AtomicAck { resource: slot, msn });
-        Ok(())
-    }
-
-    fn execute_atomic_write_or_flush(
-        &mut self,
-        index: QpIndex,
-        packet: &uroce_wire::roce::Packet<&[u8]>,
-    ) -> Result<(), Refusal> {
-        let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
-        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
-        let (pd, qpn) = (qp.pd, qp.qpn);
-        if packet.info().is(Mask::ATOMIC_WRITE) {
-            if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
-                return Err(Refusal::AccessError);
-            }
-            let payload = packet.payload();
-            if payload.len() != 8 || reth.dma_len() != 8 || reth.va() % 8 != 0 {
-                return Err(Refusal::InvalidRequest);
-            }
-            let range = self
-                .mem
-                .check(
-                    reth.rkey().0,
-                    pd,
-                    reth.va(),
-                    8,
-                    Access::REMOTE_WRITE,
-                    Origin::Remote { qpn },
-                )
-                .map_err(access_refusal)?;
-            let value =
-                u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
-            self.mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
-        } else {
-            // FLUSH: memory here is always coherent and "persistent" as far
-            // as the emulator can make it; check the rights and range.
-            let feth = packet.feth().ok_or(Refusal::InvalidRequest)?;
-            let mut needed = Access::EMPTY;
-            if feth.placement_type() & 0x1 != 0 {
-                needed = needed | Access::FLUSH_GLOBAL;
-            }
-            if feth.placement_type() & 0x2 != 0 {
-                needed = needed | Access::FLUSH_PERSISTENT;
-            }
-            let len = if feth.selectivity_level() == 1 { 0 } else { u64::from(reth.dma_len()) };
-            if len > 0 {
-                self.mem
-                    .check(reth.rkey().0, pd, reth.va(), len, needed, Origin::Remote { qpn })
-                    .map_err(access_refusal)?;
-            }
+        let slot = qp.resp.store_resource(Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
+        let msn = qp.resp.accept_request(psn.next(), true, true);
+        if qp.resp.owe(Response::AtomicAck { resource: slot, msn }) {
+            schedule_qp(&mut self.sched, &self.mem, index, qp);
         }
         Ok(())
+    }
+}
+
+impl Responder {
+    /// An in-sequence request was executed: expect `next_epsn`, allow one
+    /// PSN sequence NAK for the next gap, and count the message if this
+    /// packet completes it. A READ or atomic is `answered` by its own
+    /// responses, which acknowledge everything before them: the ACK
+    /// coalescing count starts again. Returns the MSN to report.
+    fn accept_request(&mut self, next_epsn: Psn, completes_message: bool, answered: bool) -> u32 {
+        self.epsn = next_epsn;
+        self.nak_sent = false;
+        if completes_message {
+            self.msn = (self.msn + 1) & 0x00ff_ffff;
+        }
+        if answered {
+            self.unacked_pkts = 0;
+        }
+        self.msn
     }
 
     /// Stores a READ/atomic resource in the ring, replacing the oldest.
-    fn store_resource(&mut self, index: QpIndex, resource: Resource) -> Option<usize> {
-        let qp = self.qps.get_mut(index)?;
-        let slots = qp.resp.resources.len();
+    fn store_resource(&mut self, resource: Resource) -> Option<usize> {
+        let slots = self.resources.len();
         if slots == 0 {
             return None;
         }
-        let slot = qp.resp.res_head % slots;
+        let slot = self.res_head % slots;
         // Responses still owed for the slot being reused go: the requester
         // exceeded max_dest_rd_atomic and will retry.
-        qp.resp.queue.retain(|r| !matches!(r, Response::Read { resource, .. } | Response::AtomicAck { resource, .. } if *resource == slot));
-        qp.resp.resources[slot] = Some(resource);
-        qp.resp.res_head = (slot + 1) % slots;
+        self.queue.retain(|r| !matches!(r, Response::Read { resource, .. } | Response::AtomicAck { resource, .. } if *resource == slot));
+        self.resources[slot] = Some(resource);
+        self.res_head = (slot + 1) % slots;
         Some(slot)
     }
+}
+
+/// Whether `qp` is RC (READ and atomics exist only there) and grants its
+/// peer `access`.
+fn rc_granting(qp: &QpContext, access: Access) -> Result<(), Refusal> {
+    if qp.qp_type != QpType::Rc {
+        return Err(Refusal::InvalidRequest);
+    }
+    if !qp.attr.qp_access_flags.contains(access) {
+        return Err(Refusal::AccessError);
+    }
+    Ok(())
+}
+
+/// ATOMIC WRITE (store the 8 bytes) and FLUSH (check the rights and the
+/// range) on `qp`.
+fn execute_atomic_write_or_flush(
+    mem: &MemoryTables,
+    qp: &QpContext,
+    packet: &uroce_wire::roce::Packet<&[u8]>,
+) -> Result<(), Refusal> {
+    let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
+    let (pd, qpn) = (qp.pd, qp.qpn);
+    if packet.info().is(Mask::ATOMIC_WRITE) {
+        if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+            return Err(Refusal::AccessError);
+        }
+        let payload = packet.payload();
+        if payload.len() != 8 || reth.dma_len() != 8 || reth.va() % 8 != 0 {
+            return Err(Refusal::InvalidRequest);
+        }
+        let range = mem
+            .check(reth.rkey().0, pd, reth.va(), 8, Access::REMOTE_WRITE, Origin::Remote { qpn })
+            .map_err(access_refusal)?;
+        let value = u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
+        mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
+    } else {
+        // FLUSH: memory here is always coherent and "persistent" as far
+        // as the emulator can make it; check the rights and range.
+        let feth = packet.feth().ok_or(Refusal::InvalidRequest)?;
+        let mut needed = Access::EMPTY;
+        if feth.placement_type() & 0x1 != 0 {
+            needed = needed | Access::FLUSH_GLOBAL;
+        }
+        if feth.placement_type() & 0x2 != 0 {
+            needed = needed | Access::FLUSH_PERSISTENT;
+        }
+        let len = if feth.selectivity_level() == 1 { 0 } else { u64::from(reth.dma_len()) };
+        if len > 0 {
+            mem.check(reth.rkey().0, pd, reth.va(), len, needed, Origin::Remote { qpn })
+                .map_err(access_refusal)?;
+        }
+    }
+    Ok(())
 }

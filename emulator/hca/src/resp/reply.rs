@@ -4,9 +4,10 @@
 
 use crate::endpoint::{PacketKind, Transmit};
 use crate::handles::QpIndex;
+use crate::hca::schedule_qp;
 use crate::hca::Hca;
 use crate::mr::Origin;
-use crate::qp::{Resource, Response};
+use crate::qp::{Resource, Responder, Response};
 use crate::time::Instant;
 use uroce_device::types::{Access, QpState};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
@@ -15,6 +16,25 @@ use uroce_wire::{atomic_ack_eth, bth, Mask, Opcode, Psn, Qpn};
 
 /// The most responses a QP may owe at once beyond its READ/atomic slots.
 const MAX_QUEUED_ACKS: usize = 4;
+
+impl Responder {
+    /// Queues a response, coalescing ACKs, within the bound. Returns
+    /// whether it was queued (the QP has something to send).
+    pub(crate) fn owe(&mut self, response: Response) -> bool {
+        let bound = self.resources.len() + MAX_QUEUED_ACKS;
+        let is_plain_ack =
+            |r: &Response| matches!(r, Response::Ack { syndrome: Syndrome::Ack { .. }, .. });
+        if is_plain_ack(&response) && self.queue.back().is_some_and(is_plain_ack) {
+            self.queue.pop_back();
+        }
+        if self.queue.len() >= bound {
+            // Full: the requester's retry will ask again.
+            return false;
+        }
+        self.queue.push_back(response);
+        true
+    }
+}
 
 impl Hca {
     /// A request behind the expected PSN.
@@ -70,21 +90,13 @@ impl Hca {
         }
     }
 
-    /// Queues a response, coalescing ACKs, within the bound.
+    /// Queues a response for QP `index`, coalescing ACKs, within the
+    /// bound, and schedules the QP.
     pub(super) fn owe(&mut self, index: QpIndex, response: Response) {
         let Some(qp) = self.qps.get_mut(index) else { return };
-        let bound = qp.resp.resources.len() + MAX_QUEUED_ACKS;
-        let is_plain_ack =
-            |r: &Response| matches!(r, Response::Ack { syndrome: Syndrome::Ack { .. }, .. });
-        if is_plain_ack(&response) && qp.resp.queue.back().is_some_and(is_plain_ack) {
-            qp.resp.queue.pop_back();
+        if qp.resp.owe(response) {
+            schedule_qp(&mut self.sched, &self.mem, index, qp);
         }
-        if qp.resp.queue.len() >= bound {
-            // Full: the requester's retry will ask again.
-            return;
-        }
-        qp.resp.queue.push_back(response);
-        self.schedule(index);
     }
 
     /// Builds the next packet the responder owes, if any.
