@@ -247,7 +247,7 @@ fn regression_seq_nak_behind_a_read_spins_in_retry() {
 /// implied NAK) and calls `retry(0)`: the requester goes back to the READ
 /// (`req.index = 0`, `sent_pkts = 0`). Then `on_seq_nak` calls `retry(1)`:
 /// `start` is the SEND (index 1) but `end` is `req.index` = 0, so
-/// `while i != end` walks 2^32 - 1 ring indices (comp.rs, `retry`).
+/// `while i != end` walks 2^32 - 1 ring indices (comp/retry.rs, `retry`).
 #[test]
 fn seq_nak_for_a_send_behind_an_unanswered_read_returns_promptly() {
     within(Duration::from_secs(5), || {
