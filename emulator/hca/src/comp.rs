@@ -165,10 +165,7 @@ impl Hca {
         let acked = resume.unwrap_or(psn.next());
         let progressed = acked.is_after(qp.comp.psn);
         if progressed {
-            qp.comp.psn = acked;
-            qp.comp.retry_left = qp.attr.retry_cnt;
-            qp.comp.rnr_retry_left = qp.attr.rnr_retry;
-            qp.comp.started_retry = false;
+            qp.completer_progressed(acked);
         }
         if let Some(resume) = resume {
             // The response to a READ/atomic before `psn` was lost: send the

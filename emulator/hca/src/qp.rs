@@ -392,6 +392,16 @@ impl QpContext {
         outstanding > 0 && psn.in_window(self.comp.psn, outstanding as u32)
     }
 
+    /// The completer moved forward to `psn`, the oldest PSN not yet
+    /// acknowledged or answered: the retry budgets are whole again, and a
+    /// later go-back may start (and pay) anew.
+    pub fn completer_progressed(&mut self, psn: Psn) {
+        self.comp.psn = psn;
+        self.comp.retry_left = self.attr.retry_cnt;
+        self.comp.rnr_retry_left = self.attr.rnr_retry;
+        self.comp.started_retry = false;
+    }
+
     /// Whether the QP can send requests.
     pub fn can_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)

@@ -13,7 +13,7 @@
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
 use crate::handles::QpIndex;
-use crate::hca::Hca;
+use crate::hca::{schedule_qp, Hca};
 use crate::mr::AccessError;
 use crate::qp::Response;
 use crate::time::Instant;
@@ -51,7 +51,8 @@ impl Hca {
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        let Some(qp) = self.qps.get(index) else { return };
+        // The PSN check works on the QP's context, borrowed once.
+        let Some(qp) = self.qps.get_mut(index) else { return };
         let qp_type = qp.qp_type;
         let psn = packet.bth().psn();
         if qp_type == QpType::Ud {
@@ -63,7 +64,6 @@ impl Hca {
         if qp_type == QpType::Uc {
             // UC resynchronises on every FIRST/ONLY: a message that lost a
             // packet is dropped whole, silently, and counted once.
-            let qp = self.qps.get_mut(index).expect("checked");
             if info.is(Mask::START) {
                 if psn != epsn || qp.resp.msg.is_some() {
                     self.counters.out_of_seq_request += 1;
@@ -85,21 +85,16 @@ impl Hca {
             }
         } else if psn != epsn {
             if psn.is_after(epsn) {
-                let qp = self.qps.get_mut(index).expect("checked");
                 let nak = !qp.resp.nak_sent;
                 if nak {
                     // Counted once per gap, as rxe does.
                     self.counters.out_of_seq_request += 1;
                     qp.resp.nak_sent = true;
                     let msn = qp.resp.msn;
-                    self.owe(
-                        index,
-                        Response::Ack {
-                            psn: epsn,
-                            syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                            msn,
-                        },
-                    );
+                    let syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+                    if qp.resp.owe(Response::Ack { psn: epsn, syndrome, msn }) {
+                        schedule_qp(&mut self.sched, &self.mem, index, qp);
+                    }
                     self.counters.send_nak += 1;
                 }
                 let verdict = RequestVerdict::OutOfSequence { expected: epsn, nak };
@@ -202,7 +197,9 @@ impl Hca {
             // The packets behind this one are out of sequence now; they
             // must not draw a PSN sequence NAK on top of the RNR NAK.
             qp.resp.nak_sent = true;
-            self.owe(index, Response::Ack { psn, syndrome, msn });
+            if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
+                schedule_qp(&mut self.sched, &self.mem, index, qp);
+            }
             return;
         }
         self.counters.send_nak += 1;

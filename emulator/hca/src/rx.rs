@@ -39,7 +39,9 @@ impl Hca {
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
-        let qp = self.qps.get(index).expect("checked");
+        let Some(qp) = self.qps.get(index) else {
+            return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
+        };
         let transport_ok = matches!(
             (qp.qp_type, bth.opcode().transport()),
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)

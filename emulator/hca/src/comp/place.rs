@@ -48,7 +48,8 @@ impl Hca {
         let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
             return NOT_PLACED;
         };
-        let qp = self.qps.get_mut(index).expect("checked");
+        // The original value goes into the WQE's 8-byte buffer.
+        let Some(qp) = self.qps.get(index) else { return NOT_PLACED };
         let pd = qp.pd;
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if !matches!(entry.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
@@ -75,16 +76,14 @@ impl Hca {
             }
             _ => WcStatus::LocLenErr,
         };
+        // Everything before it is acknowledged; the atomic is done.
         self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let qp = self.qps.get_mut(index).expect("checked");
+        let Some(qp) = self.qps.get_mut(index) else { return NOT_PLACED };
         if let Some(entry) = qp.entry_mut(entry_index) {
             entry.state = EntryState::Done(status);
         }
         qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
-        qp.comp.psn = psn.next();
-        qp.comp.retry_left = qp.attr.retry_cnt;
-        qp.comp.rnr_retry_left = qp.attr.rnr_retry;
-        qp.comp.started_retry = false;
+        qp.completer_progressed(psn.next());
         self.retire(now, index);
         self.after_progress(now, index);
         ResponseVerdict::AtomicPlaced
@@ -112,7 +111,9 @@ impl Hca {
         let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
             return NOT_PLACED;
         };
-        let qp = self.qps.get(index).expect("checked");
+        // Place the data, and move the completer and the WQE on, on the
+        // QP's context borrowed once.
+        let Some(qp) = self.qps.get_mut(index) else { return NOT_PLACED };
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if entry.opcode != WrOpcode::RdmaRead {
@@ -134,11 +135,7 @@ impl Hca {
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }
         };
-        let qp = self.qps.get_mut(index).expect("checked");
-        qp.comp.psn = psn.next();
-        qp.comp.retry_left = qp.attr.retry_cnt;
-        qp.comp.rnr_retry_left = qp.attr.rnr_retry;
-        qp.comp.started_retry = false;
+        qp.completer_progressed(psn.next());
         let Some(entry) = qp.entry_mut(entry_index) else { return NOT_PLACED };
         entry.read_placed = offset + payload.len() as u64;
         if let Some(status) = status {

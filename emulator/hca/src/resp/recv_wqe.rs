@@ -149,7 +149,7 @@ impl Hca {
             Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
         };
         self.request_step(now, index, packet, RequestVerdict::Executed);
-        let qp = self.qps.get(index).expect("checked");
+        let Some(qp) = self.qps.get(index) else { return };
         let pd = qp.pd;
         let mut grh = [0u8; 40];
         let ip = frame.ip_header_bytes();

@@ -37,7 +37,8 @@ impl Responder {
 }
 
 impl Hca {
-    /// A request behind the expected PSN.
+    /// A request behind the expected PSN: answered from the responder's
+    /// state, never executed again.
     pub(super) fn duplicate(
         &mut self,
         _now: Instant,
@@ -45,55 +46,8 @@ impl Hca {
         psn: Psn,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        let info = packet.info();
-        let Some(qp) = self.qps.get(index) else { return };
-        let msn = qp.resp.msn;
-        if info.is(Mask::READ) {
-            // Re-execute from the duplicate's PSN if we still hold the READ.
-            let found = qp.resp.resources.iter().enumerate().find_map(|(slot, r)| match r {
-                Some(Resource::Read { first_psn, npkts, .. })
-                    if psn.in_window(*first_psn, *npkts) =>
-                {
-                    Some((slot, first_psn.distance_to(psn) as u32))
-                }
-                _ => None,
-            });
-            if let Some((slot, next)) = found {
-                // A resumed READ asks from `psn` on, with its own RETH.
-                self.owe(index, Response::Read { resource: slot, start: next, next, msn });
-            }
-            return;
-        }
-        if info.is(Mask::ATOMIC) {
-            let found = qp
-                .resp
-                .resources
-                .iter()
-                .position(|r| matches!(r, Some(Resource::Atomic { psn: p, .. }) if *p == psn));
-            if let Some(slot) = found {
-                self.owe(index, Response::AtomicAck { resource: slot, msn });
-            }
-            return;
-        }
-        // SEND, WRITE, ATOMIC WRITE, FLUSH: acknowledge again, never
-        // deliver twice (rxe ACKs the last PSN it completed).
-        if packet.bth().ack_req() || info.is(Mask::END) {
-            let last = qp.resp.epsn.wrapping_sub(1);
-            self.owe(
-                index,
-                Response::Ack {
-                    psn: last,
-                    syndrome: Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS),
-                    msn,
-                },
-            );
-        }
-    }
-
-    /// Queues a response for QP `index`, coalescing ACKs, within the
-    /// bound, and schedules the QP.
-    pub(super) fn owe(&mut self, index: QpIndex, response: Response) {
         let Some(qp) = self.qps.get_mut(index) else { return };
+        let Some(response) = duplicate_response(&qp.resp, psn, packet) else { return };
         if qp.resp.owe(response) {
             schedule_qp(&mut self.sched, &self.mem, index, qp);
         }
@@ -210,4 +164,40 @@ impl Hca {
         }
         Some(transmit)
     }
+}
+
+/// What the responder answers a duplicate request at `psn` with, if
+/// anything: a READ it still holds is read again from the duplicate's PSN
+/// on, an atomic is answered from its saved result, and a SEND, WRITE,
+/// ATOMIC WRITE or FLUSH is acknowledged again (rxe ACKs the last PSN it
+/// completed), never delivered twice.
+fn duplicate_response(
+    resp: &Responder,
+    psn: Psn,
+    packet: &uroce_wire::roce::Packet<&[u8]>,
+) -> Option<Response> {
+    let info = packet.info();
+    let msn = resp.msn;
+    if info.is(Mask::READ) {
+        let (slot, next) = resp.resources.iter().enumerate().find_map(|(slot, r)| match r {
+            Some(Resource::Read { first_psn, npkts, .. }) if psn.in_window(*first_psn, *npkts) => {
+                Some((slot, first_psn.distance_to(psn) as u32))
+            }
+            _ => None,
+        })?;
+        // A resumed READ asks from `psn` on, with its own RETH.
+        return Some(Response::Read { resource: slot, start: next, next, msn });
+    }
+    if info.is(Mask::ATOMIC) {
+        let slot = resp
+            .resources
+            .iter()
+            .position(|r| matches!(r, Some(Resource::Atomic { psn: p, .. }) if *p == psn))?;
+        return Some(Response::AtomicAck { resource: slot, msn });
+    }
+    if packet.bth().ack_req() || info.is(Mask::END) {
+        let syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
+        return Some(Response::Ack { psn: resp.epsn.wrapping_sub(1), syndrome, msn });
+    }
+    None
 }
