@@ -322,12 +322,6 @@ impl Hca {
         self.events.push_back(event);
     }
 
-    /// The next IPv4 identification (rxe: the kernel's per-destination
-    /// counter; uroce: one counter per device).
-    pub(crate) fn next_ip_id(&mut self) -> u16 {
-        self.ip_ids.next()
-    }
-
     /// The GID table.
     pub fn gids(&self) -> &[Gid] {
         &self.gids

@@ -33,11 +33,6 @@ impl SourcePorts {
 }
 
 impl Hca {
-    /// The source port a QP whose own port is `port` sends from now.
-    pub(crate) fn settled_source_port(&self, port: u16) -> u16 {
-        self.source_ports.settle(port)
-    }
-
     /// The runtime cannot send from `port`: packets settled on it leave
     /// from 4791 from now on, and `packet` (an IP packet this HCA just
     /// handed out on `port`, whose [`crate::Transmit::source_port`] said
@@ -85,7 +80,7 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         let memory = Arc::new(SimMemory::new(1 << 20));
         let mut hca = Hca::new(Default::default(), vec![Gid::from_ip(ip)], memory).unwrap();
-        assert_eq!(hca.settled_source_port(0xc123), 0xc123);
+        assert_eq!(hca.source_ports.settle(0xc123), 0xc123);
 
         let bth = bth::Repr::new(Opcode::RC_SEND_ONLY, Qpn::new(17), Psn::new(5), 3);
         let roce = roce::Repr { bth, ext: roce::ExtHeaders::default(), payload: b"abc" };
@@ -101,10 +96,10 @@ mod tests {
         let mut bytes = vec![0u8; expected.buffer_len()];
         expected.emit(&mut bytes).unwrap();
         assert_eq!(packet, bytes, "the same packet from 4791, ICRC and all");
-        assert_eq!(hca.settled_source_port(0xc123), ROCEV2_UDP_PORT);
+        assert_eq!(hca.source_ports.settle(0xc123), ROCEV2_UDP_PORT);
         assert_eq!(hca.refused_source_ports().collect::<Vec<_>>(), [0xc123, 0xc124]);
         hca.allow_source_port(0xc123);
-        assert_eq!(hca.settled_source_port(0xc123), 0xc123);
+        assert_eq!(hca.source_ports.settle(0xc123), 0xc123);
         assert!(!hca.refuse_source_port(0xc123, &mut [0x45; 10]), "not a RoCEv2 packet");
     }
 }

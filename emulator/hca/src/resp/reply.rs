@@ -59,6 +59,7 @@ impl Hca {
         index: QpIndex,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        // The whole packet is built on the QP's context, borrowed once.
         let qp = self.qps.get_mut(index)?;
         let response = *qp.resp.queue.front()?;
         let path = qp.path?;
@@ -113,7 +114,6 @@ impl Hca {
                         Origin::Remote { qpn },
                     )
                     .and_then(|range| self.mem.read(&range, &mut self.scratch[..this_len]));
-                let qp = self.qps.get_mut(index)?;
                 if read.is_err() {
                     // The key was invalidated (or the memory freed) since the
                     // READ was accepted: a remote access error, like any
@@ -122,7 +122,6 @@ impl Hca {
                     qp.resp.queue.clear();
                     self.counters.send_nak += 1;
                     let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
-                    let qp = self.qps.get_mut(index)?;
                     qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
                     qp.state = QpState::Err;
                     let qpn = qp.qpn.value();
@@ -154,14 +153,12 @@ impl Hca {
             atomic_ack_eth: orig.map(|orig| atomic_ack_eth::Repr { orig }),
             ..ExtHeaders::default()
         };
-        let ip_id = self.next_ip_id();
-        let sport = self.settled_source_port(sport);
+        let ip_id = self.ip_ids.next();
+        let sport = self.source_ports.settle(sport);
         let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
         let transmit =
             crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
-        if let Some(qp) = self.qps.get_mut(index) {
-            qp.sent_pkts += 1;
-        }
+        qp.sent_pkts += 1;
         Some(transmit)
     }
 }
