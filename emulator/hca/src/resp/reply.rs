@@ -6,8 +6,8 @@ use crate::endpoint::{PacketKind, Transmit};
 use crate::handles::QpIndex;
 use crate::hca::schedule_qp;
 use crate::hca::Hca;
-use crate::mr::Origin;
-use crate::qp::{Resource, Responder, Response};
+use crate::mr::{MemoryTables, Origin};
+use crate::qp::{QpContext, Resource, Responder, Response};
 use crate::time::Instant;
 use uroce_device::types::{Access, QpState};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
@@ -53,25 +53,20 @@ impl Hca {
         }
     }
 
-    /// Builds the next packet the responder owes, if any.
+    /// Builds the next packet the responder owes, if any (rxe's send_ack,
+    /// send_atomic_ack, read_reply), on the QP's context borrowed once.
     pub(crate) fn next_response_packet(
         &mut self,
         index: QpIndex,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        // The whole packet is built on the QP's context, borrowed once.
         let qp = self.qps.get_mut(index)?;
         let response = *qp.resp.queue.front()?;
         let path = qp.path?;
-        let sport = qp.sport;
-        let dest_qpn = Qpn::new(qp.attr.dest_qp_num);
-        let mtu = qp.mtu();
-        let pd = qp.pd;
-        let ack_syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
-        let (opcode, psn, aeth_repr, payload_len, orig) = match response {
+        let plan = match response {
             Response::Ack { psn, syndrome, msn } => {
                 qp.resp.queue.pop_front();
-                (Opcode::RC_ACKNOWLEDGE, psn, Some(aeth::Repr { syndrome, msn }), 0, None)
+                ResponsePlan::ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn)
             }
             Response::AtomicAck { resource, msn } => {
                 qp.resp.queue.pop_front();
@@ -80,86 +75,54 @@ impl Hca {
                 else {
                     return None;
                 };
-                let aeth = aeth::Repr { syndrome: ack_syndrome, msn };
-                (Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, Some(aeth), 0, Some(orig))
+                let ack = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
+                let plan = ResponsePlan::ack(Opcode::RC_ATOMIC_ACKNOWLEDGE, psn, ack, msn);
+                ResponsePlan { orig: Some(orig), ..plan }
             }
             Response::Read { resource, start, next, msn } => {
-                let Some(Resource::Read { first_psn, npkts, va, rkey, len }) =
-                    qp.resp.resources.get(resource).copied().flatten()
-                else {
-                    qp.resp.queue.pop_front();
-                    return None;
-                };
-                let offset = u64::from(next) * u64::from(mtu);
-                let this_len =
-                    (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu)) as usize;
-                let last = next + 1 >= npkts;
-                let opcode = match (next == start, last) {
-                    (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
-                    (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
-                    (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
-                    (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
-                };
-                // Read the bytes again from memory (a duplicate READ re-runs
-                // this path): the R_Key may have been invalidated since.
-                let qpn = qp.qpn;
-                let read = self
-                    .mem
-                    .check(
-                        rkey,
-                        pd,
-                        va + offset,
-                        this_len as u64,
-                        Access::REMOTE_READ,
-                        Origin::Remote { qpn },
-                    )
-                    .and_then(|range| self.mem.read(&range, &mut self.scratch[..this_len]));
-                if read.is_err() {
-                    // The key was invalidated (or the memory freed) since the
-                    // READ was accepted: a remote access error, like any
-                    // other, and the NAK goes out now.
-                    let psn = first_psn + next;
-                    qp.resp.queue.clear();
-                    self.counters.send_nak += 1;
-                    let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
-                    qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
-                    qp.state = QpState::Err;
-                    let qpn = qp.qpn.value();
-                    self.push_event(crate::hca::Event::Async {
-                        event: uroce_device::types::EventType::QpAccessErr,
-                        element: qpn,
-                    });
-                    self.enter_error(Instant::ZERO.max(self.now()), index);
-                    return self.next_response_packet(index, buf);
+                let read = ReadResponse { resource, start, next, msn };
+                match read_response(&self.mem, &mut self.scratch, qp, read) {
+                    ReadStep::Packet(plan) => plan,
+                    ReadStep::Gone => return None,
+                    ReadStep::AccessError { psn } => {
+                        self.read_access_error(index, psn, msn);
+                        return self.next_response_packet(index, buf);
+                    }
                 }
-                if last {
-                    qp.resp.queue.pop_front();
-                } else if let Some(Response::Read { next: n, .. }) = qp.resp.queue.front_mut() {
-                    *n += 1;
-                }
-                let with_aeth = matches!(
-                    opcode,
-                    Opcode::RC_RDMA_READ_RESPONSE_FIRST
-                        | Opcode::RC_RDMA_READ_RESPONSE_LAST
-                        | Opcode::RC_RDMA_READ_RESPONSE_ONLY
-                );
-                let aeth = with_aeth.then_some(aeth::Repr { syndrome: ack_syndrome, msn });
-                (opcode, first_psn + next, aeth, this_len, None)
             }
         };
-        let bth = bth::Repr::new(opcode, dest_qpn, psn, payload_len);
+        let dest_qpn = Qpn::new(qp.attr.dest_qp_num);
+        let bth = bth::Repr::new(plan.opcode, dest_qpn, plan.psn, plan.payload_len);
         let ext = ExtHeaders {
-            aeth: aeth_repr,
-            atomic_ack_eth: orig.map(|orig| atomic_ack_eth::Repr { orig }),
+            aeth: plan.aeth,
+            atomic_ack_eth: plan.orig.map(|orig| atomic_ack_eth::Repr { orig }),
             ..ExtHeaders::default()
         };
         let ip_id = self.ip_ids.next();
-        let sport = self.source_ports.settle(sport);
-        let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
+        let sport = self.source_ports.settle(qp.sport);
+        let roce = Repr { bth, ext, payload: &self.scratch[..plan.payload_len] };
         let transmit =
             crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
         qp.sent_pkts += 1;
         Some(transmit)
+    }
+
+    /// The R_Key of a READ being answered was invalidated (or its memory
+    /// freed) since the READ was accepted: a remote access error, like any
+    /// other, and the NAK for `psn` goes out now.
+    fn read_access_error(&mut self, index: QpIndex, psn: Psn, msn: u32) {
+        let Some(qp) = self.qps.get_mut(index) else { return };
+        qp.resp.queue.clear();
+        self.counters.send_nak += 1;
+        let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
+        qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
+        qp.state = QpState::Err;
+        let qpn = qp.qpn.value();
+        self.push_event(crate::hca::Event::Async {
+            event: uroce_device::types::EventType::QpAccessErr,
+            element: qpn,
+        });
+        self.enter_error(Instant::ZERO.max(self.now()), index);
     }
 }
 
@@ -197,4 +160,106 @@ fn duplicate_response(
         return Some(Response::Ack { psn: resp.epsn.wrapping_sub(1), syndrome, msn });
     }
     None
+}
+
+/// The transport fields of one response packet.
+#[derive(Debug, Clone, Copy)]
+struct ResponsePlan {
+    opcode: Opcode,
+    psn: Psn,
+    aeth: Option<aeth::Repr>,
+    /// Bytes of READ data (in the HCA's packet buffer).
+    payload_len: usize,
+    /// An atomic's original value.
+    orig: Option<u64>,
+}
+
+impl ResponsePlan {
+    /// An acknowledgement without data.
+    fn ack(opcode: Opcode, psn: Psn, syndrome: Syndrome, msn: u32) -> ResponsePlan {
+        let aeth = Some(aeth::Repr { syndrome, msn });
+        ResponsePlan { opcode, psn, aeth, payload_len: 0, orig: None }
+    }
+}
+
+/// The READ response owed at the head of the queue.
+#[derive(Debug, Clone, Copy)]
+struct ReadResponse {
+    /// Its slot in the resource ring.
+    resource: usize,
+    /// The packet this run of responses starts at.
+    start: u32,
+    /// The packet to send now.
+    next: u32,
+    /// The MSN to report.
+    msn: u32,
+}
+
+/// What answering a READ came to.
+enum ReadStep {
+    /// A response packet, its data in the packet buffer.
+    Packet(ResponsePlan),
+    /// The READ's resource was reused: nothing to send for it.
+    Gone,
+    /// Its memory can no longer be read: NAK `psn`.
+    AccessError {
+        /// The PSN of the response that could not be read.
+        psn: Psn,
+    },
+}
+
+/// The next response packet of a READ (rxe's read_reply): its bytes are
+/// read again from memory into `scratch` (a duplicate READ re-runs this
+/// path, and the R_Key may have been invalidated since), and the queue's
+/// head moves to the packet after it.
+fn read_response(
+    mem: &MemoryTables,
+    scratch: &mut [u8],
+    qp: &mut QpContext,
+    read: ReadResponse,
+) -> ReadStep {
+    let ReadResponse { resource, start, next, msn } = read;
+    let Some(Resource::Read { first_psn, npkts, va, rkey, len }) =
+        qp.resp.resources.get(resource).copied().flatten()
+    else {
+        qp.resp.queue.pop_front();
+        return ReadStep::Gone;
+    };
+    let mtu = qp.mtu();
+    let offset = u64::from(next) * u64::from(mtu);
+    let this_len = (u64::from(len) - offset.min(u64::from(len))).min(u64::from(mtu)) as usize;
+    let last = next + 1 >= npkts;
+    let opcode = match (next == start, last) {
+        (true, true) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+        (true, false) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+        (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+        (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+    };
+    let origin = Origin::Remote { qpn: qp.qpn };
+    let read = mem
+        .check(rkey, qp.pd, va + offset, this_len as u64, Access::REMOTE_READ, origin)
+        .and_then(|range| mem.read(&range, &mut scratch[..this_len]));
+    if read.is_err() {
+        return ReadStep::AccessError { psn: first_psn + next };
+    }
+    if last {
+        qp.resp.queue.pop_front();
+    } else if let Some(Response::Read { next: n, .. }) = qp.resp.queue.front_mut() {
+        *n += 1;
+    }
+    let with_aeth = matches!(
+        opcode,
+        Opcode::RC_RDMA_READ_RESPONSE_FIRST
+            | Opcode::RC_RDMA_READ_RESPONSE_LAST
+            | Opcode::RC_RDMA_READ_RESPONSE_ONLY
+    );
+    let ack = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
+    let aeth = with_aeth.then_some(aeth::Repr { syndrome: ack, msn });
+    ReadStep::Packet(ResponsePlan {
+        opcode,
+        psn: first_psn + next,
+        aeth,
+        payload_len: this_len,
+        orig: None,
+    })
 }
