@@ -12,15 +12,17 @@
 //! What is owed goes into one queue per QP, in PSN order, so an ACK never
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
+use crate::counters::Counters;
 use crate::handles::QpIndex;
 use crate::hca::{schedule_qp, Hca};
 use crate::mr::AccessError;
-use crate::qp::Response;
+use crate::qp::{Responder, Response};
 use crate::time::Instant;
 use crate::trace::{RequestVerdict, Step};
 use uroce_device::types::{QpState, QpType};
 use uroce_wire::aeth::{NakCode, Syndrome};
 use uroce_wire::frame::RoceFrame;
+use uroce_wire::opcode::OpcodeInfo;
 use uroce_wire::{Mask, Psn};
 
 mod execute;
@@ -51,60 +53,20 @@ impl Hca {
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        // The PSN check works on the QP's context, borrowed once.
-        let Some(qp) = self.qps.get_mut(index) else { return };
+        let Some(qp) = self.qps.get(index) else { return };
         let qp_type = qp.qp_type;
         let psn = packet.bth().psn();
         if qp_type == QpType::Ud {
             self.receive_ud(now, index, frame, packet);
             return;
         }
-        let epsn = qp.resp.epsn;
-        let info = packet.info();
-        if qp_type == QpType::Uc {
-            // UC resynchronises on every FIRST/ONLY: a message that lost a
-            // packet is dropped whole, silently, and counted once.
-            if info.is(Mask::START) {
-                if psn != epsn || qp.resp.msg.is_some() {
-                    self.counters.out_of_seq_request += 1;
-                }
-                // A message cut short by loss is abandoned (its receive WQE
-                // stays at the head of the RQ for the next message).
-                qp.resp.msg = None;
-                qp.resp.drop_msg = false;
-                qp.resp.epsn = psn;
-            } else if qp.resp.drop_msg {
-                qp.resp.epsn = psn.next();
-                return self.request_step(now, index, packet, RequestVerdict::Dropped);
-            } else if psn != epsn {
-                self.counters.out_of_seq_request += 1;
-                qp.resp.drop_msg = true;
-                qp.resp.msg = None;
-                qp.resp.epsn = psn.next();
-                return self.request_step(now, index, packet, RequestVerdict::Dropped);
-            }
-        } else if psn != epsn {
-            if psn.is_after(epsn) {
-                let nak = !qp.resp.nak_sent;
-                if nak {
-                    // Counted once per gap, as rxe does.
-                    self.counters.out_of_seq_request += 1;
-                    qp.resp.nak_sent = true;
-                    let msn = qp.resp.msn;
-                    let syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
-                    if qp.resp.owe(Response::Ack { psn: epsn, syndrome, msn }) {
-                        schedule_qp(&mut self.sched, &self.mem, index, qp);
-                    }
-                    self.counters.send_nak += 1;
-                }
-                let verdict = RequestVerdict::OutOfSequence { expected: epsn, nak };
-                self.request_step(now, index, packet, verdict);
-            } else {
-                self.counters.duplicate_request += 1;
+        match self.check_psn(index, psn, packet.info()) {
+            PsnCheck::InSequence => {}
+            PsnCheck::Stop(verdict) => return self.request_step(now, index, packet, verdict),
+            PsnCheck::Duplicate => {
                 self.request_step(now, index, packet, RequestVerdict::Duplicate);
-                self.duplicate(now, index, psn, packet);
+                return self.duplicate(now, index, psn, packet);
             }
-            return;
         }
         // The step goes first: what executing it completes or raises
         // follows it.
@@ -125,6 +87,41 @@ impl Hca {
                 self.refuse(now, index, psn, refusal, qp_type);
             }
         }
+    }
+
+    /// rxe's check_psn, on the QP's context borrowed once. RC: a request
+    /// ahead of the expected PSN draws one PSN sequence NAK per gap, one
+    /// behind it is a duplicate. UC resynchronises on every FIRST/ONLY: a
+    /// message that lost a packet is dropped whole, silently, and counted
+    /// once.
+    fn check_psn(&mut self, index: QpIndex, psn: Psn, info: &OpcodeInfo) -> PsnCheck {
+        let Some(qp) = self.qps.get_mut(index) else {
+            return PsnCheck::Stop(RequestVerdict::Dropped);
+        };
+        if qp.qp_type == QpType::Uc {
+            return check_uc_psn(&mut self.counters, &mut qp.resp, psn, info);
+        }
+        let epsn = qp.resp.epsn;
+        if psn == epsn {
+            return PsnCheck::InSequence;
+        }
+        if !psn.is_after(epsn) {
+            self.counters.duplicate_request += 1;
+            return PsnCheck::Duplicate;
+        }
+        let nak = !qp.resp.nak_sent;
+        if nak {
+            // Counted once per gap, as rxe does.
+            self.counters.out_of_seq_request += 1;
+            qp.resp.nak_sent = true;
+            let msn = qp.resp.msn;
+            let syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
+            if qp.resp.owe(Response::Ack { psn: epsn, syndrome, msn }) {
+                schedule_qp(&mut self.sched, &self.mem, index, qp);
+            }
+            self.counters.send_nak += 1;
+        }
+        PsnCheck::Stop(RequestVerdict::OutOfSequence { expected: epsn, nak })
     }
 
     /// The syndrome `refuse` answers `refusal` with.
@@ -224,5 +221,48 @@ fn access_refusal(e: AccessError) -> Refusal {
     match e {
         AccessError::Fault(_) => Refusal::OperationalError,
         _ => Refusal::AccessError,
+    }
+}
+
+/// What the PSN check made of a request.
+enum PsnCheck {
+    /// In sequence: execute it.
+    InSequence,
+    /// Not executed, with this verdict.
+    Stop(RequestVerdict),
+    /// Behind the expected PSN: answered from the responder's state.
+    Duplicate,
+}
+
+/// The UC PSN check: a FIRST/ONLY always starts a message (a message cut
+/// short by loss is abandoned, its receive WQE staying at the head of the
+/// RQ for the next one); a packet after a gap drops the rest of its
+/// message.
+fn check_uc_psn(
+    counters: &mut Counters,
+    resp: &mut Responder,
+    psn: Psn,
+    info: &OpcodeInfo,
+) -> PsnCheck {
+    let epsn = resp.epsn;
+    if info.is(Mask::START) {
+        if psn != epsn || resp.msg.is_some() {
+            counters.out_of_seq_request += 1;
+        }
+        resp.msg = None;
+        resp.drop_msg = false;
+        resp.epsn = psn;
+        PsnCheck::InSequence
+    } else if resp.drop_msg {
+        resp.epsn = psn.next();
+        PsnCheck::Stop(RequestVerdict::Dropped)
+    } else if psn != epsn {
+        counters.out_of_seq_request += 1;
+        resp.drop_msg = true;
+        resp.msg = None;
+        resp.epsn = psn.next();
+        PsnCheck::Stop(RequestVerdict::Dropped)
+    } else {
+        PsnCheck::InSequence
     }
 }
