@@ -12,11 +12,13 @@ use crate::tables::Table;
 use crate::time::Instant;
 use uroce_device::command::{AhAttr, CmdError, Command, DeviceAttr, PortAttr, Reply};
 use uroce_device::cqe::CQE_LEN;
-use uroce_device::types::Mtu;
+use uroce_device::ring::RingDesc;
+use uroce_device::types::{Access, Mtu};
 use uroce_device::wqe::recv_stride;
 
 impl Hca {
-    /// Executes a control-path command.
+    /// Executes a control-path command: the handles it names are typed
+    /// here, and each command has its function.
     pub fn command(&mut self, now: Instant, command: Command) -> Result<Reply, CmdError> {
         self.saw(now);
         match command {
@@ -32,61 +34,15 @@ impl Hca {
                 .insert_with(|_| PdContext::default())
                 .map(|pd| Reply::Index(pd.value()))
                 .map_err(|_| CmdError::NoResources("PD table full")),
-            Command::DeallocPd { pd } => {
-                let pd = PdIndex(pd);
-                let ctx = self.pds.get(pd).ok_or(CmdError::NotFound("no such PD"))?;
-                if ctx.users > 0 {
-                    return Err(CmdError::Busy("PD still has MRs, MWs, QPs, SRQs or AHs"));
-                }
-                self.pds.remove(pd);
-                Ok(Reply::Done)
-            }
+            Command::DeallocPd { pd } => self.dealloc_pd(PdIndex(pd)),
             Command::RegMr { pd, addr, length, iova, access } => {
-                let pd = PdIndex(pd);
-                self.pd_exists(pd)?;
-                let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
-                self.pd_use(pd, 1);
-                Ok(Reply::Mr { lkey: key, rkey: key })
+                self.reg_mr(PdIndex(pd), addr, length, iova, access)
             }
-            Command::DeregMr { lkey } => {
-                let pd = self.mem.pd_of(lkey).ok_or(CmdError::NotFound("no such MR"))?;
-                self.mem.deregister(lkey).map_err(reg_error)?;
-                self.pd_use(pd, -1);
-                Ok(Reply::Done)
-            }
-            Command::AllocMw { pd, mw_type } => {
-                let pd = PdIndex(pd);
-                self.pd_exists(pd)?;
-                let rkey = self.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
-                self.pd_use(pd, 1);
-                Ok(Reply::Mw { rkey })
-            }
-            Command::DeallocMw { rkey } => {
-                let pd = self.mem.pd_of(rkey).ok_or(CmdError::NotFound("no such MW"))?;
-                self.mem.dealloc_window(rkey).map_err(reg_error)?;
-                self.pd_use(pd, -1);
-                Ok(Reply::Done)
-            }
-            Command::CreateCq { ring } => {
-                ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
-                    .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
-                if ring.stride != CQE_LEN as u32 {
-                    return Err(CmdError::Invalid("CQ stride must be the CQE size"));
-                }
-                self.cqs
-                    .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
-                    .map(|cq| Reply::Index(cq.value()))
-                    .map_err(|_| CmdError::NoResources("CQ table full"))
-            }
-            Command::DestroyCq { cq } => {
-                let cq = CqIndex(cq);
-                let ctx = self.cqs.get(cq).ok_or(CmdError::NotFound("no such CQ"))?;
-                if ctx.users > 0 {
-                    return Err(CmdError::Busy("CQ still used by QPs"));
-                }
-                self.cqs.remove(cq);
-                Ok(Reply::Done)
-            }
+            Command::DeregMr { lkey } => self.dereg_mr(lkey),
+            Command::AllocMw { pd, mw_type } => self.alloc_mw(PdIndex(pd), mw_type),
+            Command::DeallocMw { rkey } => self.dealloc_mw(rkey),
+            Command::CreateCq { ring } => self.create_cq(ring),
+            Command::DestroyCq { cq } => self.destroy_cq(CqIndex(cq)),
             Command::CreateQp(init) => self.create_qp(init),
             Command::ModifyQp { qpn, attr, mask } => self.modify_qp(now, qpn, &attr, mask),
             Command::QueryQp { qpn } => {
@@ -99,60 +55,133 @@ impl Hca {
             }
             Command::DestroyQp { qpn } => self.destroy_qp(qpn),
             Command::CreateSrq { pd, ring, max_sge, limit } => {
-                let pd = PdIndex(pd);
-                self.pd_exists(pd)?;
-                if max_sge == 0 || max_sge > self.config.max_srq_sge {
-                    return Err(CmdError::Invalid("SRQ max_sge"));
-                }
-                ring.validate(self.config.max_srq_wr, recv_stride(max_sge))
-                    .map_err(|_| CmdError::Invalid("SRQ ring shape"))?;
-                let srq =
-                    SrqContext { pd, ring: ConsumerRing::new(ring), max_sge, limit, users: 0 };
-                let index = self
-                    .srqs
-                    .insert_with(|_| srq)
-                    .map_err(|_| CmdError::NoResources("SRQ table full"))?;
-                self.pd_use(pd, 1);
-                Ok(Reply::Index(index.value()))
+                self.create_srq(PdIndex(pd), ring, max_sge, limit)
             }
-            Command::ModifySrq { srq, limit } => {
-                let srq = SrqIndex(srq);
-                let ctx = self.srqs.get_mut(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
-                if limit > ctx.ring.desc.entries {
-                    return Err(CmdError::Invalid("SRQ limit above its size"));
-                }
-                ctx.limit = limit;
-                Ok(Reply::Done)
-            }
-            Command::DestroySrq { srq } => {
-                let srq = SrqIndex(srq);
-                let ctx = self.srqs.get(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
-                if ctx.users > 0 {
-                    return Err(CmdError::Busy("SRQ still used by QPs"));
-                }
-                let pd = ctx.pd;
-                self.srqs.remove(srq);
-                self.pd_use(pd, -1);
-                Ok(Reply::Done)
-            }
-            Command::CreateAh { pd, attr } => {
-                let pd = PdIndex(pd);
-                self.pd_exists(pd)?;
-                let path = self.resolve_path(&attr)?;
-                let index = self
-                    .ahs
-                    .insert_with(|_| AhContext { pd, path })
-                    .map_err(|_| CmdError::NoResources("AH table full"))?;
-                self.pd_use(pd, 1);
-                Ok(Reply::Index(index.value()))
-            }
+            Command::ModifySrq { srq, limit } => self.modify_srq(SrqIndex(srq), limit),
+            Command::DestroySrq { srq } => self.destroy_srq(SrqIndex(srq)),
+            Command::CreateAh { pd, attr } => self.create_ah(PdIndex(pd), &attr),
             Command::DestroyAh { ah } => {
-                let ah = AhIndex(ah);
-                let ctx = self.ahs.remove(ah).ok_or(CmdError::NotFound("no such AH"))?;
+                let ctx = self.ahs.remove(AhIndex(ah)).ok_or(CmdError::NotFound("no such AH"))?;
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
         }
+    }
+
+    fn dealloc_pd(&mut self, pd: PdIndex) -> Result<Reply, CmdError> {
+        let ctx = self.pds.get(pd).ok_or(CmdError::NotFound("no such PD"))?;
+        if ctx.users > 0 {
+            return Err(CmdError::Busy("PD still has MRs, MWs, QPs, SRQs or AHs"));
+        }
+        self.pds.remove(pd);
+        Ok(Reply::Done)
+    }
+
+    fn reg_mr(
+        &mut self,
+        pd: PdIndex,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: Access,
+    ) -> Result<Reply, CmdError> {
+        self.pd_exists(pd)?;
+        let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
+        self.pd_use(pd, 1);
+        Ok(Reply::Mr { lkey: key, rkey: key })
+    }
+
+    fn dereg_mr(&mut self, lkey: u32) -> Result<Reply, CmdError> {
+        let pd = self.mem.pd_of(lkey).ok_or(CmdError::NotFound("no such MR"))?;
+        self.mem.deregister(lkey).map_err(reg_error)?;
+        self.pd_use(pd, -1);
+        Ok(Reply::Done)
+    }
+
+    fn alloc_mw(&mut self, pd: PdIndex, mw_type: u8) -> Result<Reply, CmdError> {
+        self.pd_exists(pd)?;
+        let rkey = self.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
+        self.pd_use(pd, 1);
+        Ok(Reply::Mw { rkey })
+    }
+
+    fn dealloc_mw(&mut self, rkey: u32) -> Result<Reply, CmdError> {
+        let pd = self.mem.pd_of(rkey).ok_or(CmdError::NotFound("no such MW"))?;
+        self.mem.dealloc_window(rkey).map_err(reg_error)?;
+        self.pd_use(pd, -1);
+        Ok(Reply::Done)
+    }
+
+    fn create_cq(&mut self, ring: RingDesc) -> Result<Reply, CmdError> {
+        ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
+            .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
+        if ring.stride != CQE_LEN as u32 {
+            return Err(CmdError::Invalid("CQ stride must be the CQE size"));
+        }
+        self.cqs
+            .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
+            .map(|cq| Reply::Index(cq.value()))
+            .map_err(|_| CmdError::NoResources("CQ table full"))
+    }
+
+    fn destroy_cq(&mut self, cq: CqIndex) -> Result<Reply, CmdError> {
+        let ctx = self.cqs.get(cq).ok_or(CmdError::NotFound("no such CQ"))?;
+        if ctx.users > 0 {
+            return Err(CmdError::Busy("CQ still used by QPs"));
+        }
+        self.cqs.remove(cq);
+        Ok(Reply::Done)
+    }
+
+    fn create_srq(
+        &mut self,
+        pd: PdIndex,
+        ring: RingDesc,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<Reply, CmdError> {
+        self.pd_exists(pd)?;
+        if max_sge == 0 || max_sge > self.config.max_srq_sge {
+            return Err(CmdError::Invalid("SRQ max_sge"));
+        }
+        ring.validate(self.config.max_srq_wr, recv_stride(max_sge))
+            .map_err(|_| CmdError::Invalid("SRQ ring shape"))?;
+        let srq = SrqContext { pd, ring: ConsumerRing::new(ring), max_sge, limit, users: 0 };
+        let index =
+            self.srqs.insert_with(|_| srq).map_err(|_| CmdError::NoResources("SRQ table full"))?;
+        self.pd_use(pd, 1);
+        Ok(Reply::Index(index.value()))
+    }
+
+    fn modify_srq(&mut self, srq: SrqIndex, limit: u32) -> Result<Reply, CmdError> {
+        let ctx = self.srqs.get_mut(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
+        if limit > ctx.ring.desc.entries {
+            return Err(CmdError::Invalid("SRQ limit above its size"));
+        }
+        ctx.limit = limit;
+        Ok(Reply::Done)
+    }
+
+    fn destroy_srq(&mut self, srq: SrqIndex) -> Result<Reply, CmdError> {
+        let ctx = self.srqs.get(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
+        if ctx.users > 0 {
+            return Err(CmdError::Busy("SRQ still used by QPs"));
+        }
+        let pd = ctx.pd;
+        self.srqs.remove(srq);
+        self.pd_use(pd, -1);
+        Ok(Reply::Done)
+    }
+
+    fn create_ah(&mut self, pd: PdIndex, attr: &AhAttr) -> Result<Reply, CmdError> {
+        self.pd_exists(pd)?;
+        let path = self.resolve_path(attr)?;
+        let index = self
+            .ahs
+            .insert_with(|_| AhContext { pd, path })
+            .map_err(|_| CmdError::NoResources("AH table full"))?;
+        self.pd_use(pd, 1);
+        Ok(Reply::Index(index.value()))
     }
 
     pub(super) fn pd_exists(&self, pd: PdIndex) -> Result<(), CmdError> {
