@@ -3,7 +3,7 @@
 //! the atomics, ATOMIC WRITE and FLUSH, and the READ/atomic resources.
 
 use super::{access_refusal, Refusal};
-use crate::handles::QpIndex;
+use crate::handles::{PdIndex, QpIndex};
 use crate::hca::schedule_qp;
 use crate::hca::Hca;
 use crate::mr::{MemoryTables, Origin, WordOp};
@@ -120,39 +120,55 @@ impl Hca {
         if info.is(Mask::END) {
             let (wr_id, byte_len) = (wqe.wr_id, *offset as u32);
             qp.resp.msg = None;
-            let mut extra = None;
-            if let Some(imm) = packet.immdt() {
-                extra = Some((WcFlags::WITH_IMM, imm.imm()));
-            }
-            if let Some(ieth) = packet.ieth() {
-                let rkey = ieth.rkey().0;
-                if self.mem.invalidate_for(rkey, pd).is_err() {
-                    self.complete_recv(
-                        now,
-                        index,
-                        wr_id,
-                        WcStatus::RemInvReqErr,
-                        WcOpcode::Recv,
-                        0,
-                        None,
-                        false,
-                    );
-                    return Err(Refusal::InvalidRequest);
-                }
-                extra = Some((WcFlags::WITH_INV, rkey));
-            }
-            let solicited = packet.bth().solicited();
-            self.complete_recv(
-                now,
-                index,
-                wr_id,
-                WcStatus::Success,
-                WcOpcode::Recv,
-                byte_len,
-                extra,
-                solicited,
-            );
+            return self.finish_send_message(now, index, packet, pd, wr_id, byte_len);
         }
+        Ok(())
+    }
+
+    /// The last packet of a SEND was placed (rxe's do_complete): the
+    /// R_Key a SEND with invalidate names is invalidated, and the receive
+    /// completes, with the immediate data or the invalidated key.
+    fn finish_send_message(
+        &mut self,
+        now: Instant,
+        index: QpIndex,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+        pd: PdIndex,
+        wr_id: u64,
+        byte_len: u32,
+    ) -> Result<(), Refusal> {
+        let mut extra = None;
+        if let Some(imm) = packet.immdt() {
+            extra = Some((WcFlags::WITH_IMM, imm.imm()));
+        }
+        if let Some(ieth) = packet.ieth() {
+            let rkey = ieth.rkey().0;
+            if self.mem.invalidate_for(rkey, pd).is_err() {
+                self.complete_recv(
+                    now,
+                    index,
+                    wr_id,
+                    WcStatus::RemInvReqErr,
+                    WcOpcode::Recv,
+                    0,
+                    None,
+                    false,
+                );
+                return Err(Refusal::InvalidRequest);
+            }
+            extra = Some((WcFlags::WITH_INV, rkey));
+        }
+        let solicited = packet.bth().solicited();
+        self.complete_recv(
+            now,
+            index,
+            wr_id,
+            WcStatus::Success,
+            WcOpcode::Recv,
+            byte_len,
+            extra,
+            solicited,
+        );
         Ok(())
     }
 
