@@ -1,0 +1,36 @@
+//! `libibverbs.so.1` for uroce: a drop-in for rdma-core 44's library, so
+//! that unmodified verbs programs (`ibv_devinfo`, `ibv_rc_pingpong`,
+//! perftest...) run on a uroce device with no recompile, no root and no
+//! kernel module (`docs/libibverbs.md`).
+//!
+//! The library is a thin C face on the Rust driver, `uroce_verbs`: each
+//! verb converts the C structs into a `uroce_verbs` call and back (WR to
+//! WQE, CQE to completion and every check live there, once). The device
+//! comes from the environment (`UROCE_ADDR`, `UROCE_LINK`/`UROCE_TAP`,
+//! `UROCE_FAULTS`, `UROCE_CAPTURE`...: `uroce_net::udp::UdpConfig::from_env`).
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `abi/` | the C structs, with their layout checked at compile time |
+//! | `exports.rs` | every exported (name, version) and the function behind it |
+//! | `ffi.rs` | errno, and the guard that keeps panics from crossing into C |
+//! | `device.rs` | the device list, open and close, the device's sysfs files |
+//! | `query.rs` | `ibv_query_device`, `_port`, `_gid`, `_pkey` and their kin |
+//! | `pd.rs` | protection domains, memory regions, address handles |
+//! | `cq.rs` | completion queues and channels, polling, events |
+//! | `qp.rs` | queue pairs and shared receive queues: create, modify, query, destroy |
+//! | `post.rs` | posting send and receive chains |
+//! | `strings.rs` | the string helpers, rates, fork |
+//! | `unsupported.rs` | what uroce does not offer: EOPNOTSUPP, or NULL with errno |
+
+pub mod abi;
+mod cq;
+mod device;
+mod exports;
+mod ffi;
+mod pd;
+mod post;
+mod qp;
+mod query;
+mod strings;
+mod unsupported;

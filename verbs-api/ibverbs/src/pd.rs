@@ -1,0 +1,290 @@
+//! Protection domains, memory regions (on the application's own memory:
+//! zero copy, the HCA reads and writes the range in place) and address
+//! handles.
+
+use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_wc};
+use crate::device::{locked, Ctx};
+use crate::ffi::{errno, guard, guard_errno, guard_ptr, set_errno, EINVAL};
+use std::os::raw::{c_int, c_void};
+use std::sync::Mutex;
+use uroce_verbs::{Access, AhAttr, Gid};
+
+/// A PD: the `ibv_pd` C sees, then the driver's.
+#[repr(C)]
+pub struct Pd {
+    pub c: ibv_pd,
+    pub pd: Mutex<uroce_verbs::Pd>,
+}
+
+impl Pd {
+    /// # Safety
+    ///
+    /// `pd` is NULL or came from [`alloc_pd`] and is not deallocated.
+    pub unsafe fn from_ptr<'a>(pd: *mut ibv_pd) -> Result<&'a Pd, c_int> {
+        // SAFETY: the ibv_pd is the first field of a Pd.
+        unsafe { pd.cast::<Pd>().as_ref() }.ok_or(EINVAL)
+    }
+}
+
+/// `ibv_alloc_pd`.
+pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard_ptr(|| {
+        // SAFETY: the caller passes an open context.
+        let ctx = unsafe { Ctx::from_ptr(context) }?;
+        let pd = ctx.shared.verbs.alloc_pd().map_err(errno)?;
+        let c = ibv_pd { context, handle: pd.index() };
+        Ok(Box::into_raw(Box::new(Pd { c, pd: Mutex::new(pd) })).cast())
+    })
+}
+
+/// `ibv_dealloc_pd`: EBUSY while anything uses it.
+pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard_errno(|| {
+        // SAFETY: the caller passes a live PD.
+        let p = unsafe { Pd::from_ptr(pd) }?;
+        locked(&p.pd).dealloc().map_err(errno)?;
+        // SAFETY: allocated by alloc_pd; deallocated once.
+        drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+        Ok(())
+    })
+}
+
+/// An MR: the `ibv_mr` C sees, then the driver's.
+#[repr(C)]
+pub struct Mr {
+    pub c: ibv_mr,
+    pub mr: Mutex<Option<uroce_verbs::Mr>>,
+}
+
+/// `IBV_ACCESS_OPTIONAL_RANGE`: access flags a device may ignore.
+const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
+
+fn register(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard_ptr(|| {
+        // SAFETY: the caller passes a live PD.
+        let p = unsafe { Pd::from_ptr(pd) }?;
+        let access = Access((access & !ACCESS_OPTIONAL) as u32);
+        if addr.is_null() || len == 0 {
+            return Err(EINVAL);
+        }
+        // SAFETY: the application hands this range to the device until
+        // ibv_dereg_mr, as ibv_reg_mr(3) says: the device reads and writes
+        // it like DMA while work that uses it is outstanding.
+        let mr = unsafe { locked(&p.pd).reg_mr_raw_iova(addr.cast(), len, iova, access) }
+            .map_err(errno)?;
+        let c = ibv_mr {
+            context: p.c.context,
+            pd,
+            addr,
+            length: len,
+            handle: mr.lkey().0,
+            lkey: mr.lkey().0,
+            rkey: mr.rkey().0,
+        };
+        Ok(Box::into_raw(Box::new(Mr { c, mr: Mutex::new(Some(mr)) })).cast())
+    })
+}
+
+/// `ibv_reg_mr` (the 1.1 function; the inline `ibv_reg_mr` of newer
+/// headers calls `ibv_reg_mr_iova2`).
+pub unsafe extern "C" fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    register(pd, addr, len, addr as u64, access)
+}
+
+/// `ibv_reg_mr_iova`.
+pub unsafe extern "C" fn reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    register(pd, addr, len, iova, access)
+}
+
+/// `ibv_reg_mr_iova2`.
+pub unsafe extern "C" fn reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: u32,
+) -> *mut ibv_mr {
+    register(pd, addr, len, iova, access as c_int)
+}
+
+/// `ibv_dereg_mr`: the device stops touching the range before it returns.
+pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard_errno(|| {
+        // SAFETY: the ibv_mr is the first field of an Mr from register.
+        let m = unsafe { mr.cast::<Mr>().as_ref() }.ok_or(EINVAL)?;
+        let inner = locked(&m.mr).take().ok_or(EINVAL)?;
+        if let Err((inner, e)) = inner.dereg() {
+            *locked(&m.mr) = Some(inner);
+            return Err(errno(e));
+        }
+        // SAFETY: allocated by register; freed once.
+        drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+        Ok(())
+    })
+}
+
+/// An AH: the `ibv_ah` C sees, then the driver's.
+#[repr(C)]
+pub struct Ah {
+    pub c: ibv_ah,
+    pub ah: Mutex<Option<uroce_verbs::Ah>>,
+}
+
+/// The device's address vector for a C `ibv_ah_attr` (RoCE: a GRH is
+/// required).
+pub fn ah_attr_from_c(a: &ibv_ah_attr) -> Result<AhAttr, c_int> {
+    if a.is_global == 0 {
+        return Err(EINVAL);
+    }
+    Ok(AhAttr {
+        dgid: Gid(a.grh.dgid.0),
+        sgid_index: a.grh.sgid_index,
+        flow_label: a.grh.flow_label,
+        hop_limit: a.grh.hop_limit,
+        traffic_class: a.grh.traffic_class,
+        sl: a.sl,
+        port_num: a.port_num,
+    })
+}
+
+/// The C `ibv_ah_attr` of an address vector.
+pub fn ah_attr_to_c(a: &AhAttr) -> ibv_ah_attr {
+    let mut c = ibv_ah_attr::default();
+    c.grh.dgid = ibv_gid(a.dgid.0);
+    c.grh.sgid_index = a.sgid_index;
+    c.grh.flow_label = a.flow_label;
+    c.grh.hop_limit = a.hop_limit;
+    c.grh.traffic_class = a.traffic_class;
+    c.sl = a.sl;
+    c.is_global = 1;
+    c.port_num = a.port_num;
+    c
+}
+
+/// `ibv_create_ah`.
+pub unsafe extern "C" fn create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard_ptr(|| {
+        // SAFETY: the caller passes a live PD and its attributes.
+        let (p, attr) = unsafe { (Pd::from_ptr(pd)?, attr.as_ref().ok_or(EINVAL)?) };
+        let ah = locked(&p.pd).create_ah(ah_attr_from_c(attr)?).map_err(errno)?;
+        let c = ibv_ah { context: p.c.context, pd, handle: ah.index() };
+        Ok(Box::into_raw(Box::new(Ah { c, ah: Mutex::new(Some(ah)) })).cast())
+    })
+}
+
+/// `ibv_destroy_ah`.
+pub unsafe extern "C" fn destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard_errno(|| {
+        // SAFETY: the ibv_ah is the first field of an Ah from create_ah.
+        let a = unsafe { ah.cast::<Ah>().as_ref() }.ok_or(EINVAL)?;
+        let inner = locked(&a.ah).take().ok_or(EINVAL)?;
+        inner.destroy().map_err(errno)?;
+        // SAFETY: allocated by create_ah; freed once.
+        drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+        Ok(())
+    })
+}
+
+/// The GRH area (40 bytes) of a UD receive: on RoCE v2 over IPv4 its last
+/// 20 bytes are the IPv4 header; over IPv6 it is the IPv6 header.
+fn reply_attr(ctx: &Ctx, port: u8, wc: &ibv_wc, grh: &[u8; 40]) -> Result<ibv_ah_attr, c_int> {
+    const WC_GRH: u32 = 1;
+    if wc.wc_flags & WC_GRH == 0 {
+        return Err(EINVAL);
+    }
+    let (src, dst, traffic_class, flow_label) = if grh[20] >> 4 == 4 {
+        let v4 =
+            |at: usize| std::net::Ipv4Addr::new(grh[at], grh[at + 1], grh[at + 2], grh[at + 3]);
+        (Gid::from(v4(32)), Gid::from(v4(36)), grh[21], 0)
+    } else {
+        let g = |at: usize| Gid(grh[at..at + 16].try_into().expect("16 bytes"));
+        let word = u32::from_be_bytes(grh[0..4].try_into().expect("4 bytes"));
+        (g(8), g(24), (word >> 20) as u8, word & 0xf_ffff)
+    };
+    let table = ctx.shared.verbs.query_port().map_err(errno)?.gid_tbl_len;
+    let sgid_index = (0..table.min(256))
+        .find(|&i| ctx.shared.verbs.query_gid(i as u8).is_ok_and(|g| g == dst))
+        .ok_or(libc::ENOENT)?;
+    let mut attr = ibv_ah_attr::default();
+    attr.grh.dgid = ibv_gid(src.0);
+    attr.grh.sgid_index = sgid_index as u8;
+    attr.grh.hop_limit = 0xff;
+    attr.grh.traffic_class = traffic_class;
+    attr.grh.flow_label = flow_label;
+    attr.is_global = 1;
+    attr.sl = wc.sl;
+    attr.port_num = port;
+    Ok(attr)
+}
+
+/// `ibv_init_ah_from_wc`: 0, or -1 with errno.
+pub unsafe extern "C" fn init_ah_from_wc(
+    context: *mut ibv_context,
+    port: u8,
+    wc: *mut ibv_wc,
+    grh: *mut [u8; 40],
+    out: *mut ibv_ah_attr,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: the caller passes an open context, a completion, the
+        // 40-byte GRH area of its buffer and an attribute struct.
+        let result = unsafe {
+            match (Ctx::from_ptr(context), wc.as_ref(), grh.as_ref(), out.is_null()) {
+                (Ok(ctx), Some(wc), Some(grh), false) => reply_attr(ctx, port, wc, grh),
+                _ => Err(EINVAL),
+            }
+        };
+        match result {
+            Ok(attr) => {
+                // SAFETY: checked non-NULL.
+                unsafe { out.write(attr) };
+                0
+            }
+            Err(e) => {
+                set_errno(e);
+                -1
+            }
+        }
+    })
+}
+
+/// `ibv_create_ah_from_wc`.
+pub unsafe extern "C" fn create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut [u8; 40],
+    port: u8,
+) -> *mut ibv_ah {
+    let mut attr = ibv_ah_attr::default();
+    // SAFETY: forwarded from our caller; the PD is live.
+    let context = match unsafe { Pd::from_ptr(pd) } {
+        Ok(p) => p.c.context,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: forwarded from our caller.
+    if unsafe { init_ah_from_wc(context, port, wc, grh, &mut attr) } != 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: forwarded from our caller.
+    unsafe { create_ah(pd, &mut attr) }
+}
