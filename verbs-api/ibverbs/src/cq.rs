@@ -16,29 +16,19 @@ pub struct Channel {
     pub channel: uroce_verbs::CompChannel,
 }
 
-/// `ibv_create_comp_channel`. Its descriptor blocks, as libibverbs' does
-/// (a program may make it non-blocking).
+/// `ibv_create_comp_channel`. Its descriptor is an eventfd, readable while
+/// an event waits (`poll`, `epoll`, `select` work on it); it is
+/// non-blocking (the driver drains it), and `ibv_get_cq_event` blocks by
+/// waiting for it to become readable.
 pub unsafe extern "C" fn create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
     guard_ptr(|| {
         // SAFETY: the caller passes an open context.
         let ctx = unsafe { Ctx::from_ptr(context) }?;
         let channel = ctx.shared.verbs.create_comp_channel().map_err(errno)?;
         let fd = channel.as_raw_fd();
-        set_blocking(fd, true);
         let c = ibv_comp_channel { context, fd, refcnt: 0 };
         Ok(Box::into_raw(Box::new(Channel { c, channel })).cast())
     })
-}
-
-fn set_blocking(fd: c_int, blocking: bool) {
-    // SAFETY: fcntl on a descriptor the library owns.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags >= 0 {
-            let flags = if blocking { flags & !libc::O_NONBLOCK } else { flags | libc::O_NONBLOCK };
-            libc::fcntl(fd, libc::F_SETFL, flags);
-        }
-    }
 }
 
 fn is_nonblocking(fd: c_int) -> bool {
@@ -209,7 +199,8 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
 }
 
 /// `ibv_get_cq_event`: blocks until a CQ on the channel has a completion
-/// event (unless the program made the descriptor non-blocking: EAGAIN).
+/// event. (The descriptor is always non-blocking, so a program cannot ask
+/// for EAGAIN through it: this call always waits.)
 pub unsafe extern "C" fn get_cq_event(
     channel: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,
@@ -243,10 +234,6 @@ pub unsafe extern "C" fn get_cq_event(
                     }
                 }
                 return 0;
-            }
-            if is_nonblocking(ch.c.fd) {
-                set_errno(libc::EAGAIN);
-                return -1;
             }
             wait_readable(ch.c.fd, -1);
         }

@@ -140,7 +140,32 @@ pub struct Shared {
     /// (asynchronous events name them).
     pub qps: Mutex<HashMap<u32, usize>>,
     pub srqs: Mutex<HashMap<u32, usize>>,
-    _device: UdpDevice,
+    device: UdpDevice,
+}
+
+impl Shared {
+    /// Moves what the device has queued (an ACK of the last message a QP
+    /// received) before a QP goes: a program destroys its QP as soon as
+    /// its last completion arrives.
+    pub fn flush(&self) {
+        for _ in 0..3 {
+            self.device.progress();
+        }
+    }
+}
+
+impl Drop for Shared {
+    /// Lets the last packets (an ACK) leave before the device stops, and
+    /// answers a peer's retransmissions for a few of its timeouts on a
+    /// lossy link, as `uroce pingpong` does.
+    fn drop(&mut self) {
+        let linger_ms = if self.device.has_faults() { 600 } else { 20 };
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(linger_ms);
+        while std::time::Instant::now() < until {
+            self.device.progress();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
 }
 
 /// Locks a library mutex (a panic never leaves their maps inconsistent).
@@ -165,7 +190,7 @@ fn open_shared() -> Result<Arc<Shared>, c_int> {
         cqs: Mutex::new(HashMap::new()),
         qps: Mutex::new(HashMap::new()),
         srqs: Mutex::new(HashMap::new()),
-        _device: device,
+        device,
     });
     *open = Arc::downgrade(&shared);
     Ok(shared)
