@@ -56,8 +56,8 @@ fn library() -> Result<PathBuf, String> {
 }
 
 /// A directory holding `libibverbs.so.1` → `lib`, made beside it
-/// (`uroce-lib/`), for `LD_LIBRARY_PATH`. The link is replaced atomically,
-/// so runs started together agree.
+/// (`uroce-lib/`), for `LD_LIBRARY_PATH`. The link is replaced atomically
+/// (a link of a name of its own, renamed), so runs started together agree.
 pub fn library_dir(lib: &Path) -> Result<PathBuf, String> {
     let lib = lib.canonicalize().map_err(|e| {
         format!(
@@ -71,7 +71,9 @@ pub fn library_dir(lib: &Path) -> Result<PathBuf, String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     let link = dir.join("libibverbs.so.1");
     if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
-        let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".libibverbs.so.1.{}.{n}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&lib, &tmp)
             .and_then(|()| std::fs::rename(&tmp, &link))
