@@ -53,8 +53,11 @@ fn misuse_from_c_gets_the_documented_errors() {
     assert_eq!(case("write_to_itself"), "2 0 0");
     // A bad lkey: posted, then a local protection error completion.
     assert_eq!(case("bad_lkey"), "0 1 local protection error");
+    // A type-1 window: bound (a completion, a new R_Key), written through.
+    assert_eq!(case("bind_mw"), "0 1 0 new_rkey");
+    assert_eq!(case("write_through_mw"), "0 1 0 x");
+    assert_eq!(case("dealloc_mw"), "0");
     // Verbs uroce does not offer: EOPNOTSUPP, no crash.
-    assert_eq!(case("alloc_mw"), "null 95");
     assert_eq!(case("resize_cq"), "95");
     assert_eq!(case("teardown"), "0");
 }

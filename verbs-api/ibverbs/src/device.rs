@@ -8,7 +8,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, SYSFS_NAME_MAX};
 use crate::abi::{SYSFS_PATH_MAX, VERBS_ABI_IS_EXTENDED};
 use crate::ffi::{guard, guard_errno, guard_ptr, set_errno, EINVAL, ENOENT, ENOMEM};
-use crate::{cq, post, query};
+use crate::{cq, mw, post, query};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -238,6 +238,9 @@ fn ops() -> ibv_context_ops {
     ops.post_send = Some(post::post_send);
     ops.post_recv = Some(post::post_recv);
     ops.post_srq_recv = Some(post::post_srq_recv);
+    ops.alloc_mw = Some(mw::alloc_mw);
+    ops.bind_mw = Some(mw::bind_mw);
+    ops.dealloc_mw = Some(mw::dealloc_mw);
     ops
 }
 

@@ -17,6 +17,7 @@
 //! | `device.rs` | the device list, open and close, the device's sysfs files |
 //! | `query.rs` | `ibv_query_device`, `_port`, `_gid`, `_pkey` and their kin |
 //! | `pd.rs` | protection domains, memory regions, address handles |
+//! | `mw.rs` | memory windows: allocate, bind (type 1 and the type-2 WR), deallocate |
 //! | `cq.rs` | completion queues and channels, polling, events |
 //! | `qp.rs` | queue pairs and shared receive queues: create, modify, query, destroy |
 //! | `post.rs` | posting send and receive chains |
@@ -28,6 +29,7 @@ mod cq;
 mod device;
 mod exports;
 mod ffi;
+mod mw;
 mod pd;
 mod post;
 mod qp;

@@ -87,7 +87,13 @@ unsafe fn send_wr(wr: &ibv_send_wr) -> Result<SendWr, c_int> {
                 out.compare_add = a.compare_add;
                 out.swap = a.swap;
             }
-            WrOpcode::BindMw => return Err(libc::EOPNOTSUPP),
+            WrOpcode::BindMw => {
+                // SAFETY: the caller's contract: a window and an MR of
+                // this library. The new key is the 8 bits the WR names.
+                let b = wr.bind_mw;
+                let key = b.rkey as u8;
+                out = crate::mw::bind_wr(wr.wr_id, wr.send_flags, b.mw, &b.bind_info, key)?.0;
+            }
             _ => {}
         }
     }
