@@ -204,8 +204,9 @@ impl Mw {
     pub fn set_rkey(&self, rkey: Rkey) {
         self.rkey.set(rkey);
     }
-    /// `ibv_dealloc_mw`.
-    pub fn dealloc(self) -> Result<()> {
+    /// `ibv_dealloc_mw`. After it succeeds the window is gone: drop it
+    /// (a failure leaves it allocated).
+    pub fn dealloc(&self) -> Result<()> {
         self.ctx.command(Command::DeallocMw { rkey: self.rkey.get().0 })?;
         Ok(())
     }

@@ -84,11 +84,14 @@ pub unsafe extern "C" fn create_cq(
     cqe: c_int,
     cq_context: *mut c_void,
     channel: *mut ibv_comp_channel,
-    _comp_vector: c_int,
+    comp_vector: c_int,
 ) -> *mut ibv_cq {
     guard_ptr(|| {
         // SAFETY: the caller passes an open context, and NULL or a channel.
         let (ctx, ch) = unsafe { (Ctx::from_ptr(context)?, channel.cast::<Channel>().as_mut()) };
+        if !(0..ctx.vctx.context.num_comp_vectors).contains(&comp_vector) {
+            return Err(EINVAL);
+        }
         let depth = u32::try_from(cqe).map_err(|_| EINVAL)?;
         let verbs = &ctx.shared.verbs;
         let cq = match &ch {

@@ -258,6 +258,7 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         // valid; the fields that matter are set below.
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
         vctx.query_port = Some(query::query_port_ex);
+        vctx.query_device_ex = Some(query::query_device_ex);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();

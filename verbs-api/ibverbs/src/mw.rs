@@ -37,8 +37,11 @@ pub unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
     guard_errno(|| {
         // SAFETY: the ibv_mw is the first field of an Mw from alloc_mw.
         let w = unsafe { mw.cast::<Mw>().as_ref() }.ok_or(EINVAL)?;
-        let inner = locked(&w.mw).take().ok_or(EINVAL)?;
-        inner.dealloc().map_err(errno)?;
+        {
+            let mut inner = locked(&w.mw);
+            inner.as_ref().ok_or(EINVAL)?.dealloc().map_err(errno)?;
+            *inner = None;
+        }
         // SAFETY: allocated by alloc_mw; freed once.
         drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
         Ok(())
@@ -91,13 +94,23 @@ pub unsafe extern "C" fn bind_mw(
         let (wr, rkey) = unsafe { bind_wr(b.wr_id, b.send_flags, mw, &b.bind_info, key) }?;
         let guard = locked(&q.qp);
         guard.as_ref().ok_or(EINVAL)?.post_send(&[wr]).map_err(|(_, e)| errno(e))?;
-        // SAFETY: the caller's window: C reads its rkey.
-        let w = unsafe { &*mw.cast::<Mw>() };
-        if let Some(inner) = locked(&w.mw).as_ref() {
-            inner.set_rkey(rkey);
-        }
-        // SAFETY: as above, through the pointer alloc_mw handed out.
-        unsafe { (*mw).rkey = rkey.0 };
+        // SAFETY: the caller's window.
+        unsafe { rekey(mw, rkey.0) };
         Ok(())
     })
+}
+
+/// Gives the window `mw` the R_Key `rkey` (a bind was posted).
+///
+/// # Safety
+///
+/// `mw` is NULL or a live window of this library.
+pub unsafe fn rekey(mw: *mut ibv_mw, rkey: u32) {
+    // SAFETY: the caller's contract.
+    let Some(w) = (unsafe { mw.cast::<Mw>().as_ref() }) else { return };
+    if let Some(inner) = locked(&w.mw).as_ref() {
+        inner.set_rkey(uroce_verbs::Rkey(rkey));
+    }
+    // SAFETY: through the pointer alloc_mw handed out: C reads the rkey.
+    unsafe { (*mw).rkey = rkey };
 }

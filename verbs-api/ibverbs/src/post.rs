@@ -189,6 +189,18 @@ pub unsafe extern "C" fn post_send(
         let guard = locked(&q.qp);
         let Some(inner) = guard.as_ref() else { return EINVAL };
         let posted = if wrs.is_empty() { Ok(()) } else { inner.post_send(&wrs) };
+        let count = match &posted {
+            Ok(()) => wrs.len(),
+            Err((index, _)) => *index,
+        };
+        // A type-2 bind gives its window the R_Key the WR names (at once,
+        // as for a type-1 bind: the window's key is what later verbs use).
+        for (wr, &ptr) in wrs.iter().zip(&ptrs).take(count) {
+            if wr.opcode == WrOpcode::BindMw {
+                // SAFETY: the program's WR; its window is this library's.
+                unsafe { crate::mw::rekey((*ptr).bind_mw.mw, (*ptr).bind_mw.rkey) };
+            }
+        }
         finish(posted, &ptrs, refused, bad)
     })
 }

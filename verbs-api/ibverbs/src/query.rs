@@ -2,11 +2,12 @@
 //! the library was built with.
 
 use crate::abi::COMPAT_PORT_ATTR_LEN;
-use crate::abi::{ibv_context, ibv_device_attr, ibv_gid, ibv_gid_entry, ibv_port_attr, LAYOUT};
+use crate::abi::{ibv_context, ibv_device_attr, ibv_device_attr_ex, ibv_gid, ibv_gid_entry};
+use crate::abi::{ibv_port_attr, LAYOUT};
 use crate::device::Ctx;
 use crate::ffi::{errno, guard, guard_errno, set_errno, EINVAL};
 use std::ffi::CString;
-use std::os::raw::{c_char, c_int};
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
 /// `device_cap_flags` for what the HCA does (as `uroce devinfo`):
@@ -27,6 +28,49 @@ fn clamp(v: u32) -> c_int {
     c_int::try_from(v).unwrap_or(c_int::MAX)
 }
 
+/// `vendor_id` when the HCA names none: rxe's (no IEEE OUI); programs
+/// take 0 for "no device".
+const NO_VENDOR: u32 = 0x00ff_ffff;
+
+/// The C device attributes.
+fn device_attr(ctx: &Ctx) -> Result<ibv_device_attr, c_int> {
+    let d = ctx.shared.verbs.query_device().map_err(errno)?;
+    // SAFETY: all-zero is a valid ibv_device_attr (plain data).
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    for (dst, src) in a.fw_ver.iter_mut().zip(d.fw_ver.bytes().take(63)) {
+        *dst = src as c_char;
+    }
+    a.node_guid = d.node_guid.to_be();
+    a.sys_image_guid = d.sys_image_guid.to_be();
+    a.max_mr_size = d.max_mr_size;
+    a.page_size_cap = d.page_size_cap;
+    a.vendor_id = if d.vendor_id == 0 { NO_VENDOR } else { d.vendor_id };
+    a.vendor_part_id = d.vendor_part_id;
+    a.hw_ver = d.hw_ver;
+    a.max_qp = clamp(d.max_qp);
+    a.max_qp_wr = clamp(d.max_qp_wr);
+    a.device_cap_flags = DEVICE_CAP_FLAGS;
+    a.max_sge = clamp(d.max_sge);
+    a.max_sge_rd = clamp(d.max_sge_rd);
+    a.max_cq = clamp(d.max_cq);
+    a.max_cqe = clamp(d.max_cqe);
+    a.max_mr = clamp(d.max_mr);
+    a.max_pd = clamp(d.max_pd);
+    a.max_qp_rd_atom = clamp(d.max_qp_rd_atom);
+    a.max_res_rd_atom = clamp(d.max_qp.saturating_mul(d.max_qp_rd_atom));
+    a.max_qp_init_rd_atom = clamp(d.max_qp_init_rd_atom);
+    a.atomic_cap = 1; // IBV_ATOMIC_HCA
+    a.max_mw = clamp(d.max_mr);
+    a.max_ah = clamp(d.max_ah);
+    a.max_srq = clamp(d.max_srq);
+    a.max_srq_wr = clamp(d.max_srq_wr);
+    a.max_srq_sge = clamp(d.max_srq_sge);
+    a.max_pkeys = d.max_pkeys;
+    a.local_ca_ack_delay = d.local_ca_ack_delay;
+    a.phys_port_cnt = d.phys_port_cnt;
+    Ok(a)
+}
+
 /// `ibv_query_device`.
 pub unsafe extern "C" fn query_device(
     context: *mut ibv_context,
@@ -38,42 +82,44 @@ pub unsafe extern "C" fn query_device(
         if out.is_null() {
             return Err(EINVAL);
         }
-        let d = ctx.shared.verbs.query_device().map_err(errno)?;
-        // SAFETY: all-zero is a valid ibv_device_attr (plain data).
-        let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
-        for (dst, src) in a.fw_ver.iter_mut().zip(d.fw_ver.bytes().take(63)) {
-            *dst = src as c_char;
-        }
-        a.node_guid = d.node_guid.to_be();
-        a.sys_image_guid = d.sys_image_guid.to_be();
-        a.max_mr_size = d.max_mr_size;
-        a.page_size_cap = d.page_size_cap;
-        a.vendor_id = d.vendor_id;
-        a.vendor_part_id = d.vendor_part_id;
-        a.hw_ver = d.hw_ver;
-        a.max_qp = clamp(d.max_qp);
-        a.max_qp_wr = clamp(d.max_qp_wr);
-        a.device_cap_flags = DEVICE_CAP_FLAGS;
-        a.max_sge = clamp(d.max_sge);
-        a.max_sge_rd = clamp(d.max_sge_rd);
-        a.max_cq = clamp(d.max_cq);
-        a.max_cqe = clamp(d.max_cqe);
-        a.max_mr = clamp(d.max_mr);
-        a.max_pd = clamp(d.max_pd);
-        a.max_qp_rd_atom = clamp(d.max_qp_rd_atom);
-        a.max_res_rd_atom = clamp(d.max_qp.saturating_mul(d.max_qp_rd_atom));
-        a.max_qp_init_rd_atom = clamp(d.max_qp_init_rd_atom);
-        a.atomic_cap = 1; // IBV_ATOMIC_HCA
-        a.max_mw = clamp(d.max_mr);
-        a.max_ah = clamp(d.max_ah);
-        a.max_srq = clamp(d.max_srq);
-        a.max_srq_wr = clamp(d.max_srq_wr);
-        a.max_srq_sge = clamp(d.max_srq_sge);
-        a.max_pkeys = d.max_pkeys;
-        a.local_ca_ack_delay = d.local_ca_ack_delay;
-        a.phys_port_cnt = d.phys_port_cnt;
+        let a = device_attr(ctx)?;
         // SAFETY: checked non-NULL; the caller's struct is this size.
         unsafe { out.write(a) };
+        Ok(())
+    })
+}
+
+/// `verbs_context.query_device_ex` (the inline `ibv_query_device_ex`):
+/// the device attributes, the extended capabilities all absent, into the
+/// first `len` bytes of the caller's struct (its size in its header).
+pub unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    _input: *const c_void,
+    out: *mut c_void,
+    len: usize,
+) -> c_int {
+    guard_errno(|| {
+        // SAFETY: the caller passes an open context.
+        let ctx = unsafe { Ctx::from_ptr(context) }?;
+        if out.is_null() || len < std::mem::size_of::<ibv_device_attr>() {
+            return Err(EINVAL);
+        }
+        // SAFETY: all-zero is a valid ibv_device_attr_ex (plain data).
+        let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        ex.orig_attr = device_attr(ctx)?;
+        ex.device_cap_flags_ex = u64::from(DEVICE_CAP_FLAGS);
+        ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+        let ours = std::mem::size_of::<ibv_device_attr_ex>();
+        // SAFETY: the caller's struct holds `len` bytes: what we know of it
+        // is copied, the rest (a newer header's fields) zeroed.
+        unsafe {
+            std::ptr::write_bytes(out.cast::<u8>(), 0, len);
+            std::ptr::copy_nonoverlapping(
+                (&ex as *const ibv_device_attr_ex).cast::<u8>(),
+                out.cast::<u8>(),
+                len.min(ours),
+            );
+        }
         Ok(())
     })
 }

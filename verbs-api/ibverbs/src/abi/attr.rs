@@ -50,6 +50,29 @@ pub struct ibv_device_attr {
     pub phys_port_cnt: u8,
 }
 
+/// `struct ibv_device_attr_ex` (the capability structs inside it, which
+/// the library leaves zero, as arrays of their size and alignment).
+#[repr(C)]
+pub struct ibv_device_attr_ex {
+    pub orig_attr: ibv_device_attr,
+    pub comp_mask: u32,
+    pub odp_caps: [u64; 3],
+    pub completion_timestamp_mask: u64,
+    pub hca_core_clock: u64,
+    pub device_cap_flags_ex: u64,
+    pub tso_caps: [u32; 2],
+    pub rss_caps: [u64; 4],
+    pub max_wq_type_rq: u32,
+    pub packet_pacing_caps: [u32; 3],
+    pub raw_packet_caps: u32,
+    pub tm_caps: [u32; 5],
+    pub cq_mod_caps: [u16; 2],
+    pub max_dm_size: u64,
+    pub pci_atomic_caps: [u16; 3],
+    pub xrc_odp_caps: u32,
+    pub phys_port_cnt_ex: u32,
+}
+
 /// `struct ibv_port_attr` (the 1.1 ABI's `_compat_ibv_port_attr` is its
 /// first [`COMPAT_PORT_ATTR_LEN`] bytes).
 #[repr(C)]

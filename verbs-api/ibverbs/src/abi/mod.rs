@@ -78,6 +78,13 @@ layout! {
         max_srq = 212, max_srq_wr = 216, max_srq_sge = 220, max_pkeys = 224,
         local_ca_ack_delay = 226, phys_port_cnt = 227,
     },
+    ibv_device_attr_ex = 400 {
+        orig_attr = 0, comp_mask = 232, odp_caps = 240, completion_timestamp_mask = 264,
+        hca_core_clock = 272, device_cap_flags_ex = 280, tso_caps = 288, rss_caps = 296,
+        max_wq_type_rq = 328, packet_pacing_caps = 332, raw_packet_caps = 344, tm_caps = 348,
+        cq_mod_caps = 368, max_dm_size = 376, pci_atomic_caps = 384, xrc_odp_caps = 392,
+        phys_port_cnt_ex = 396,
+    },
     ibv_port_attr = 52 {
         state = 0, max_mtu = 4, active_mtu = 8, gid_tbl_len = 12, port_cap_flags = 16,
         max_msg_sz = 20, bad_pkey_cntr = 24, qkey_viol_cntr = 28, pkey_tbl_len = 32, lid = 34,
