@@ -1,7 +1,7 @@
 //! Completion queues and channels: create, poll, arm, events (completion
 //! and asynchronous), destroy.
 
-use crate::abi::{ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_wc};
+use crate::abi::{ibv_async_event, ibv_comp_channel, ibv_context, ibv_cq, ibv_cq_ex, ibv_wc};
 use crate::device::{locked, Ctx};
 use crate::ffi::{errno, guard, guard_errno, guard_ptr, set_errno, EINVAL};
 use std::os::fd::AsRawFd;
@@ -58,37 +58,41 @@ pub unsafe extern "C" fn destroy_comp_channel(channel: *mut ibv_comp_channel) ->
     })
 }
 
-/// A CQ: the `ibv_cq` C sees, then the driver's.
+/// A CQ: the `ibv_cq_ex` C sees (an `ibv_cq` followed by the extended
+/// polling functions: every CQ has them), then the driver's.
 #[repr(C)]
 pub struct Cq {
-    pub c: ibv_cq,
+    pub c: ibv_cq_ex,
     pub cq: Mutex<Option<uroce_verbs::Cq>>,
     pub index: u32,
     /// Serialises pollers and event acknowledgements.
     events: Mutex<()>,
+    /// The completion `ibv_start_poll`/`ibv_next_poll` made current.
+    pub current: Mutex<ibv_wc>,
 }
 
 impl Cq {
     /// # Safety
     ///
-    /// `cq` is NULL or came from [`create_cq`] and is not destroyed.
+    /// `cq` is NULL or came from [`create_cq`] (or `create_cq_ex`) and is
+    /// not destroyed.
     pub unsafe fn from_ptr<'a>(cq: *mut ibv_cq) -> Result<&'a Cq, c_int> {
         // SAFETY: the ibv_cq is the first field of a Cq.
         unsafe { cq.cast::<Cq>().as_ref() }.ok_or(EINVAL)
     }
-}
 
-/// `ibv_create_cq`.
-pub unsafe extern "C" fn create_cq(
-    context: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    guard_ptr(|| {
-        // SAFETY: the caller passes an open context, and NULL or a channel.
-        let (ctx, ch) = unsafe { (Ctx::from_ptr(context)?, channel.cast::<Channel>().as_mut()) };
+    /// Creates a CQ of at least `cqe` entries on `context` (checked by the
+    /// caller), with its C face.
+    pub fn create(
+        ctx: &Ctx,
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> Result<*mut Cq, c_int> {
+        // SAFETY: the caller passes NULL or a channel of this library.
+        let ch = unsafe { channel.cast::<Channel>().as_mut() };
         if !(0..ctx.vctx.context.num_comp_vectors).contains(&comp_vector) {
             return Err(EINVAL);
         }
@@ -103,18 +107,40 @@ pub unsafe extern "C" fn create_cq(
             ch.c.refcnt += 1;
         }
         let index = cq.index();
-        // SAFETY: ibv_cq is pointers, integers and all-zero pthread objects
-        // (their static initializer).
-        let mut c: ibv_cq = unsafe { std::mem::zeroed() };
-        c.context = context;
-        c.channel = channel;
-        c.cq_context = cq_context;
-        c.handle = index;
-        c.cqe = cqe;
-        let boxed = Box::new(Cq { c, cq: Mutex::new(Some(cq)), index, events: Mutex::new(()) });
+        // SAFETY: ibv_cq_ex is pointers, integers, NULL-able function
+        // pointers and all-zero pthread objects (their static initializer).
+        let mut c: ibv_cq_ex = unsafe { std::mem::zeroed() };
+        c.cq.context = context;
+        c.cq.channel = channel;
+        c.cq.cq_context = cq_context;
+        c.cq.handle = index;
+        c.cq.cqe = cqe;
+        crate::cq_ex::set_ops(&mut c);
+        let boxed = Box::new(Cq {
+            c,
+            cq: Mutex::new(Some(cq)),
+            index,
+            events: Mutex::new(()),
+            current: Mutex::new(ibv_wc::default()),
+        });
         let ptr = Box::into_raw(boxed);
         locked(&ctx.shared.cqs).insert(index, ptr as usize);
-        Ok(ptr.cast())
+        Ok(ptr)
+    }
+}
+
+/// `ibv_create_cq`.
+pub unsafe extern "C" fn create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard_ptr(|| {
+        // SAFETY: the caller passes an open context.
+        let ctx = unsafe { Ctx::from_ptr(context) }?;
+        Ok(Cq::create(ctx, context, cqe, cq_context, channel, comp_vector)?.cast())
     })
 }
 
@@ -124,7 +150,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         // SAFETY: the caller passes a live CQ.
         let q = unsafe { Cq::from_ptr(cq) }?;
         // SAFETY: its context is open while the CQ lives.
-        let ctx = unsafe { Ctx::from_ptr(q.c.context) }?;
+        let ctx = unsafe { Ctx::from_ptr(q.c.cq.context) }?;
         let inner = locked(&q.cq).take().ok_or(EINVAL)?;
         if let Err((inner, e)) = inner.destroy() {
             *locked(&q.cq) = Some(inner);
@@ -132,7 +158,7 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
         }
         locked(&ctx.shared.cqs).remove(&q.index);
         // SAFETY: the channel outlives the CQs on it (EBUSY above).
-        if let Some(ch) = unsafe { q.c.channel.cast::<Channel>().as_mut() } {
+        if let Some(ch) = unsafe { q.c.cq.channel.cast::<Channel>().as_mut() } {
             ch.c.refcnt -= 1;
         }
         // SAFETY: allocated by create_cq; freed once.

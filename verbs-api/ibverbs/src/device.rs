@@ -8,7 +8,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, SYSFS_NAME_MAX};
 use crate::abi::{SYSFS_PATH_MAX, VERBS_ABI_IS_EXTENDED};
 use crate::ffi::{guard, guard_errno, guard_ptr, set_errno, EINVAL, ENOENT, ENOMEM};
-use crate::{cq, mw, post, query};
+use crate::{cq, cq_ex, mw, post, query};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -259,6 +259,7 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         let mut vctx: verbs_context = unsafe { std::mem::zeroed() };
         vctx.query_port = Some(query::query_port_ex);
         vctx.query_device_ex = Some(query::query_device_ex);
+        vctx.create_cq_ex = Some(cq_ex::create_cq_ex);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();

@@ -19,6 +19,7 @@
 //! | `pd.rs` | protection domains, memory regions, address handles |
 //! | `mw.rs` | memory windows: allocate, bind (type 1 and the type-2 WR), deallocate |
 //! | `cq.rs` | completion queues and channels, polling, events |
+//! | `cq_ex.rs` | the extended CQ: `ibv_create_cq_ex`, `ibv_start_poll`, `ibv_wc_read_*` |
 //! | `qp.rs` | queue pairs and shared receive queues: create, modify, query, destroy |
 //! | `post.rs` | posting send and receive chains |
 //! | `strings.rs` | the string helpers, rates, fork |
@@ -26,6 +27,7 @@
 
 pub mod abi;
 mod cq;
+mod cq_ex;
 mod device;
 mod exports;
 mod ffi;

@@ -43,6 +43,12 @@ pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type QueryDeviceFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
 pub type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type CreateCqExFn = unsafe extern "C" fn(
+    *mut ibv_context,
+    *mut super::ibv_cq_init_attr_ex,
+) -> *mut super::ibv_cq_ex;
+pub type CreateQpExFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut super::ibv_qp_init_attr_ex) -> *mut ibv_qp;
 pub type QueryDeviceExFn =
     unsafe extern "C" fn(*mut ibv_context, *const c_void, *mut c_void, usize) -> c_int;
 
@@ -127,7 +133,7 @@ pub struct verbs_context {
     pub modify_wq: Unused,
     pub create_wq: Unused,
     pub query_rt_values: Unused,
-    pub create_cq_ex: Unused,
+    pub create_cq_ex: Option<CreateCqExFn>,
     pub priv_: *mut c_void,
     pub query_device_ex: Option<QueryDeviceExFn>,
     pub ibv_destroy_flow: Unused,
@@ -135,7 +141,7 @@ pub struct verbs_context {
     pub ibv_create_flow: Unused,
     pub ABI_placeholder1: Unused,
     pub open_qp: Unused,
-    pub create_qp_ex: Unused,
+    pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Unused,
     pub create_srq_ex: Unused,
     pub open_xrcd: Unused,

@@ -12,15 +12,18 @@
 //! | `context.rs` | `ibv_device`, `ibv_context`, `ibv_context_ops`, `verbs_context` |
 //! | `attr.rs` | attribute structs: device, port, GID, QP, AH, SRQ, async event |
 //! | `objects.rs` | the objects a verb returns: PD, MR, MW, CQ, channel, QP, SRQ, AH |
+//! | `ex.rs` | the extended verbs: `ibv_cq_ex`, `ibv_qp_ex`, their creation attributes |
 //! | `wr.rs` | `ibv_sge`, `ibv_send_wr`, `ibv_recv_wr`, `ibv_wc`, `ibv_mw_bind` |
 
 mod attr;
 mod context;
+mod ex;
 mod objects;
 mod wr;
 
 pub use attr::*;
 pub use context::*;
+pub use ex::*;
 pub use objects::*;
 pub use wr::*;
 
@@ -152,4 +155,32 @@ layout! {
     ibv_srq_init_attr = 24 { srq_context = 0, attr = 8, },
     ibv_mw_bind = 48 { wr_id = 0, send_flags = 8, bind_info = 16, },
     ibv_mw_bind_info = 32 { mr = 0, addr = 8, length = 16, mw_access_flags = 24, },
+    ibv_cq_ex = 288 {
+        comp_mask = 128, status = 132, wr_id = 136, start_poll = 144, next_poll = 152,
+        end_poll = 160, read_opcode = 168, read_vendor_err = 176, read_byte_len = 184,
+        read_imm_data = 192, read_qp_num = 200, read_src_qp = 208, read_wc_flags = 216,
+        read_slid = 224, read_sl = 232, read_dlid_path_bits = 240, read_completion_ts = 248,
+        read_cvlan = 256, read_flow_tag = 264, read_tm_info = 272,
+        read_completion_wallclock_ns = 280,
+    },
+    ibv_cq_init_attr_ex = 56 {
+        cqe = 0, cq_context = 8, channel = 16, comp_vector = 24, wc_flags = 32, comp_mask = 40,
+        flags = 44, parent_domain = 48,
+    },
+    ibv_qp_ex = 352 {
+        qp_base = 0, comp_mask = 160, wr_id = 168, wr_flags = 176, wr_atomic_cmp_swp = 184,
+        wr_atomic_fetch_add = 192, wr_bind_mw = 200, wr_local_inv = 208, wr_rdma_read = 216,
+        wr_rdma_write = 224, wr_rdma_write_imm = 232, wr_send = 240, wr_send_imm = 248,
+        wr_send_inv = 256, wr_send_tso = 264, wr_set_ud_addr = 272, wr_set_xrc_srqn = 280,
+        wr_set_inline_data = 288, wr_set_inline_data_list = 296, wr_set_sge = 304,
+        wr_set_sge_list = 312, wr_start = 320, wr_complete = 328, wr_abort = 336,
+        wr_atomic_write = 344,
+    },
+    ibv_qp_init_attr_ex = 136 {
+        qp_context = 0, send_cq = 8, recv_cq = 16, srq = 24, cap = 32, qp_type = 52,
+        sq_sig_all = 56, comp_mask = 60, pd = 64, xrcd = 72, create_flags = 80,
+        max_tso_header = 84, rwq_ind_tbl = 88, rx_hash_conf = 96, source_qpn = 120,
+        send_ops_flags = 128,
+    },
+    ibv_data_buf = 16 { addr = 0, length = 8, },
 }
