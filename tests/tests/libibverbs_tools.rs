@@ -85,6 +85,13 @@ fn ibv_rc_pingpong_events() {
 }
 
 #[test]
+fn ibv_rc_pingpong_new_send_api() {
+    // -N: ibv_create_qp_ex, ibv_qp_to_qp_ex and the ibv_wr_* calls.
+    let test = "ibv_rc_pingpong_new_send_api";
+    pingpong(test, "ibv_rc_pingpong", "127.113.8", 18720, &["-N", "-c", "-n", "200"]);
+}
+
+#[test]
 fn ibv_rc_pingpong_sizes() {
     let test = "ibv_rc_pingpong_sizes";
     pingpong(test, "ibv_rc_pingpong", "127.113.4", 18714, &["-s", "1", "-n", "200", "-c"]);

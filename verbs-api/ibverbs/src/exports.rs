@@ -10,7 +10,7 @@
 //! `.symver` directive; an alias is never exported under its own name (the
 //! map's `local: *`).
 
-use crate::{cq, device, pd, qp, query, strings, unsupported};
+use crate::{cq, device, pd, qp, qp_ex, query, strings, unsupported};
 
 /// Defines the function `$label` as a jump to `$f` (a symbol of this
 /// object file, whatever codegen unit holds `$f`: `.set` to a symbol of
@@ -164,7 +164,7 @@ export! {
     "mbps_to_ibv_rate" => strings::mbps_to_rate,
     // IBVERBS_1.5 ... 1.14
     "ibv_get_pkey_index" => query::get_pkey_index,
-    "ibv_qp_to_qp_ex" => unsupported::ptr,
+    "ibv_qp_to_qp_ex" => qp_ex::qp_to_qp_ex,
     "ibv_reg_mr_iova" => pd::reg_mr_iova,
     "ibv_reg_mr_iova2" => pd::reg_mr_iova2,
     "ibv_get_device_index" => device::get_device_index,

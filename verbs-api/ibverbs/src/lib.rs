@@ -21,6 +21,7 @@
 //! | `cq.rs` | completion queues and channels, polling, events |
 //! | `cq_ex.rs` | the extended CQ: `ibv_create_cq_ex`, `ibv_start_poll`, `ibv_wc_read_*` |
 //! | `qp.rs` | queue pairs and shared receive queues: create, modify, query, destroy |
+//! | `qp_ex.rs` | the extended QP: `ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, the `ibv_wr_*` calls |
 //! | `post.rs` | posting send and receive chains |
 //! | `strings.rs` | the string helpers, rates, fork |
 //! | `unsupported.rs` | what uroce does not offer: EOPNOTSUPP, or NULL with errno |
@@ -35,6 +36,7 @@ mod mw;
 mod pd;
 mod post;
 mod qp;
+mod qp_ex;
 mod query;
 mod strings;
 mod unsupported;

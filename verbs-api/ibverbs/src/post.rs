@@ -172,7 +172,7 @@ pub unsafe extern "C" fn post_send(
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP.
         let Ok(q) = (unsafe { Qp::from_ptr(qp) }) else { return EINVAL };
-        let ud = q.c.qp_type == c_int::from(uroce_verbs::QpType::Ud.raw());
+        let ud = q.c.qp_base.qp_type == c_int::from(uroce_verbs::QpType::Ud.raw());
         let (wrs, ptrs, refused) = collect(
             wr,
             |w| w.next,

@@ -1,6 +1,6 @@
 //! Queue pairs and shared receive queues: create, modify, query, destroy.
 
-use crate::abi::{ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_init_attr};
+use crate::abi::{ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr};
 use crate::abi::{ibv_srq, ibv_srq_attr, ibv_srq_init_attr};
 use crate::cq::Cq;
 use crate::device::{locked, Ctx};
@@ -14,20 +14,24 @@ use uroce_verbs::{Access, AttrMask, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpT
 /// data gets this much (as rxe, whose inline space is its SGE space).
 const SGE_BYTES: u32 = 16;
 
-/// A QP: the `ibv_qp` C sees, then the driver's.
+/// A QP: the `ibv_qp_ex` C sees (an `ibv_qp` followed by the `ibv_wr_*`
+/// functions: every QP has them), then the driver's.
 #[repr(C)]
 pub struct Qp {
-    pub c: ibv_qp,
+    pub c: ibv_qp_ex,
     pub qp: Mutex<Option<uroce_verbs::Qp>>,
     /// The sizes it was created with (after rounding).
     pub cap: ibv_qp_cap,
     pub sq_sig_all: c_int,
+    /// The WRs between `ibv_wr_start` and `ibv_wr_complete`.
+    pub batch: Mutex<crate::qp_ex::Batch>,
 }
 
 impl Qp {
     /// # Safety
     ///
-    /// `qp` is NULL or came from [`create_qp`] and is not destroyed.
+    /// `qp` is NULL or came from [`create_qp`] (or `create_qp_ex`) and is
+    /// not destroyed.
     pub unsafe fn from_ptr<'a>(qp: *mut ibv_qp) -> Result<&'a Qp, c_int> {
         // SAFETY: the ibv_qp is the first field of a Qp.
         unsafe { qp.cast::<Qp>().as_ref() }.ok_or(EINVAL)
@@ -60,65 +64,80 @@ fn cq_of<'a>(cq: *mut ibv_cq) -> Result<&'a Cq, c_int> {
 /// `ibv_create_qp`.
 pub unsafe extern "C" fn create_qp(pd: *mut ibv_pd, init: *mut ibv_qp_init_attr) -> *mut ibv_qp {
     guard_ptr(|| {
-        // SAFETY: the caller passes a live PD and its attributes.
-        let (p, init) = unsafe { (Pd::from_ptr(pd)?, init.as_mut().ok_or(EINVAL)?) };
-        let qp_type = QpType::from_raw(u8::try_from(init.qp_type).map_err(|_| EINVAL)?)
-            .ok_or(libc::EOPNOTSUPP)?;
-        let (send, recv) = (cq_of(init.send_cq)?, cq_of(init.recv_cq)?);
-        // SAFETY: NULL or a live SRQ.
-        let srq = unsafe { init.srq.cast::<Srq>().as_ref() };
-        let mut cap = init.cap;
-        cap.max_inline_data = cap.max_inline_data.max(cap.max_send_sge.max(1) * SGE_BYTES);
-        let send_guard = locked(&send.cq);
-        let recv_guard = (init.recv_cq != init.send_cq).then(|| locked(&recv.cq));
-        let srq_guard = srq.map(|s| locked(&s.srq));
-        let send_cq = send_guard.as_ref().ok_or(EINVAL)?;
-        let recv_cq = match &recv_guard {
-            Some(g) => g.as_ref().ok_or(EINVAL)?,
-            None => send_cq,
-        };
-        let srq_ref = match &srq_guard {
-            Some(g) => Some(g.as_ref().ok_or(EINVAL)?),
-            None => None,
-        };
-        let attr = QpInitAttr {
-            qp_type,
-            send_cq,
-            recv_cq,
-            srq: srq_ref,
-            cap: QpCap {
-                max_send_wr: cap.max_send_wr,
-                max_recv_wr: cap.max_recv_wr,
-                max_send_sge: cap.max_send_sge,
-                max_recv_sge: cap.max_recv_sge,
-                max_inline_data: cap.max_inline_data,
-            },
-            sq_sig_all: init.sq_sig_all != 0,
-        };
-        let qp = locked(&p.pd).create_qp(&attr).map_err(errno)?;
-        drop((send_guard, recv_guard, srq_guard));
-        init.cap = cap;
-        let qpn = qp.qpn().value();
-        // SAFETY: ibv_qp is pointers, integers and all-zero pthread objects
-        // (their static initializer).
-        let mut c: ibv_qp = unsafe { std::mem::zeroed() };
-        c.context = p.c.context;
-        c.qp_context = init.qp_context;
-        c.pd = pd;
-        c.send_cq = init.send_cq;
-        c.recv_cq = init.recv_cq;
-        c.srq = init.srq;
-        c.handle = qpn;
-        c.qp_num = qpn;
-        c.state = 0;
-        c.qp_type = init.qp_type;
-        let boxed = Box::new(Qp { c, qp: Mutex::new(Some(qp)), cap, sq_sig_all: init.sq_sig_all });
-        let ptr = Box::into_raw(boxed);
-        // SAFETY: the PD's context is open.
-        let ctx = unsafe { Ctx::from_ptr(p.c.context) }?;
-        locked(&ctx.shared.qps).insert(qpn, ptr as usize);
-        Ok(ptr.cast())
+        // SAFETY: the caller passes its attributes.
+        let init = unsafe { init.as_mut() }.ok_or(EINVAL)?;
+        Ok(new_qp(pd, init)?.cast())
     })
+}
+
+/// Creates a QP in `pd` as `init` asks (its `cap` is updated to what the
+/// QP got), with its C face.
+pub fn new_qp(pd: *mut ibv_pd, init: &mut ibv_qp_init_attr) -> Result<*mut Qp, c_int> {
+    // SAFETY: the caller of the verb passes a live PD.
+    let p = unsafe { Pd::from_ptr(pd) }?;
+    let qp_type = QpType::from_raw(u8::try_from(init.qp_type).map_err(|_| EINVAL)?)
+        .ok_or(libc::EOPNOTSUPP)?;
+    let (send, recv) = (cq_of(init.send_cq)?, cq_of(init.recv_cq)?);
+    // SAFETY: NULL or a live SRQ.
+    let srq = unsafe { init.srq.cast::<Srq>().as_ref() };
+    let mut cap = init.cap;
+    cap.max_inline_data = cap.max_inline_data.max(cap.max_send_sge.max(1) * SGE_BYTES);
+    let send_guard = locked(&send.cq);
+    let recv_guard = (init.recv_cq != init.send_cq).then(|| locked(&recv.cq));
+    let srq_guard = srq.map(|s| locked(&s.srq));
+    let send_cq = send_guard.as_ref().ok_or(EINVAL)?;
+    let recv_cq = match &recv_guard {
+        Some(g) => g.as_ref().ok_or(EINVAL)?,
+        None => send_cq,
+    };
+    let srq_ref = match &srq_guard {
+        Some(g) => Some(g.as_ref().ok_or(EINVAL)?),
+        None => None,
+    };
+    let attr = QpInitAttr {
+        qp_type,
+        send_cq,
+        recv_cq,
+        srq: srq_ref,
+        cap: QpCap {
+            max_send_wr: cap.max_send_wr,
+            max_recv_wr: cap.max_recv_wr,
+            max_send_sge: cap.max_send_sge,
+            max_recv_sge: cap.max_recv_sge,
+            max_inline_data: cap.max_inline_data,
+        },
+        sq_sig_all: init.sq_sig_all != 0,
+    };
+    let qp = locked(&p.pd).create_qp(&attr).map_err(errno)?;
+    drop((send_guard, recv_guard, srq_guard));
+    init.cap = cap;
+    let qpn = qp.qpn().value();
+    // SAFETY: ibv_qp_ex is pointers, integers, NULL-able function
+    // pointers and all-zero pthread objects (their static initializer).
+    let mut c: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    c.qp_base.context = p.c.context;
+    c.qp_base.qp_context = init.qp_context;
+    c.qp_base.pd = pd;
+    c.qp_base.send_cq = init.send_cq;
+    c.qp_base.recv_cq = init.recv_cq;
+    c.qp_base.srq = init.srq;
+    c.qp_base.handle = qpn;
+    c.qp_base.qp_num = qpn;
+    c.qp_base.state = 0;
+    c.qp_base.qp_type = init.qp_type;
+    crate::qp_ex::set_ops(&mut c);
+    let boxed = Box::new(Qp {
+        c,
+        qp: Mutex::new(Some(qp)),
+        cap,
+        sq_sig_all: init.sq_sig_all,
+        batch: Mutex::new(crate::qp_ex::Batch::default()),
+    });
+    let ptr = Box::into_raw(boxed);
+    // SAFETY: the PD's context is open.
+    let ctx = unsafe { Ctx::from_ptr(p.c.context) }?;
+    locked(&ctx.shared.qps).insert(qpn, ptr as usize);
+    Ok(ptr)
 }
 
 fn state(raw: c_int) -> Result<QpState, c_int> {
@@ -223,12 +242,12 @@ pub unsafe extern "C" fn query_qp(
         unsafe {
             attr.write(c);
             init.write(ibv_qp_init_attr {
-                qp_context: q.c.qp_context,
-                send_cq: q.c.send_cq,
-                recv_cq: q.c.recv_cq,
-                srq: q.c.srq,
+                qp_context: q.c.qp_base.qp_context,
+                send_cq: q.c.qp_base.send_cq,
+                recv_cq: q.c.qp_base.recv_cq,
+                srq: q.c.qp_base.srq,
                 cap: q.cap,
-                qp_type: q.c.qp_type,
+                qp_type: q.c.qp_base.qp_type,
                 sq_sig_all: q.sq_sig_all,
             });
         }
@@ -242,11 +261,11 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: the caller passes a live QP.
         let q = unsafe { Qp::from_ptr(qp) }?;
         // SAFETY: its context is open while it lives.
-        let ctx = unsafe { Ctx::from_ptr(q.c.context) }?;
+        let ctx = unsafe { Ctx::from_ptr(q.c.qp_base.context) }?;
         ctx.shared.flush();
         let inner = locked(&q.qp).take().ok_or(EINVAL)?;
         inner.destroy().map_err(errno)?;
-        locked(&ctx.shared.qps).remove(&q.c.qp_num);
+        locked(&ctx.shared.qps).remove(&q.c.qp_base.qp_num);
         // SAFETY: allocated by create_qp; freed once.
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         Ok(())
