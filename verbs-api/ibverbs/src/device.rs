@@ -205,6 +205,9 @@ pub struct Ctx {
     /// `ibv_context.async_fd` (an eventfd; asynchronous events are
     /// polled from the device when asked for).
     pub async_fd: OwnedFd,
+    /// `ibv_context.cmd_fd`: there is no kernel to command, but programs
+    /// duplicate it (to import the context elsewhere, which uroce refuses).
+    pub cmd_fd: OwnedFd,
 }
 
 impl Ctx {
@@ -251,8 +254,11 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
             return Err(EINVAL);
         }
         let shared = open_shared()?;
-        let async_fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
-            .map_err(|e| e.raw_os_error())?;
+        let eventfd = || {
+            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+                .map_err(|e| e.raw_os_error())
+        };
+        let (async_fd, cmd_fd) = (eventfd()?, eventfd()?);
         // SAFETY: verbs_context is NULL-able pointers, integers and
         // all-zero pthread objects (their static initializer): all zero is
         // valid; the fields that matter are set below.
@@ -264,11 +270,11 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();
-        vctx.context.cmd_fd = -1;
+        vctx.context.cmd_fd = cmd_fd.as_raw_fd();
         vctx.context.async_fd = async_fd.as_raw_fd();
         vctx.context.num_comp_vectors = 1;
         vctx.context.abi_compat = VERBS_ABI_IS_EXTENDED;
-        let ctx = Box::leak(Box::new(Ctx { vctx, shared, async_fd }));
+        let ctx = Box::leak(Box::new(Ctx { vctx, shared, async_fd, cmd_fd }));
         Ok(ctx.as_ptr())
     })
 }

@@ -21,6 +21,10 @@ const PORT_CAP_FLAGS: u32 = 0x0001_0000;
 const SYSFS_ROCE_V2: u32 = 1;
 /// `IBV_GID_TYPE_ROCE_V2`.
 const GID_TYPE_ROCE_V2: u32 = 2;
+/// The GID table's slots, as the port reports them: the HCA's entries
+/// first (link-local, IPv4-mapped), the rest empty (as rxe's table of
+/// 1024 is mostly empty: an empty slot reads as zeros, or ENODATA).
+const GID_TABLE_SLOTS: u32 = 16;
 /// The default P_Key.
 const DEFAULT_PKEY: u16 = 0xffff;
 
@@ -133,7 +137,7 @@ fn port_attr(ctx: &Ctx, port: u8) -> Result<ibv_port_attr, c_int> {
         state: c_int::from(p.state),
         max_mtu: c_int::from(p.max_mtu.raw()),
         active_mtu: c_int::from(p.active_mtu.raw()),
-        gid_tbl_len: clamp(p.gid_tbl_len),
+        gid_tbl_len: clamp(p.gid_tbl_len.max(GID_TABLE_SLOTS)),
         port_cap_flags: PORT_CAP_FLAGS,
         max_msg_sz: p.max_msg_sz,
         pkey_tbl_len: p.pkey_tbl_len,
@@ -186,13 +190,17 @@ pub unsafe extern "C" fn query_port_compat(
     unsafe { query_port_ex(context, port, out, COMPAT_PORT_ATTR_LEN) }
 }
 
-/// The GID at `index` (port 1), or EINVAL past the table.
-fn gid(ctx: &Ctx, port: u32, index: u32) -> Result<[u8; 16], c_int> {
+/// The GID at `index` (port 1): None for an empty slot, EINVAL past the
+/// table.
+fn gid(ctx: &Ctx, port: u32, index: u32) -> Result<Option<[u8; 16]>, c_int> {
     let len = ctx.shared.verbs.query_port().map_err(errno)?.gid_tbl_len;
-    if port != 1 || index >= len {
+    if port != 1 || index >= len.max(GID_TABLE_SLOTS) {
         return Err(EINVAL);
     }
-    Ok(ctx.shared.verbs.query_gid(index as u8).map_err(errno)?.0)
+    if index >= len {
+        return Ok(None);
+    }
+    Ok(Some(ctx.shared.verbs.query_gid(index as u8).map_err(errno)?.0))
 }
 
 /// `ibv_query_gid`: 0, or -1 with errno.
@@ -210,8 +218,9 @@ pub unsafe extern "C" fn query_gid(
         });
         match result {
             Ok(g) if !out.is_null() => {
-                // SAFETY: checked non-NULL; a union ibv_gid is 16 bytes.
-                unsafe { out.write(g) };
+                // SAFETY: checked non-NULL; a union ibv_gid is 16 bytes. An
+                // empty slot reads as zeros.
+                unsafe { out.write(g.unwrap_or_default()) };
                 0
             }
             Ok(_) => {
@@ -228,7 +237,7 @@ pub unsafe extern "C" fn query_gid(
 
 fn gid_entry(ctx: &Ctx, port: u32, index: u32) -> Result<ibv_gid_entry, c_int> {
     Ok(ibv_gid_entry {
-        gid: ibv_gid(gid(ctx, port, index)?),
+        gid: ibv_gid(gid(ctx, port, index)?.ok_or(libc::ENODATA)?),
         gid_index: index,
         port_num: port,
         gid_type: GID_TYPE_ROCE_V2,
@@ -307,7 +316,7 @@ pub unsafe extern "C" fn query_gid_type(
     guard(-1, || {
         // SAFETY: the caller passes an open context.
         match unsafe { Ctx::from_ptr(context) }.and_then(|ctx| gid(ctx, u32::from(port), index)) {
-            Ok(_) if !out.is_null() => {
+            Ok(Some(_)) if !out.is_null() => {
                 // SAFETY: checked non-NULL.
                 unsafe { out.write(SYSFS_ROCE_V2) };
                 0
