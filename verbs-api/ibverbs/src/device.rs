@@ -8,7 +8,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, SYSFS_NAME_MAX};
 use crate::abi::{SYSFS_PATH_MAX, VERBS_ABI_IS_EXTENDED};
 use crate::ffi::{guard, guard_errno, guard_ptr, set_errno, EINVAL, ENOENT, ENOMEM};
-use crate::{cq, cq_ex, mw, post, qp_ex, query};
+use crate::{cq, cq_ex, mw, pd, post, qp_ex, query};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -267,6 +267,7 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.query_device_ex = Some(query::query_device_ex);
         vctx.create_cq_ex = Some(cq_ex::create_cq_ex);
         vctx.create_qp_ex = Some(qp_ex::create_qp_ex);
+        vctx.advise_mr = Some(pd::advise_mr);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();

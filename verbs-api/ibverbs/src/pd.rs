@@ -58,6 +58,16 @@ pub struct Mr {
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access flags a device may ignore.
 const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
+/// `IBV_ACCESS_ON_DEMAND` and `IBV_ACCESS_HUGETLB`: uroce never pins
+/// memory (the HCA reaches the application's pages as they are, faulting
+/// them in like any access), so every registration is on demand, and a
+/// huge-page mapping is memory like any other.
+const ACCESS_ON_DEMAND_HUGETLB: c_int = 0x40 | 0x80;
+
+/// The device's access flags for the C ones (of an MR or a QP).
+pub fn device_access(access: c_int) -> Access {
+    Access((access & !(ACCESS_OPTIONAL | ACCESS_ON_DEMAND_HUGETLB)) as u32)
+}
 
 fn register(
     pd: *mut ibv_pd,
@@ -69,7 +79,7 @@ fn register(
     guard_ptr(|| {
         // SAFETY: the caller passes a live PD.
         let p = unsafe { Pd::from_ptr(pd) }?;
-        let access = Access((access & !ACCESS_OPTIONAL) as u32);
+        let access = device_access(access);
         if addr.is_null() || len == 0 {
             return Err(EINVAL);
         }
@@ -138,6 +148,24 @@ pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
         Ok(())
     })
+}
+
+/// `verbs_context.advise_mr` (the inline `ibv_advise_mr`): a prefetch
+/// hint, with nothing to do (the HCA reaches the pages when it needs
+/// them; nothing is pinned or mapped ahead).
+pub unsafe extern "C" fn advise_mr(
+    pd: *mut ibv_pd,
+    advice: c_int,
+    _flags: u32,
+    _sg_list: *mut crate::abi::ibv_sge,
+    _num_sge: u32,
+) -> c_int {
+    // IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH, _PREFETCH_WRITE, _PREFETCH_NO_FAULT.
+    match (pd.is_null(), advice) {
+        (false, 0..=2) => 0,
+        (true, _) => EINVAL,
+        _ => libc::EOPNOTSUPP,
+    }
 }
 
 /// An AH: the `ibv_ah` C sees, then the driver's.

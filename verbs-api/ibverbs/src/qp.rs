@@ -5,10 +5,10 @@ use crate::abi::{ibv_srq, ibv_srq_attr, ibv_srq_init_attr};
 use crate::cq::Cq;
 use crate::device::{locked, Ctx};
 use crate::ffi::{errno, guard_errno, guard_ptr, EINVAL};
-use crate::pd::{ah_attr_from_c, ah_attr_to_c, Pd};
+use crate::pd::{ah_attr_from_c, ah_attr_to_c, device_access, Pd};
 use std::os::raw::c_int;
 use std::sync::Mutex;
-use uroce_verbs::{Access, AttrMask, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
+use uroce_verbs::{AttrMask, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
 
 /// The bytes of one SGE in a send WQE: a QP that asks for less inline
 /// data gets this much (as rxe, whose inline space is its SGE space).
@@ -164,7 +164,7 @@ fn qp_attr_from_c(a: &ibv_qp_attr, mask: AttrMask) -> Result<QpAttr, c_int> {
     attr.rq_psn = a.rq_psn;
     attr.sq_psn = a.sq_psn;
     attr.dest_qp_num = a.dest_qp_num;
-    attr.qp_access_flags = Access(a.qp_access_flags);
+    attr.qp_access_flags = device_access(a.qp_access_flags as c_int);
     attr.cap = QpCap {
         max_send_wr: a.cap.max_send_wr,
         max_recv_wr: a.cap.max_recv_wr,

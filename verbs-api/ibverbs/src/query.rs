@@ -25,6 +25,13 @@ const GID_TYPE_ROCE_V2: u32 = 2;
 /// first (link-local, IPv4-mapped), the rest empty (as rxe's table of
 /// 1024 is mostly empty: an empty slot reads as zeros, or ENODATA).
 const GID_TABLE_SLOTS: u32 = 16;
+/// `IBV_ODP_SUPPORT`, and the operations each transport takes on an
+/// on-demand region (`IBV_ODP_SUPPORT_SEND`, `_RECV`, `_WRITE`, `_READ`,
+/// `_ATOMIC`, `_SRQ_RECV`).
+const ODP_SUPPORT: u64 = 1;
+const RC_ODP_CAPS: u64 = 0x3f;
+const UC_ODP_CAPS: u64 = 0x07;
+const UD_ODP_CAPS: u64 = 0x03;
 /// The default P_Key.
 const DEFAULT_PKEY: u16 = 0xffff;
 
@@ -112,6 +119,9 @@ pub unsafe extern "C" fn query_device_ex(
         let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
         ex.orig_attr = device_attr(ctx)?;
         ex.device_cap_flags_ex = u64::from(DEVICE_CAP_FLAGS);
+        // On-demand paging: uroce never pins memory, so every registration
+        // is on demand (not implicit ones: a region is a range).
+        ex.odp_caps = [ODP_SUPPORT, RC_ODP_CAPS | UC_ODP_CAPS << 32, UD_ODP_CAPS];
         ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
         let ours = std::mem::size_of::<ibv_device_attr_ex>();
         // SAFETY: the caller's struct holds `len` bytes: what we know of it

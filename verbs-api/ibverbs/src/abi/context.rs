@@ -43,6 +43,8 @@ pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type QueryDeviceFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
 pub type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type AdviseMrFn =
+    unsafe extern "C" fn(*mut ibv_pd, c_int, u32, *mut super::ibv_sge, u32) -> c_int;
 pub type CreateCqExFn = unsafe extern "C" fn(
     *mut ibv_context,
     *mut super::ibv_cq_init_attr_ex,
@@ -109,7 +111,7 @@ pub const VERBS_ABI_IS_EXTENDED: *mut c_void = usize::MAX as *mut c_void;
 #[repr(C)]
 pub struct verbs_context {
     pub query_port: Option<QueryPortFn>,
-    pub advise_mr: Unused,
+    pub advise_mr: Option<AdviseMrFn>,
     pub alloc_null_mr: Unused,
     pub read_counters: Unused,
     pub attach_counters_point_flow: Unused,
