@@ -11,9 +11,10 @@ use std::os::raw::c_int;
 
 /// `IBV_WC_STANDARD_FLAGS`: the fields every completion has.
 const STANDARD_WC_FLAGS: u64 = 0x7f;
-/// `IBV_CQ_INIT_ATTR_MASK_FLAGS`: `flags` is set (single-threaded,
-/// ignore overrun: hints uroce may ignore).
-const INIT_ATTR_MASK_FLAGS: u32 = 1;
+/// `IBV_CQ_INIT_ATTR_MASK_FLAGS` (single-threaded, ignore overrun: hints
+/// uroce may ignore) and `IBV_CQ_INIT_ATTR_MASK_PD` (a parent domain whose
+/// allocators the device does not need).
+const INIT_ATTR_MASK_KNOWN: u32 = 1 | 2;
 
 /// Fills the extended functions of a CQ's C face.
 pub fn set_ops(c: &mut ibv_cq_ex) {
@@ -40,7 +41,7 @@ pub unsafe extern "C" fn create_cq_ex(
     guard_ptr(|| {
         // SAFETY: the caller passes an open context and its attributes.
         let (ctx, a) = unsafe { (Ctx::from_ptr(context)?, attr.as_ref().ok_or(EINVAL)?) };
-        if a.wc_flags & !STANDARD_WC_FLAGS != 0 || a.comp_mask & !INIT_ATTR_MASK_FLAGS != 0 {
+        if a.wc_flags & !STANDARD_WC_FLAGS != 0 || a.comp_mask & !INIT_ATTR_MASK_KNOWN != 0 {
             return Err(EOPNOTSUPP);
         }
         let cqe = c_int::try_from(a.cqe).map_err(|_| EINVAL)?;

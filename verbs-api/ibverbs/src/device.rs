@@ -268,6 +268,9 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.create_cq_ex = Some(cq_ex::create_cq_ex);
         vctx.create_qp_ex = Some(qp_ex::create_qp_ex);
         vctx.advise_mr = Some(pd::advise_mr);
+        vctx.alloc_parent_domain = Some(pd::alloc_parent_domain);
+        vctx.alloc_td = Some(pd::alloc_td);
+        vctx.dealloc_td = Some(pd::dealloc_td);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();

@@ -3,6 +3,7 @@
 //! handles.
 
 use crate::abi::{ibv_ah, ibv_ah_attr, ibv_context, ibv_gid, ibv_mr, ibv_pd, ibv_wc};
+use crate::abi::{ibv_parent_domain_init_attr, ibv_td};
 use crate::device::{locked, Ctx};
 use crate::ffi::{errno, guard, guard_errno, guard_ptr, set_errno, EINVAL};
 use std::os::raw::{c_int, c_void};
@@ -14,7 +15,11 @@ use uroce_verbs::{Access, AhAttr, Gid};
 pub struct Pd {
     pub c: ibv_pd,
     pub pd: Mutex<uroce_verbs::Pd>,
+    /// A parent domain: another face of this PD (deallocating it leaves
+    /// the PD alone).
+    pub parent_of: *mut ibv_pd,
 }
+
 
 impl Pd {
     /// # Safety
@@ -33,7 +38,8 @@ pub unsafe extern "C" fn alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
         let ctx = unsafe { Ctx::from_ptr(context) }?;
         let pd = ctx.shared.verbs.alloc_pd().map_err(errno)?;
         let c = ibv_pd { context, handle: pd.index() };
-        Ok(Box::into_raw(Box::new(Pd { c, pd: Mutex::new(pd) })).cast())
+        let parent_of = std::ptr::null_mut();
+        Ok(Box::into_raw(Box::new(Pd { c, pd: Mutex::new(pd), parent_of })).cast())
     })
 }
 
@@ -42,11 +48,53 @@ pub unsafe extern "C" fn dealloc_pd(pd: *mut ibv_pd) -> c_int {
     guard_errno(|| {
         // SAFETY: the caller passes a live PD.
         let p = unsafe { Pd::from_ptr(pd) }?;
-        locked(&p.pd).dealloc().map_err(errno)?;
+        if p.parent_of.is_null() {
+            locked(&p.pd).dealloc().map_err(errno)?;
+        }
         // SAFETY: allocated by alloc_pd; deallocated once.
         drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
         Ok(())
     })
+}
+
+/// `verbs_context.alloc_parent_domain` (the inline
+/// `ibv_alloc_parent_domain`): a face of the PD it names, through which
+/// the program creates objects of that PD. Custom allocators are not
+/// called: the device allocates its queues itself.
+pub unsafe extern "C" fn alloc_parent_domain(
+    context: *mut ibv_context,
+    attr: *mut ibv_parent_domain_init_attr,
+) -> *mut ibv_pd {
+    guard_ptr(|| {
+        // SAFETY: the caller passes its attributes and a live PD in them.
+        let a = unsafe { attr.as_ref() }.ok_or(EINVAL)?;
+        // SAFETY: as above.
+        let p = unsafe { Pd::from_ptr(a.pd) }?;
+        // IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS, _PD_CONTEXT.
+        if a.comp_mask & !3 != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let shared = locked(&p.pd).share();
+        let c = ibv_pd { context, handle: p.c.handle };
+        let pd = Pd { c, pd: Mutex::new(shared), parent_of: a.pd };
+        Ok(Box::into_raw(Box::new(pd)).cast())
+    })
+}
+
+/// `verbs_context.alloc_td` (the inline `ibv_alloc_td`): a thread domain
+/// (a hint about locking, which changes nothing here).
+pub unsafe extern "C" fn alloc_td(context: *mut ibv_context, _attr: *mut c_void) -> *mut ibv_td {
+    Box::into_raw(Box::new(ibv_td { context }))
+}
+
+/// `verbs_context.dealloc_td`.
+pub unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
+    if td.is_null() {
+        return EINVAL;
+    }
+    // SAFETY: allocated by alloc_td; freed once.
+    drop(unsafe { Box::from_raw(td) });
+    0
 }
 
 /// An MR: the `ibv_mr` C sees, then the driver's.

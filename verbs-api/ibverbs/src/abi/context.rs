@@ -43,6 +43,8 @@ pub type DeallocMwFn = unsafe extern "C" fn(*mut ibv_mw) -> c_int;
 pub type QueryDeviceFn = unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int;
 pub type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, usize) -> c_int;
+pub type AllocParentDomainFn =
+    unsafe extern "C" fn(*mut ibv_context, *mut super::ibv_parent_domain_init_attr) -> *mut ibv_pd;
 pub type AdviseMrFn =
     unsafe extern "C" fn(*mut ibv_pd, c_int, u32, *mut super::ibv_sge, u32) -> c_int;
 pub type CreateCqExFn = unsafe extern "C" fn(
@@ -124,9 +126,9 @@ pub struct verbs_context {
     pub destroy_flow_action: Unused,
     pub create_flow_action_esp: Unused,
     pub modify_qp_rate_limit: Unused,
-    pub alloc_parent_domain: Unused,
-    pub dealloc_td: Unused,
-    pub alloc_td: Unused,
+    pub alloc_parent_domain: Option<AllocParentDomainFn>,
+    pub dealloc_td: Option<unsafe extern "C" fn(*mut super::ibv_td) -> c_int>,
+    pub alloc_td: Option<unsafe extern "C" fn(*mut ibv_context, *mut c_void) -> *mut super::ibv_td>,
     pub modify_cq: Unused,
     pub post_srq_ops: Unused,
     pub destroy_rwq_ind_table: Unused,
