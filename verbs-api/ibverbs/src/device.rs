@@ -8,7 +8,7 @@
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, SYSFS_NAME_MAX};
 use crate::abi::{SYSFS_PATH_MAX, VERBS_ABI_IS_EXTENDED};
 use crate::ffi::{guard, guard_errno, guard_ptr, set_errno, EINVAL, ENOENT, ENOMEM};
-use crate::{cq, cq_ex, mw, pd, post, qp_ex, query};
+use crate::{cq, cq_ex, dm, mw, pd, post, qp_ex, query};
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -271,6 +271,9 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.alloc_parent_domain = Some(pd::alloc_parent_domain);
         vctx.alloc_td = Some(pd::alloc_td);
         vctx.dealloc_td = Some(pd::dealloc_td);
+        vctx.alloc_dm = Some(dm::alloc_dm);
+        vctx.free_dm = Some(dm::free_dm);
+        vctx.reg_dm_mr = Some(dm::reg_dm_mr);
         vctx.sz = std::mem::size_of::<verbs_context>();
         vctx.context.device = device;
         vctx.context.ops = ops();

@@ -17,6 +17,7 @@
 //! | `device.rs` | the device list, open and close, the device's sysfs files |
 //! | `query.rs` | `ibv_query_device`, `_port`, `_gid`, `_pkey` and their kin |
 //! | `pd.rs` | protection domains, memory regions, address handles |
+//! | `dm.rs` | device memory: host memory the library allocates, copies and registers zero-based |
 //! | `mw.rs` | memory windows: allocate, bind (type 1 and the type-2 WR), deallocate |
 //! | `cq.rs` | completion queues and channels, polling, events |
 //! | `cq_ex.rs` | the extended CQ: `ibv_create_cq_ex`, `ibv_start_poll`, `ibv_wc_read_*` |
@@ -30,6 +31,7 @@ pub mod abi;
 mod cq;
 mod cq_ex;
 mod device;
+mod dm;
 mod exports;
 mod ffi;
 mod mw;

@@ -20,7 +20,6 @@ pub struct Pd {
     pub parent_of: *mut ibv_pd,
 }
 
-
 impl Pd {
     /// # Safety
     ///
@@ -102,6 +101,9 @@ pub unsafe extern "C" fn dealloc_td(td: *mut ibv_td) -> c_int {
 pub struct Mr {
     pub c: ibv_mr,
     pub mr: Mutex<Option<uroce_verbs::Mr>>,
+    /// The count of MRs on the device memory this MR is on (it goes down
+    /// when this MR is deregistered).
+    pub dm_refs: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// `IBV_ACCESS_OPTIONAL_RANGE`: access flags a device may ignore.
@@ -109,8 +111,9 @@ const ACCESS_OPTIONAL: c_int = 0x3ff0_0000;
 /// `IBV_ACCESS_ON_DEMAND` and `IBV_ACCESS_HUGETLB`: uroce never pins
 /// memory (the HCA reaches the application's pages as they are, faulting
 /// them in like any access), so every registration is on demand, and a
-/// huge-page mapping is memory like any other.
-const ACCESS_ON_DEMAND_HUGETLB: c_int = 0x40 | 0x80;
+/// huge-page mapping is memory like any other. `IBV_ACCESS_ZERO_BASED`:
+/// the region's addresses start at its `iova`, which the library sets.
+const ACCESS_ON_DEMAND_HUGETLB: c_int = 0x40 | 0x80 | 0x20;
 
 /// The device's access flags for the C ones (of an MR or a QP).
 pub fn device_access(access: c_int) -> Access {
@@ -125,28 +128,54 @@ fn register(
     access: c_int,
 ) -> *mut ibv_mr {
     guard_ptr(|| {
-        // SAFETY: the caller passes a live PD.
-        let p = unsafe { Pd::from_ptr(pd) }?;
-        let access = device_access(access);
-        if addr.is_null() || len == 0 {
-            return Err(EINVAL);
-        }
         // SAFETY: the application hands this range to the device until
         // ibv_dereg_mr, as ibv_reg_mr(3) says: the device reads and writes
         // it like DMA while work that uses it is outstanding.
-        let mr = unsafe { locked(&p.pd).reg_mr_raw_iova(addr.cast(), len, iova, access) }
-            .map_err(errno)?;
-        let c = ibv_mr {
-            context: p.c.context,
-            pd,
-            addr,
-            length: len,
-            handle: mr.lkey().0,
-            lkey: mr.lkey().0,
-            rkey: mr.rkey().0,
-        };
-        Ok(Box::into_raw(Box::new(Mr { c, mr: Mutex::new(Some(mr)) })).cast())
+        // IBV_ACCESS_ZERO_BASED: the region's first byte is address 0.
+        let iova = if access & 0x20 != 0 { 0 } else { iova };
+        let mr = unsafe { register_range(pd, addr, len, iova, access, addr, None) }?;
+        Ok(mr.cast())
     })
+}
+
+/// Registers `len` bytes at `host` in `pd` as the region that SGEs and
+/// peers address from `iova`; the C face shows `addr`.
+///
+/// # Safety
+///
+/// As [`uroce_verbs::Pd::reg_mr_raw_iova`]: the range stays allocated and
+/// is the device's (like DMA) until the region is deregistered.
+pub unsafe fn register_range(
+    pd: *mut ibv_pd,
+    host: *mut c_void,
+    len: usize,
+    iova: u64,
+    access: c_int,
+    addr: *mut c_void,
+    dm_refs: Option<std::sync::Arc<std::sync::atomic::AtomicU32>>,
+) -> Result<*mut Mr, c_int> {
+    // SAFETY: the caller passes a live PD.
+    let p = unsafe { Pd::from_ptr(pd) }?;
+    let access = device_access(access);
+    if host.is_null() || len == 0 {
+        return Err(EINVAL);
+    }
+    // SAFETY: the caller's contract.
+    let mr =
+        unsafe { locked(&p.pd).reg_mr_raw_iova(host.cast(), len, iova, access) }.map_err(errno)?;
+    let c = ibv_mr {
+        context: p.c.context,
+        pd,
+        addr,
+        length: len,
+        handle: mr.lkey().0,
+        lkey: mr.lkey().0,
+        rkey: mr.rkey().0,
+    };
+    if let Some(refs) = &dm_refs {
+        refs.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+    Ok(Box::into_raw(Box::new(Mr { c, mr: Mutex::new(Some(mr)), dm_refs })))
 }
 
 /// `ibv_reg_mr` (the 1.1 function; the inline `ibv_reg_mr` of newer
@@ -191,6 +220,9 @@ pub unsafe extern "C" fn dereg_mr(mr: *mut ibv_mr) -> c_int {
         if let Err((inner, e)) = inner.dereg() {
             *locked(&m.mr) = Some(inner);
             return Err(errno(e));
+        }
+        if let Some(refs) = &m.dm_refs {
+            refs.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         }
         // SAFETY: allocated by register; freed once.
         drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });

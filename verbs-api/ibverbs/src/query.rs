@@ -123,6 +123,7 @@ pub unsafe extern "C" fn query_device_ex(
         // is on demand (not implicit ones: a region is a range).
         ex.odp_caps = [ODP_SUPPORT, RC_ODP_CAPS | UC_ODP_CAPS << 32, UD_ODP_CAPS];
         ex.phys_port_cnt_ex = u32::from(ex.orig_attr.phys_port_cnt);
+        ex.max_dm_size = crate::dm::MAX_DM_SIZE;
         let ours = std::mem::size_of::<ibv_device_attr_ex>();
         // SAFETY: the caller's struct holds `len` bytes: what we know of it
         // is copied, the rest (a newer header's fields) zeroed.

@@ -119,9 +119,19 @@ pub struct verbs_context {
     pub attach_counters_point_flow: Unused,
     pub create_counters: Unused,
     pub destroy_counters: Unused,
-    pub reg_dm_mr: Unused,
-    pub alloc_dm: Unused,
-    pub free_dm: Unused,
+    pub reg_dm_mr: Option<
+        unsafe extern "C" fn(
+            *mut ibv_pd,
+            *mut super::ibv_dm,
+            u64,
+            usize,
+            u32,
+        ) -> *mut super::ibv_mr,
+    >,
+    pub alloc_dm: Option<
+        unsafe extern "C" fn(*mut ibv_context, *mut crate::dm::AllocDmAttr) -> *mut super::ibv_dm,
+    >,
+    pub free_dm: Option<unsafe extern "C" fn(*mut super::ibv_dm) -> c_int>,
     pub modify_flow_action_esp: Unused,
     pub destroy_flow_action: Unused,
     pub create_flow_action_esp: Unused,

@@ -64,7 +64,8 @@ layout! {
         post_recv = 208, _compat_async_event = 248,
     },
     verbs_context = 648 {
-        query_port = 0, advise_mr = 8, alloc_null_mr = 16, alloc_parent_domain = 112,
+        query_port = 0, advise_mr = 8, alloc_null_mr = 16, reg_dm_mr = 56, alloc_dm = 64,
+        free_dm = 72, alloc_parent_domain = 112,
         dealloc_td = 120, alloc_td = 128, create_cq_ex = 200, priv_ = 208,
         query_device_ex = 216, open_qp = 256, create_qp_ex = 264, get_srq_num = 272,
         create_srq_ex = 280, open_xrcd = 288, close_xrcd = 296, _ABI_placeholder3 = 304, sz = 312,
@@ -185,6 +186,7 @@ layout! {
     },
     ibv_data_buf = 16 { addr = 0, length = 8, },
     ibv_td = 8 { context = 0, },
+    ibv_dm = 32 { context = 0, memcpy_to_dm = 8, memcpy_from_dm = 16, comp_mask = 24, handle = 28, },
     ibv_parent_domain_init_attr = 48 {
         pd = 0, td = 8, comp_mask = 16, alloc = 24, free = 32, pd_context = 40,
     },

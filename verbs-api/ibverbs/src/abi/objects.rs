@@ -111,3 +111,13 @@ pub struct ibv_parent_domain_init_attr {
     pub free: Option<unsafe extern "C" fn(*mut ibv_pd, *mut c_void, *mut c_void, u64)>,
     pub pd_context: *mut c_void,
 }
+
+/// `struct ibv_dm`.
+#[repr(C)]
+pub struct ibv_dm {
+    pub context: *mut ibv_context,
+    pub memcpy_to_dm: Option<unsafe extern "C" fn(*mut ibv_dm, u64, *const c_void, usize) -> c_int>,
+    pub memcpy_from_dm: Option<unsafe extern "C" fn(*mut c_void, *mut ibv_dm, u64, usize) -> c_int>,
+    pub comp_mask: u32,
+    pub handle: u32,
+}
