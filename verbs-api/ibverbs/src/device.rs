@@ -386,3 +386,18 @@ pub extern "C" fn read_ibdev_sysfs_file() -> c_int {
     set_errno(ENOENT);
     -1
 }
+
+/// Programs call verbs from any thread: what every context shares, and
+/// each object's driver half behind its lock, must be safe to share.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<Shared>();
+    shared::<Mutex<uroce_verbs::Pd>>();
+    shared::<Mutex<Option<uroce_verbs::Mr>>>();
+    shared::<Mutex<Option<uroce_verbs::Mw>>>();
+    shared::<Mutex<Option<uroce_verbs::Cq>>>();
+    shared::<Mutex<Option<uroce_verbs::Qp>>>();
+    shared::<Mutex<Option<uroce_verbs::Srq>>>();
+    shared::<Mutex<Option<uroce_verbs::Ah>>>();
+    shared::<uroce_verbs::CompChannel>();
+};
