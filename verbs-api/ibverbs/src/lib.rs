@@ -16,7 +16,7 @@
 //! | `ffi.rs` | errno, and the guard that keeps panics from crossing into C |
 //! | `device.rs` | the device list, open and close, the device's sysfs files |
 //! | `query.rs` | `ibv_query_device`, `_port`, `_gid`, `_pkey` and their kin |
-//! | `pd.rs` | protection domains, memory regions, address handles |
+//! | `pd.rs` | protection and parent domains, memory regions (`ibv_advise_mr` too), address handles |
 //! | `dm.rs` | device memory: host memory the library allocates, copies and registers zero-based |
 //! | `mw.rs` | memory windows: allocate, bind (type 1 and the type-2 WR), deallocate |
 //! | `cq.rs` | completion queues and channels, polling, events |
