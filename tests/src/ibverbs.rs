@@ -131,11 +131,24 @@ pub fn run_pair(
     port: u16,
     flags: &[&str],
 ) -> (Ended, Ended) {
+    run_pair_env(program, dir, net, port, flags, &[])
+}
+
+/// [`run_pair`] with more environment variables on both sides (faults).
+pub fn run_pair_env(
+    program: &Path,
+    dir: &Path,
+    net: &str,
+    port: u16,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (Ended, Ended) {
     let limit = Duration::from_secs(60);
     let deadline = Instant::now() + limit;
     let (server_addr, client_addr) = (format!("{net}.1"), format!("{net}.2"));
     let port_text = port.to_string();
     let server = on_uroce(program, dir, &server_addr)
+        .envs(env.iter().copied())
         .args(["-p", &port_text])
         .args(flags)
         .spawn()
@@ -145,6 +158,7 @@ pub fn run_pair(
         std::thread::sleep(Duration::from_millis(10));
     }
     let client = on_uroce(program, dir, &client_addr)
+        .envs(env.iter().copied())
         .args(["-p", &port_text])
         .args(flags)
         .arg(&server_addr)

@@ -3,7 +3,9 @@
 //! (each its own device, 127.113.x.1 and .2, and TCP port).
 
 use std::path::PathBuf;
-use uroce_tests::ibverbs::{finish, library_dir, on_uroce, require, run_pair, tool, Ended};
+use uroce_tests::ibverbs::{
+    finish, library_dir, on_uroce, require, run_pair, run_pair_env, tool, Ended,
+};
 
 /// The tool and the library directory, or None (the test skips).
 fn setup(test: &str, name: &str) -> Option<(PathBuf, PathBuf)> {
@@ -118,4 +120,19 @@ fn ibv_srq_pingpong() {
         18719,
         &["-c", "-e", "-n", "300"],
     );
+}
+
+#[test]
+fn ibv_rc_pingpong_over_a_lossy_link() {
+    // 5 % of the packets each side sends are lost: go-back-N recovers, and
+    // the last ACK is answered again after the program's last completion
+    // (the library stays for the peer's retransmissions before a QP goes).
+    let test = "ibv_rc_pingpong_over_a_lossy_link";
+    let Some((program, dir)) = setup(test, "ibv_rc_pingpong") else { return };
+    let flags = ["-g", "1", "-n", "100", "-c"];
+    let env = [("UROCE_FAULTS", "loss=0.05")];
+    let (server, client) = run_pair_env(&program, &dir, "127.113.9", 18721, &flags, &env);
+    for (who, end) in [("server", &server), ("client", &client)] {
+        assert_eq!(end.code, Some(0), "{who} failed:\n{server:#?}\n{client:#?}");
+    }
 }

@@ -146,25 +146,34 @@ pub struct Shared {
 impl Shared {
     /// Moves what the device has queued (an ACK of the last message a QP
     /// received) before a QP goes: a program destroys its QP as soon as
-    /// its last completion arrives.
-    pub fn flush(&self) {
-        for _ in 0..3 {
+    /// its last completion arrives. On a lossy link (faults) that ACK may
+    /// be lost, and the peer's retransmission (a QP timeout, 67 ms, later)
+    /// must still find the QP: stay for a few of its timeouts, as
+    /// `uroce pingpong` does before it closes.
+    pub fn quiesce(&self) {
+        if self.device.has_faults() {
+            self.linger(600);
+        } else {
+            for _ in 0..3 {
+                self.device.progress();
+            }
+        }
+    }
+
+    /// Moves packets for `ms` milliseconds.
+    fn linger(&self, ms: u64) {
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+        while std::time::Instant::now() < until {
             self.device.progress();
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }
 
 impl Drop for Shared {
-    /// Lets the last packets (an ACK) leave before the device stops, and
-    /// answers a peer's retransmissions for a few of its timeouts on a
-    /// lossy link, as `uroce pingpong` does.
+    /// Lets the last packets leave before the device stops.
     fn drop(&mut self) {
-        let linger_ms = if self.device.has_faults() { 600 } else { 20 };
-        let until = std::time::Instant::now() + std::time::Duration::from_millis(linger_ms);
-        while std::time::Instant::now() < until {
-            self.device.progress();
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        self.linger(20);
     }
 }
 

@@ -262,7 +262,9 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         let q = unsafe { Qp::from_ptr(qp) }?;
         // SAFETY: its context is open while it lives.
         let ctx = unsafe { Ctx::from_ptr(q.c.qp_base.context) }?;
-        ctx.shared.flush();
+        if q.c.qp_base.qp_type == c_int::from(QpType::Rc.raw()) {
+            ctx.shared.quiesce();
+        }
         let inner = locked(&q.qp).take().ok_or(EINVAL)?;
         inner.destroy().map_err(errno)?;
         locked(&ctx.shared.qps).remove(&q.c.qp_base.qp_num);
