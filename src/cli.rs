@@ -35,6 +35,10 @@ enum Command {
     Opcodes(crate::opcodes::OpcodesArgs),
     /// A peer of perftest's ib_{send,write,read,atomic}_bw: its flags, its out-of-band exchange, its table.
     Perftest(crate::perftest::PerftestArgs),
+    /// Run an unmodified verbs program (`ibv_devinfo`, `ibv_rc_pingpong`,
+    /// perftest...) on a uroce device: `uroce run [flags] -- PROGRAM
+    /// ARGS...` loads uroce's libibverbs.so.1 into it.
+    Run(crate::run::RunArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
     ///
     /// Every UDP datagram to port 4791 is read as RoCEv2: its transport
@@ -168,6 +172,7 @@ where
         Command::Bench(args) => crate::bench::run(&args, out, err),
         Command::Opcodes(args) => crate::opcodes::run(&args, out, err),
         Command::Perftest(args) => crate::perftest::run(&args, out, err),
+        Command::Run(args) => crate::run::run(&args, err),
         Command::Decode { file, format } => decode::run(&file, format, out, err),
         Command::Sim {
             seed,

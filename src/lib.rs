@@ -11,5 +11,6 @@ pub mod oob;
 pub mod opcodes;
 pub mod perftest;
 pub mod pingpong;
+pub mod run;
 pub mod swarm;
 pub mod world;

@@ -27,7 +27,19 @@ impl Pd {
     /// Registers host memory at `addr` as an MR (`owned`: the MR frees it
     /// when deregistered). The caller undoes its own allocation on error.
     fn register(&self, addr: u64, length: u64, access: Access, owned: bool) -> Result<Mr> {
-        let command = Command::RegMr { pd: self.index, addr, length, iova: addr, access };
+        self.register_at(addr, length, addr, access, owned)
+    }
+
+    /// [`Pd::register`] with the region at virtual address `iova`.
+    fn register_at(
+        &self,
+        addr: u64,
+        length: u64,
+        iova: u64,
+        access: Access,
+        owned: bool,
+    ) -> Result<Mr> {
+        let command = Command::RegMr { pd: self.index, addr, length, iova, access };
         match self.ctx.command(command)? {
             Reply::Mr { lkey, rkey } => Ok(Mr {
                 ctx: self.ctx.clone(),
@@ -53,12 +65,30 @@ impl Pd {
     /// and before its completion, or while a peer holds its R_Key): the
     /// device reads and writes it at any time, like DMA.
     pub unsafe fn reg_mr_raw(&self, ptr: *mut u8, length: usize, access: Access) -> Result<Mr> {
+        // SAFETY: the caller's contract is reg_mr_raw_iova's.
+        unsafe { self.reg_mr_raw_iova(ptr, length, ptr.addr() as u64, access) }
+    }
+
+    /// [`Pd::reg_mr_raw`] with the region's first byte at virtual address
+    /// `iova` (`ibv_reg_mr_iova2`): SGEs and remote peers address the
+    /// region from `iova`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Pd::reg_mr_raw`].
+    pub unsafe fn reg_mr_raw_iova(
+        &self,
+        ptr: *mut u8,
+        length: usize,
+        iova: u64,
+        access: Access,
+    ) -> Result<Mr> {
         let host = self.ctx.host();
         // SAFETY: the caller's contract above is the one register_external
         // asks for.
         let addr = unsafe { host.register_external(ptr, length) }
             .map_err(|_| Error::Invalid("this device cannot register external memory"))?;
-        self.register(addr, length as u64, access, false).inspect_err(|_| {
+        self.register_at(addr, length as u64, iova, access, false).inspect_err(|_| {
             host.unregister_external(addr);
         })
     }
@@ -174,8 +204,9 @@ impl Mw {
     pub fn set_rkey(&self, rkey: Rkey) {
         self.rkey.set(rkey);
     }
-    /// `ibv_dealloc_mw`.
-    pub fn dealloc(self) -> Result<()> {
+    /// `ibv_dealloc_mw`. After it succeeds the window is gone: drop it
+    /// (a failure leaves it allocated).
+    pub fn dealloc(&self) -> Result<()> {
         self.ctx.command(Command::DeallocMw { rkey: self.rkey.get().0 })?;
         Ok(())
     }

@@ -40,6 +40,13 @@ impl Pd {
         }
     }
 
+    /// Another handle on this protection domain (what a parent domain of
+    /// libibverbs is: objects created through it belong to this PD).
+    /// Deallocating the PD stays the job of this handle.
+    pub fn share(&self) -> Pd {
+        Pd { ctx: self.ctx.clone(), index: self.index, freed: Cell::new(false) }
+    }
+
     /// `ibv_dealloc_pd`: refused (EBUSY) while anything uses the PD.
     pub fn dealloc(&self) -> Result<()> {
         self.ctx.command(Command::DeallocPd { pd: self.index })?;

@@ -68,4 +68,17 @@ impl Srq {
         self.ctx.command(Command::ModifySrq { srq: self.index, limit })?;
         Ok(())
     }
+
+    /// The SRQ's index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// `ibv_destroy_srq`: refused (EBUSY) while QPs use it. After it
+    /// succeeds the SRQ is gone: drop it.
+    pub fn destroy(&self) -> Result<()> {
+        self.ctx.command(Command::DestroySrq { srq: self.index })?;
+        self.ctx.free_ring(self.ring.desc());
+        Ok(())
+    }
 }

@@ -1,0 +1,132 @@
+//! `uroce run -- PROGRAM ARGS...`: runs an unmodified verbs program on a
+//! uroce device. It points the dynamic linker at uroce's `libibverbs.so.1`
+//! (built beside the `uroce` binary: `cargo build` builds both), sets the
+//! device's configuration (`UROCE_*`) from the flags, and replaces itself
+//! with the program (`docs/libibverbs.md`).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+/// `uroce run` flags: the device's configuration, then the program.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The device's address, `IP` or `IP/prefix` (UROCE_ADDR; default
+    /// 127.0.0.1).
+    #[arg(long, value_name = "IP")]
+    pub addr: Option<String>,
+    /// The L2 transport: `<local ip:port>,<remote ip:port>` (UROCE_LINK).
+    #[arg(long, value_name = "LOCAL,REMOTE", conflicts_with = "tap")]
+    pub link: Option<String>,
+    /// The L2 transport over a TAP interface (UROCE_TAP).
+    #[arg(long, value_name = "IF")]
+    pub tap: Option<String>,
+    /// The link MTU of the L2 transport (UROCE_MTU).
+    #[arg(long, value_name = "N")]
+    pub mtu: Option<u32>,
+    /// Faults on outgoing packets (UROCE_FAULTS; see `docs/runtime.md`).
+    #[arg(long, value_name = "SPEC")]
+    pub faults: Option<String>,
+    /// Write every packet to this pcap file (UROCE_CAPTURE).
+    #[arg(long, value_name = "FILE.pcap")]
+    pub capture: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub program: Vec<OsString>,
+}
+
+/// The library's file name as cargo builds it.
+const LIBRARY: &str = "libibverbs.so";
+
+/// Where the library is: `UROCE_LIBIBVERBS` if set, else beside the
+/// running `uroce` (target/<profile>/).
+fn library() -> Result<PathBuf, String> {
+    if let Some(path) = std::env::var_os("UROCE_LIBIBVERBS") {
+        return Ok(PathBuf::from(path));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("where is uroce? {e}"))?;
+    let dir = exe.parent().ok_or("uroce has no directory")?;
+    Ok(dir.join(LIBRARY))
+}
+
+/// A directory holding `libibverbs.so.1` → `lib`, made beside it
+/// (`uroce-lib/`), for `LD_LIBRARY_PATH`. The link is replaced atomically
+/// (a link of a name of its own, renamed), so runs started together agree.
+pub fn library_dir(lib: &Path) -> Result<PathBuf, String> {
+    let lib = lib.canonicalize().map_err(|e| {
+        format!(
+            "uroce's libibverbs is not at {}: {e} (build it: cargo build -p uroce-ibverbs, \
+             or set UROCE_LIBIBVERBS)",
+            lib.display()
+        )
+    })?;
+    let base = lib.parent().ok_or("the library has no directory")?;
+    let dir = base.join("uroce-lib");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = dir.join(format!(".libibverbs.so.1.{}.{n}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(&lib, &tmp)
+            .and_then(|()| std::fs::rename(&tmp, &link))
+            .map_err(|e| format!("linking {}: {e}", link.display()))?;
+    }
+    Ok(dir)
+}
+
+/// The `UROCE_*` variables the flags ask for.
+fn variables(args: &RunArgs) -> Vec<(&'static str, OsString)> {
+    let mut vars = Vec::new();
+    let mut set = |name, value: Option<OsString>| {
+        if let Some(v) = value {
+            vars.push((name, v));
+        }
+    };
+    set("UROCE_ADDR", args.addr.clone().map(Into::into));
+    set("UROCE_LINK", args.link.clone().map(Into::into));
+    set("UROCE_TAP", args.tap.clone().map(Into::into));
+    set("UROCE_MTU", args.mtu.map(|m| m.to_string().into()));
+    set("UROCE_FAULTS", args.faults.clone().map(Into::into));
+    set("UROCE_CAPTURE", args.capture.clone().map(Into::into));
+    vars
+}
+
+/// Runs `uroce run`: returns only on failure (the program replaces it).
+pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
+    let vars = variables(args);
+    // The configuration the library will read, checked now: a mistake is
+    // reported here rather than as a program that finds no device.
+    let lookup = |name: &str| match vars.iter().find(|(n, _)| *n == name) {
+        Some((_, v)) => v.to_str().map(str::to_owned),
+        None => std::env::var(name).ok(),
+    };
+    if let Err(e) = uroce_net::udp::UdpConfig::from_vars(lookup) {
+        let _ = writeln!(err, "uroce run: {e}");
+        return 2;
+    }
+    let dir = match library().and_then(|lib| library_dir(&lib)) {
+        Ok(dir) => dir,
+        Err(e) => {
+            let _ = writeln!(err, "uroce run: {e}");
+            return 2;
+        }
+    };
+    let mut path = OsString::from(dir.as_os_str());
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let mut command = std::process::Command::new(&args.program[0]);
+    command.args(&args.program[1..]).env("LD_LIBRARY_PATH", path).envs(vars);
+    let e = command.exec();
+    let _ = writeln!(err, "uroce run: {}: {e}", args.program[0].to_string_lossy());
+    127
+}

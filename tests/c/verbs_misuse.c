@@ -1,0 +1,164 @@
+/* Misuse of the verbs from C, on uroce's libibverbs.so.1: each case prints
+ * `case <name> <result>`; the test compares the results with what
+ * libibverbs documents. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CASE(name, fmt, ...) printf("case %s " fmt "\n", name, __VA_ARGS__)
+
+int main(void)
+{
+	int num = 0;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	if (!list || num < 1) { printf("no device\n"); return 1; }
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!ctx) { printf("open failed %d\n", errno); return 1; }
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+	char *buf = calloc(1, 4096);
+	struct ibv_mr *mr = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_MW_BIND);
+	if (!pd || !cq || !mr) { printf("setup failed %d\n", errno); return 1; }
+	struct ibv_qp_init_attr init = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &init);
+	if (!qp) { printf("create_qp failed %d\n", errno); return 1; }
+
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_send_wr *bad = NULL;
+	int rc = ibv_post_send(qp, &wr, &bad);
+	CASE("post_send_reset", "%d %s", rc, bad == NULL ? "null" : bad == &wr ? "wr" : "other");
+
+	struct ibv_recv_wr rwr = { .wr_id = 2, .sg_list = &sge, .num_sge = 1 };
+	struct ibv_recv_wr *rbad = NULL;
+	rc = ibv_post_recv(qp, &rwr, &rbad);
+	CASE("post_recv_reset", "%d", rc);
+
+	rc = ibv_destroy_cq(cq);
+	CASE("destroy_cq_in_use", "%d", rc);
+
+	rc = ibv_dealloc_pd(pd);
+	CASE("dealloc_pd_in_use", "%d", rc);
+
+	/* A bad state number and a bad MTU. */
+	struct ibv_qp_attr attr = { .qp_state = 42 };
+	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+	CASE("modify_bad_state", "%d", rc);
+
+	/* RESET -> RTS directly is not a legal transition. */
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_RTS;
+	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE);
+	CASE("modify_reset_to_rts", "%d", rc);
+
+	/* Connect the QP to itself (same device), then overfill its send queue
+	 * (max_send_wr 2) and post a bad lkey. */
+	union ibv_gid gid;
+	ibv_query_gid(ctx, 1, 1, &gid);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_INIT; attr.port_num = 1;
+	attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_RTR; attr.path_mtu = IBV_MTU_1024; attr.dest_qp_num = qp->qp_num;
+	attr.max_dest_rd_atomic = 1; attr.min_rnr_timer = 12;
+	attr.ah_attr.is_global = 1; attr.ah_attr.grh.dgid = gid; attr.ah_attr.grh.sgid_index = 1;
+	attr.ah_attr.grh.hop_limit = 64; attr.ah_attr.port_num = 1;
+	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_RTS; attr.timeout = 14; attr.retry_cnt = 7; attr.rnr_retry = 7;
+	attr.max_rd_atomic = 1;
+	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	CASE("connect_to_itself", "%d", rc);
+
+	struct ibv_send_wr chain[3];
+	for (int i = 0; i < 3; i++) {
+		chain[i] = wr;
+		chain[i].wr_id = 10 + i;
+		chain[i].opcode = IBV_WR_RDMA_WRITE;
+		chain[i].wr.rdma.remote_addr = (uintptr_t)buf + 2048;
+		chain[i].wr.rdma.rkey = mr->rkey;
+		chain[i].next = i < 2 ? &chain[i + 1] : NULL;
+	}
+	bad = NULL;
+	rc = ibv_post_send(qp, chain, &bad);
+	CASE("post_send_overflow", "%d %ld", rc, bad ? (long)(bad - chain) : -1L);
+
+	struct ibv_wc wc[4];
+	int got = 0;
+	for (int spin = 0; spin < 2000000 && got < 2; spin++) {
+		int n = ibv_poll_cq(cq, 4 - got, wc + got);
+		if (n < 0) break;
+		got += n;
+	}
+	CASE("write_to_itself", "%d %d %d", got, got > 0 ? wc[0].status : -1, got > 1 ? wc[1].status : -1);
+
+	/* A type-1 window bound through the QP, then written through. */
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+	uint32_t old_rkey = mw ? mw->rkey : 0;
+	struct ibv_mw_bind mb = { .wr_id = 50, .send_flags = IBV_SEND_SIGNALED,
+		.bind_info = { .mr = mr, .addr = (uintptr_t)buf + 1024, .length = 1024,
+			       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
+	rc = mw ? ibv_bind_mw(qp, mw, &mb) : -1;
+	got = 0;
+	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0) break;
+		got += n;
+	}
+	CASE("bind_mw", "%d %d %d %s", rc, got, got ? wc[0].status : -1,
+	     mw && mw->rkey != old_rkey ? "new_rkey" : "same_rkey");
+	struct ibv_send_wr mwr = chain[0];
+	mwr.next = NULL; mwr.wr_id = 51;
+	mwr.wr.rdma.remote_addr = (uintptr_t)buf + 1024;
+	mwr.wr.rdma.rkey = mw ? mw->rkey : 0;
+	buf[0] = 'x';
+	bad = NULL;
+	rc = ibv_post_send(qp, &mwr, &bad);
+	got = 0;
+	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0) break;
+		got += n;
+	}
+	CASE("write_through_mw", "%d %d %d %c", rc, got, got ? wc[0].status : -1, buf[1024]);
+	rc = mw ? ibv_dealloc_mw(mw) : -1;
+	CASE("dealloc_mw", "%d", rc);
+
+	/* A bad lkey: an error completion (local protection error). */
+	struct ibv_sge bad_sge = sge;
+	bad_sge.lkey = mr->lkey ^ 0x5500;
+	struct ibv_send_wr bwr = chain[0];
+	bwr.next = NULL; bwr.sg_list = &bad_sge; bwr.wr_id = 99;
+	bad = NULL;
+	rc = ibv_post_send(qp, &bwr, &bad);
+	got = 0;
+	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
+		int n = ibv_poll_cq(cq, 1, wc);
+		if (n < 0) break;
+		got += n;
+	}
+	CASE("bad_lkey", "%d %d %s", rc, got, got ? ibv_wc_status_str(wc[0].status) : "none");
+
+	/* Unsupported verbs answer EOPNOTSUPP, never crash. */
+	rc = ibv_resize_cq(cq, 32);
+	CASE("resize_cq", "%d", rc);
+
+	rc = ibv_destroy_qp(qp);
+	rc |= ibv_dereg_mr(mr);
+	rc |= ibv_destroy_cq(cq);
+	rc |= ibv_dealloc_pd(pd);
+	rc |= ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	CASE("teardown", "%d", rc);
+	return 0;
+}
