@@ -4,6 +4,11 @@
 //! memory holds after it.
 
 use super::*;
+use std::time::Duration;
+
+/// How long a UC WRITE target waits for the client's last packets before
+/// checking what it holds (`--check`).
+const UC_LANDING_WAIT: Duration = Duration::from_secs(2);
 
 impl Traffic for Rdma {
     fn my_dests(&self) -> Vec<Dest> {
@@ -170,11 +175,30 @@ impl Traffic for Rdma {
             match self.plan.verb {
                 Verb::Atomic => self.check_atomic_target(q, per_qp)?,
                 Verb::Write if self.plan.check => {
-                    for k in 0..per_qp.min(self.layout.slots(size)) {
-                        let offset = self.layout.offset(size, k);
-                        let what = format!("WRITE #{k} of QP #{q}");
-                        self.check_data(&what, self.region(q) + offset, offset, size as usize)?;
+                    let check = || {
+                        for k in 0..per_qp.min(self.layout.slots(size)) {
+                            let offset = self.layout.offset(size, k);
+                            let what = format!("WRITE #{k} of QP #{q}");
+                            self.check_data(&what, self.region(q) + offset, offset, size as usize)?;
+                        }
+                        Ok::<(), String>(())
+                    };
+                    // An RC client's last completion means its WRITEs were
+                    // acknowledged, so they are here. A UC client's means
+                    // only that they were sent: its last packets may still
+                    // be on their way (the report crosses TCP, which can be
+                    // quicker), so a UC check waits for them a while; a
+                    // WRITE that never lands still fails it.
+                    let deadline = Instant::now() + UC_LANDING_WAIT;
+                    let mut result = check();
+                    while result.is_err()
+                        && self.plan.connection == Connection::Uc
+                        && Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(10));
+                        result = check();
                     }
+                    result?;
                 }
                 Verb::Read if self.plan.check => {
                     // READs leave the buffer as it was.
