@@ -16,13 +16,8 @@ impl<E: Endpoint> Fabric<E> {
         let packet = self.next_packet_number();
         let now = self.now;
         self.counters.sent += 1;
-        self.trace.record(TraceEvent::Send {
-            at: now,
-            packet,
-            from,
-            len: bytes.len(),
-            digest: Fnv64::digest(&bytes),
-        });
+        let digest = Fnv64::digest(&bytes);
+        self.trace.record(TraceEvent::Send { at: now, packet, from, len: bytes.len(), digest });
         let to = self.route(destination);
         if let Some(capture) = self.capture.as_mut().filter(|c| c.point().sent()) {
             capture.write(now, from, to, &bytes);
@@ -64,7 +59,7 @@ impl<E: Endpoint> Fabric<E> {
         }
         for (slot, copy_fate) in copies.into_iter().zip(fate.copies) {
             if let Some((number, bytes)) = slot {
-                let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns };
+                let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns, digest };
                 self.launch(number, bytes, hop, copy_fate);
             }
         }
@@ -72,10 +67,12 @@ impl<E: Endpoint> Fabric<E> {
 
     /// Corrupts, delays and puts one copy in flight.
     fn launch(&mut self, packet: u64, mut bytes: Vec<u8>, hop: Hop, fate: CopyFate) {
-        let Hop { from, to, departs_at, rule_delay_ns } = hop;
+        let Hop { from, to, departs_at, rule_delay_ns, digest } = hop;
         let now = self.now;
         let faults = self.config.faults;
+        let mut digest = Some(digest);
         if let Some(bit_index) = fate.corrupt(&faults, &mut bytes) {
+            digest = None;
             self.counters.corrupted += 1;
             self.trace.record(TraceEvent::Corrupt { at: now, packet, bit_index });
         }
@@ -105,7 +102,7 @@ impl<E: Endpoint> Fabric<E> {
             return;
         }
         let arrives_at = departs_at.plus_nanos(self.config.latency_ns).plus_nanos(extra_ns);
-        self.in_flight.insert((arrives_at, packet), InFlight { from, to, bytes });
+        self.in_flight.insert((arrives_at, packet), InFlight { from, to, bytes, digest });
     }
 
     /// Offers a packet to every active rule; returns what the rules that
@@ -177,6 +174,8 @@ struct Hop {
     departs_at: Instant,
     /// Extra delay the rules asked for.
     rule_delay_ns: u64,
+    /// FNV-1a 64 of the bytes as sent.
+    digest: u64,
 }
 
 /// What the rules that fired on a packet want done.
