@@ -503,13 +503,14 @@ impl<E: Endpoint> Fabric<E> {
             }
             let InFlight { from, to, bytes, digest } = entry.remove();
             self.counters.delivered += 1;
+            let digest = digest.unwrap_or_else(|| self.packet_digest(&bytes));
             self.trace.record(TraceEvent::Deliver {
                 at: self.now,
                 packet,
                 from,
                 to,
                 len: bytes.len(),
-                digest: digest.unwrap_or_else(|| Fnv64::digest(&bytes)),
+                digest,
             });
             if let Some(capture) = self.capture.as_mut().filter(|c| c.point().delivered()) {
                 capture.write(self.now, from, Some(to), &bytes);
@@ -553,6 +554,16 @@ impl<E: Endpoint> Fabric<E> {
             }
             // The bound was reached: the rest goes next step, at this time.
             self.backlog |= !drained;
+        }
+    }
+
+    /// The digest a trace event carries for `bytes`
+    /// ([`FabricConfig::trace_packet_digests`]).
+    pub(super) fn packet_digest(&self, bytes: &[u8]) -> u64 {
+        if self.config.trace_packet_digests {
+            Fnv64::digest(bytes)
+        } else {
+            0
         }
     }
 

@@ -4,7 +4,7 @@
 
 use super::{Fabric, InFlight, MAX_POOLED_BUFFERS};
 use crate::rule::{Action, BthFacts, PacketFacts};
-use crate::trace::{DelayReason, DropReason, Fnv64, TraceEvent};
+use crate::trace::{DelayReason, DropReason, TraceEvent};
 use crate::NodeId;
 use core::net::IpAddr;
 use uroce_faults::{CopyFate, Fate};
@@ -16,7 +16,7 @@ impl<E: Endpoint> Fabric<E> {
         let packet = self.next_packet_number();
         let now = self.now;
         self.counters.sent += 1;
-        let digest = Fnv64::digest(&bytes);
+        let digest = self.packet_digest(&bytes);
         self.trace.record(TraceEvent::Send { at: now, packet, from, len: bytes.len(), digest });
         let to = self.route(destination);
         if let Some(capture) = self.capture.as_mut().filter(|c| c.point().sent()) {
