@@ -3,9 +3,11 @@
 //! through the rules, the faults and the latency).
 
 mod config;
+mod packet;
 mod send;
 
 pub use config::{FabricConfig, FabricCounters};
+use packet::Packet;
 
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
@@ -35,7 +37,7 @@ const MAX_POOLED_BUFFERS: usize = 1 << 10;
 struct InFlight {
     from: NodeId,
     to: NodeId,
-    bytes: Vec<u8>,
+    bytes: Packet,
     /// FNV-1a 64 of `bytes`, known while they are as sent (not corrupted):
     /// the delivery's trace event reuses it instead of hashing again.
     digest: Option<u64>,
@@ -151,7 +153,7 @@ impl<E: Endpoint> Fabric<E> {
     /// faults, rules and latency every packet meets.
     pub fn inject(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
         self.check_node(from);
-        self.send(from, destination, bytes);
+        self.send(from, destination, Packet::from_vec(bytes));
     }
 
     // ----- reading -----
@@ -538,9 +540,13 @@ impl<E: Endpoint> Fabric<E> {
             let mut drained = false;
             for _ in 0..self.config.max_transmits_per_poll {
                 let mut buf = self.pool.pop().unwrap_or_default();
-                buf.resize(MAX_PACKET_LEN, 0);
-                let Some(transmit) = self.endpoints[i].poll_transmit(self.now, &mut buf) else {
-                    self.recycle(buf);
+                if buf.len() < MAX_PACKET_LEN {
+                    buf.resize(MAX_PACKET_LEN, 0);
+                }
+                let Some(transmit) =
+                    self.endpoints[i].poll_transmit(self.now, &mut buf[..MAX_PACKET_LEN])
+                else {
+                    self.recycle_buffer(buf);
                     drained = true;
                     break;
                 };
@@ -549,8 +555,7 @@ impl<E: Endpoint> Fabric<E> {
                     "node {i} transmitted {} bytes, more than MAX_PACKET_LEN",
                     transmit.len
                 );
-                buf.truncate(transmit.len);
-                self.send(NodeId(i), transmit.destination, buf);
+                self.send(NodeId(i), transmit.destination, Packet::new(buf, transmit.len));
             }
             // The bound was reached: the rest goes next step, at this time.
             self.backlog |= !drained;

@@ -2,7 +2,7 @@
 //! whether it is dropped, duplicated, corrupted or delayed, then it flies
 //! for the fabric's latency.
 
-use super::{Fabric, InFlight, MAX_POOLED_BUFFERS};
+use super::{Fabric, InFlight, Packet, MAX_POOLED_BUFFERS};
 use crate::rule::{Action, BthFacts, PacketFacts};
 use crate::trace::{DelayReason, DropReason, TraceEvent};
 use crate::NodeId;
@@ -12,7 +12,7 @@ use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;
 
 impl<E: Endpoint> Fabric<E> {
-    pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
+    pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Packet) {
         let packet = self.next_packet_number();
         let now = self.now;
         self.counters.sent += 1;
@@ -50,9 +50,8 @@ impl<E: Endpoint> Fabric<E> {
         let mut copies = [Some((packet, bytes)), None];
         if effects.duplicate || fate.duplicated(&faults) {
             let copy = self.next_packet_number();
-            let mut second = self.pool.pop().unwrap_or_default();
-            second.clear();
-            second.extend_from_slice(copies[0].as_ref().map_or(&[][..], |(_, b)| b));
+            let buf = self.pool.pop().unwrap_or_default();
+            let second = Packet::copy_of(buf, copies[0].as_ref().map_or(&[][..], |(_, b)| b));
             self.counters.duplicated += 1;
             self.trace.record(TraceEvent::Duplicate { at: now, packet, copy });
             copies[1] = Some((copy, second));
@@ -66,7 +65,7 @@ impl<E: Endpoint> Fabric<E> {
     }
 
     /// Corrupts, delays and puts one copy in flight.
-    fn launch(&mut self, packet: u64, mut bytes: Vec<u8>, hop: Hop, fate: CopyFate) {
+    fn launch(&mut self, packet: u64, mut bytes: Packet, hop: Hop, fate: CopyFate) {
         let Hop { from, to, departs_at, rule_delay_ns, digest } = hop;
         let now = self.now;
         let faults = self.config.faults;
@@ -138,7 +137,7 @@ impl<E: Endpoint> Fabric<E> {
         *free_at
     }
 
-    fn drop_packet(&mut self, packet: u64, reason: DropReason, bytes: Vec<u8>) {
+    fn drop_packet(&mut self, packet: u64, reason: DropReason, bytes: Packet) {
         let c = &mut self.counters;
         match reason {
             DropReason::Loss => c.dropped_loss += 1,
@@ -158,7 +157,11 @@ impl<E: Endpoint> Fabric<E> {
         n
     }
 
-    pub(super) fn recycle(&mut self, buf: Vec<u8>) {
+    pub(super) fn recycle(&mut self, packet: Packet) {
+        self.recycle_buffer(packet.into_buffer());
+    }
+
+    pub(super) fn recycle_buffer(&mut self, buf: Vec<u8>) {
         if self.pool.len() < MAX_POOLED_BUFFERS {
             self.pool.push(buf);
         }
