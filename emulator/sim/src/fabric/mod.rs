@@ -4,10 +4,12 @@
 
 mod config;
 mod packet;
+mod queue;
 mod send;
 
 pub use config::{FabricConfig, FabricCounters};
 use packet::Packet;
+use queue::InFlightQueue;
 
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
@@ -16,7 +18,6 @@ use super::trace::{Fnv64, Trace, TraceEvent};
 use super::NodeId;
 use core::net::IpAddr;
 use core::ops::Range;
-use std::collections::BTreeMap;
 use std::io::Write;
 use uroce_faults::{FaultConfig, SimRng};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
@@ -88,7 +89,7 @@ pub struct Fabric<E: Endpoint> {
     now: Instant,
     rng: SimRng,
     /// Packets in flight, by (delivery time, packet number): a total order.
-    in_flight: BTreeMap<(Instant, u64), InFlight>,
+    in_flight: InFlightQueue,
     /// When each node's port is free again.
     port_free_at: Vec<Instant>,
     next_packet: u64,
@@ -132,7 +133,7 @@ impl<E: Endpoint> Fabric<E> {
             config,
             endpoints,
             now: Instant::ZERO,
-            in_flight: BTreeMap::new(),
+            in_flight: InFlightQueue::default(),
             port_free_at: vec![Instant::ZERO; nodes],
             next_packet: 0,
             outages: Vec::new(),
@@ -408,7 +409,7 @@ impl<E: Endpoint> Fabric<E> {
         if self.backlog {
             return Some(self.now);
         }
-        let delivery = self.in_flight.keys().next().map(|&(at, _)| at);
+        let delivery = self.in_flight.first_key().map(|(at, _)| at);
         let timer = self.endpoints.iter().filter_map(Endpoint::poll_timeout).min();
         let next = match (delivery, timer) {
             (Some(d), Some(t)) => d.min(t),
@@ -498,12 +499,8 @@ impl<E: Endpoint> Fabric<E> {
     }
 
     fn deliver_due(&mut self) {
-        while let Some(entry) = self.in_flight.first_entry() {
-            let &(at, packet) = entry.key();
-            if at > self.now {
-                break;
-            }
-            let InFlight { from, to, bytes, digest } = entry.remove();
+        while let Some(((_, packet), in_flight)) = self.in_flight.pop_due(self.now) {
+            let InFlight { from, to, bytes, digest } = in_flight;
             self.counters.delivered += 1;
             let digest = digest.unwrap_or_else(|| self.packet_digest(&bytes));
             self.trace.record(TraceEvent::Deliver {
