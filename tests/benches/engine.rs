@@ -3,7 +3,10 @@
 //! ICRC on every packet, the fabric's bookkeeping), single thread.
 //!
 //! `cargo bench -p uroce-tests --bench engine` prints one line per case:
-//! `metric=<name> value=<number> unit=<unit>`.
+//! `metric=<name> value=<number> unit=<unit>`. Each case runs twice: as the
+//! swarm runs the fabric (the trace hashes every packet's bytes, FNV-1a,
+//! byte-serial) and, suffixed `_nodigest`, with
+//! `FabricConfig::trace_packet_digests` off: the engine alone.
 
 use std::time::Instant as WallClock;
 use uroce_device::types::{QpType, SendFlags, WrOpcode};
@@ -15,8 +18,20 @@ fn total_packets(w: &World) -> u64 {
     w.nodes.iter().map(|n| n.hca.borrow().counters().sent_pkts).sum()
 }
 
-fn write_stream(messages: u64) {
-    let mut w = World::new(2, FabricConfig::new(1));
+fn fabric(seed: u64, digests: bool) -> FabricConfig {
+    FabricConfig { trace_packet_digests: digests, ..FabricConfig::new(seed) }
+}
+
+fn suffix(digests: bool) -> &'static str {
+    if digests {
+        ""
+    } else {
+        "_nodigest"
+    }
+}
+
+fn write_stream(messages: u64, digests: bool) {
+    let mut w = World::new(2, fabric(1, digests));
     let a = w.qp(0, QpType::Rc, cap(256, 1, 0));
     let b = w.qp(1, QpType::Rc, cap(256, 1, 0));
     let mut t = tuning();
@@ -50,15 +65,16 @@ fn write_stream(messages: u64) {
     }
     let secs = start.elapsed().as_secs_f64();
     let packets = total_packets(&w);
-    println!("metric=engine_write_64k_mtu4096_pps value={:.0} unit=pps", packets as f64 / secs);
+    let s = suffix(digests);
+    println!("metric=engine_write_64k_mtu4096_pps{s} value={:.0} unit=pps", packets as f64 / secs);
     println!(
-        "metric=engine_write_64k_mtu4096_goodput value={:.3} unit=GB/s",
+        "metric=engine_write_64k_mtu4096_goodput{s} value={:.3} unit=GB/s",
         (messages * u64::from(len)) as f64 / secs / 1e9
     );
 }
 
-fn small_sends(messages: u64) {
-    let mut w = World::new(2, FabricConfig::new(2));
+fn small_sends(messages: u64, digests: bool) {
+    let mut w = World::new(2, fabric(2, digests));
     let a = w.qp(0, QpType::Rc, cap(512, 1, 64));
     let b = w.qp(1, QpType::Rc, cap(512, 1, 64));
     w.connect(0, &a, 1, &b, &tuning());
@@ -90,8 +106,9 @@ fn small_sends(messages: u64) {
     }
     let secs = start.elapsed().as_secs_f64();
     let packets = total_packets(&w);
-    println!("metric=engine_send_8b_pps value={:.0} unit=pps", packets as f64 / secs);
-    println!("metric=engine_send_8b_msg_rate value={:.0} unit=msg/s", messages as f64 / secs);
+    let s = suffix(digests);
+    println!("metric=engine_send_8b_pps{s} value={:.0} unit=pps", packets as f64 / secs);
+    println!("metric=engine_send_8b_msg_rate{s} value={:.0} unit=msg/s", messages as f64 / secs);
 }
 
 fn main() {
@@ -99,6 +116,8 @@ fn main() {
     // keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
     let scale = if quick { 1 } else { 20 };
-    write_stream(200 * scale);
-    small_sends(5_000 * scale);
+    for digests in [true, false] {
+        write_stream(200 * scale, digests);
+        small_sends(5_000 * scale, digests);
+    }
 }

@@ -16,7 +16,6 @@
 //! RDMA atomics act on 8-byte words in the host's byte order; the arena
 //! stores them little-endian, as on x86-64.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// An access the memory map does not allow.
@@ -119,11 +118,39 @@ pub const GUARD_GAP: u64 = 1 << 16;
 pub const ARENA_BASE: u64 = 0x1000_0000;
 
 struct Arena {
-    /// Allocations by start address.
-    regions: BTreeMap<u64, Vec<u8>>,
+    /// Allocations, sorted by start address (a sorted vector: the few
+    /// regions of a run are found by a binary search, after a check of
+    /// the one found last, without a tree walk per access).
+    regions: Vec<(u64, Vec<u8>)>,
+    /// Index in `regions` of the last region an access found.
+    last: usize,
     next: u64,
     allocated_bytes: u64,
     faults: u64,
+}
+
+impl Arena {
+    /// The region with the greatest start at or below `addr`, if any: its
+    /// start and bytes.
+    fn find(&mut self, addr: u64) -> Option<(u64, &mut Vec<u8>)> {
+        let last = self.last;
+        let hit = match self.regions.get(last) {
+            Some(&(start, ref bytes))
+                if start <= addr
+                    && addr - start < bytes.len() as u64
+                    && self.regions.get(last + 1).is_none_or(|&(next, _)| next > addr) =>
+            {
+                last
+            }
+            _ => {
+                let i = self.regions.partition_point(|&(s, _)| s <= addr).checked_sub(1)?;
+                self.last = i;
+                i
+            }
+        };
+        let (start, bytes) = &mut self.regions[hit];
+        Some((*start, bytes))
+    }
 }
 
 /// A deterministic host memory made of separate allocations.
@@ -138,7 +165,8 @@ impl SimMemory {
     pub fn new(budget_bytes: u64) -> SimMemory {
         SimMemory {
             arena: Mutex::new(Arena {
-                regions: BTreeMap::new(),
+                regions: Vec::new(),
+                last: 0,
                 next: ARENA_BASE,
                 allocated_bytes: 0,
                 faults: 0,
@@ -180,7 +208,7 @@ impl SimMemory {
     ) -> Result<R, MemFault> {
         let fault = MemFault { addr, len };
         let mut arena = self.lock();
-        let found = arena.regions.range_mut(..=addr).next_back().and_then(|(&start, bytes)| {
+        let found = arena.find(addr).and_then(|(start, bytes)| {
             let offset = addr - start;
             let end = offset.checked_add(len)?;
             (end <= bytes.len() as u64).then(|| f(&mut bytes[offset as usize..end as usize]))
@@ -271,7 +299,8 @@ impl DriverMemory for SimMemory {
             .checked_add(len)
             .and_then(|end| end.checked_add(GUARD_GAP))
             .ok_or(AllocError::OutOfMemory)?;
-        arena.regions.insert(start, vec![0; len as usize]);
+        let at = arena.regions.partition_point(|&(s, _)| s < start);
+        arena.regions.insert(at, (start, vec![0; len as usize]));
         arena.next = next;
         arena.allocated_bytes += len;
         Ok(start)
@@ -279,12 +308,13 @@ impl DriverMemory for SimMemory {
 
     fn free(&self, addr: u64) -> bool {
         let mut arena = self.lock();
-        match arena.regions.remove(&addr) {
-            Some(bytes) => {
+        match arena.regions.binary_search_by_key(&addr, |&(s, _)| s) {
+            Ok(at) => {
+                let (_, bytes) = arena.regions.remove(at);
                 arena.allocated_bytes -= bytes.len() as u64;
                 true
             }
-            None => false,
+            Err(_) => false,
         }
     }
 }

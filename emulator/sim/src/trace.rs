@@ -32,10 +32,31 @@ impl Fnv64 {
         }
     }
 
-    /// Folds in a `u64` as 8 little-endian bytes.
+    /// Folds in a `u64` as 8 little-endian bytes. A zero byte only
+    /// multiplies by the prime (`x ^ 0 = x`), so the value's high zero
+    /// bytes fold in as one multiplication by a power of the prime: the
+    /// same hash as [`Fnv64::write`] of the 8 bytes, in fewer steps.
     pub fn write_u64(&mut self, value: u64) {
-        self.write(&value.to_le_bytes());
+        let significant = 8 - (value.leading_zeros() / 8) as usize;
+        let mut h = self.0;
+        let mut v = value;
+        for _ in 0..significant {
+            h = (h ^ (v & 0xff)).wrapping_mul(Self::PRIME);
+            v >>= 8;
+        }
+        self.0 = h.wrapping_mul(Self::PRIME_POWERS[8 - significant]);
     }
+
+    /// `PRIME^k` for `k` in `0..=8`.
+    const PRIME_POWERS: [u64; 9] = {
+        let mut powers = [1u64; 9];
+        let mut k = 1;
+        while k < 9 {
+            powers[k] = powers[k - 1].wrapping_mul(Self::PRIME);
+            k += 1;
+        }
+        powers
+    };
 
     /// The hash so far.
     pub const fn finish(&self) -> u64 {
@@ -328,6 +349,20 @@ mod tests {
         assert_eq!(Fnv64::digest(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(Fnv64::digest(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(Fnv64::digest(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+
+    #[test]
+    fn write_u64_is_write_of_its_le_bytes() {
+        let values = [0, 1, 0xff, 0x100, 0x1234, 0xdead_beef, 1 << 63, u64::MAX, 0x00ff_0000_0100];
+        for v in values {
+            let mut a = Fnv64::new();
+            a.write(b"x");
+            a.write_u64(v);
+            let mut b = Fnv64::new();
+            b.write(b"x");
+            b.write(&v.to_le_bytes());
+            assert_eq!(a, b, "{v:#x}");
+        }
     }
 
     #[test]

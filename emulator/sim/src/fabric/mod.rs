@@ -3,9 +3,13 @@
 //! through the rules, the faults and the latency).
 
 mod config;
+mod packet;
+mod queue;
 mod send;
 
 pub use config::{FabricConfig, FabricCounters};
+use packet::Packet;
+use queue::InFlightQueue;
 
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
@@ -14,7 +18,6 @@ use super::trace::{Fnv64, Trace, TraceEvent};
 use super::NodeId;
 use core::net::IpAddr;
 use core::ops::Range;
-use std::collections::BTreeMap;
 use std::io::Write;
 use uroce_faults::{FaultConfig, SimRng};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
@@ -35,7 +38,10 @@ const MAX_POOLED_BUFFERS: usize = 1 << 10;
 struct InFlight {
     from: NodeId,
     to: NodeId,
-    bytes: Vec<u8>,
+    bytes: Packet,
+    /// FNV-1a 64 of `bytes`, known while they are as sent (not corrupted):
+    /// the delivery's trace event reuses it instead of hashing again.
+    digest: Option<u64>,
 }
 
 /// A deterministic network of endpoints in one thread, in virtual time.
@@ -83,7 +89,7 @@ pub struct Fabric<E: Endpoint> {
     now: Instant,
     rng: SimRng,
     /// Packets in flight, by (delivery time, packet number): a total order.
-    in_flight: BTreeMap<(Instant, u64), InFlight>,
+    in_flight: InFlightQueue,
     /// When each node's port is free again.
     port_free_at: Vec<Instant>,
     next_packet: u64,
@@ -127,7 +133,7 @@ impl<E: Endpoint> Fabric<E> {
             config,
             endpoints,
             now: Instant::ZERO,
-            in_flight: BTreeMap::new(),
+            in_flight: InFlightQueue::default(),
             port_free_at: vec![Instant::ZERO; nodes],
             next_packet: 0,
             outages: Vec::new(),
@@ -148,7 +154,7 @@ impl<E: Endpoint> Fabric<E> {
     /// faults, rules and latency every packet meets.
     pub fn inject(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
         self.check_node(from);
-        self.send(from, destination, bytes);
+        self.send(from, destination, Packet::from_vec(bytes));
     }
 
     // ----- reading -----
@@ -403,7 +409,7 @@ impl<E: Endpoint> Fabric<E> {
         if self.backlog {
             return Some(self.now);
         }
-        let delivery = self.in_flight.keys().next().map(|&(at, _)| at);
+        let delivery = self.in_flight.first_key().map(|(at, _)| at);
         let timer = self.endpoints.iter().filter_map(Endpoint::poll_timeout).min();
         let next = match (delivery, timer) {
             (Some(d), Some(t)) => d.min(t),
@@ -493,20 +499,17 @@ impl<E: Endpoint> Fabric<E> {
     }
 
     fn deliver_due(&mut self) {
-        while let Some(entry) = self.in_flight.first_entry() {
-            let &(at, packet) = entry.key();
-            if at > self.now {
-                break;
-            }
-            let InFlight { from, to, bytes } = entry.remove();
+        while let Some(((_, packet), in_flight)) = self.in_flight.pop_due(self.now) {
+            let InFlight { from, to, bytes, digest } = in_flight;
             self.counters.delivered += 1;
+            let digest = digest.unwrap_or_else(|| self.packet_digest(&bytes));
             self.trace.record(TraceEvent::Deliver {
                 at: self.now,
                 packet,
                 from,
                 to,
                 len: bytes.len(),
-                digest: Fnv64::digest(&bytes),
+                digest,
             });
             if let Some(capture) = self.capture.as_mut().filter(|c| c.point().delivered()) {
                 capture.write(self.now, from, Some(to), &bytes);
@@ -534,9 +537,13 @@ impl<E: Endpoint> Fabric<E> {
             let mut drained = false;
             for _ in 0..self.config.max_transmits_per_poll {
                 let mut buf = self.pool.pop().unwrap_or_default();
-                buf.resize(MAX_PACKET_LEN, 0);
-                let Some(transmit) = self.endpoints[i].poll_transmit(self.now, &mut buf) else {
-                    self.recycle(buf);
+                if buf.len() < MAX_PACKET_LEN {
+                    buf.resize(MAX_PACKET_LEN, 0);
+                }
+                let Some(transmit) =
+                    self.endpoints[i].poll_transmit(self.now, &mut buf[..MAX_PACKET_LEN])
+                else {
+                    self.recycle_buffer(buf);
                     drained = true;
                     break;
                 };
@@ -545,11 +552,20 @@ impl<E: Endpoint> Fabric<E> {
                     "node {i} transmitted {} bytes, more than MAX_PACKET_LEN",
                     transmit.len
                 );
-                buf.truncate(transmit.len);
-                self.send(NodeId(i), transmit.destination, buf);
+                self.send(NodeId(i), transmit.destination, Packet::new(buf, transmit.len));
             }
             // The bound was reached: the rest goes next step, at this time.
             self.backlog |= !drained;
+        }
+    }
+
+    /// The digest a trace event carries for `bytes`
+    /// ([`FabricConfig::trace_packet_digests`]).
+    pub(super) fn packet_digest(&self, bytes: &[u8]) -> u64 {
+        if self.config.trace_packet_digests {
+            Fnv64::digest(bytes)
+        } else {
+            0
         }
     }
 

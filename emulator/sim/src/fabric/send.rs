@@ -2,9 +2,9 @@
 //! whether it is dropped, duplicated, corrupted or delayed, then it flies
 //! for the fabric's latency.
 
-use super::{Fabric, InFlight, MAX_POOLED_BUFFERS};
+use super::{Fabric, InFlight, Packet, MAX_POOLED_BUFFERS};
 use crate::rule::{Action, BthFacts, PacketFacts};
-use crate::trace::{DelayReason, DropReason, Fnv64, TraceEvent};
+use crate::trace::{DelayReason, DropReason, TraceEvent};
 use crate::NodeId;
 use core::net::IpAddr;
 use uroce_faults::{CopyFate, Fate};
@@ -12,17 +12,12 @@ use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;
 
 impl<E: Endpoint> Fabric<E> {
-    pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
+    pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Packet) {
         let packet = self.next_packet_number();
         let now = self.now;
         self.counters.sent += 1;
-        self.trace.record(TraceEvent::Send {
-            at: now,
-            packet,
-            from,
-            len: bytes.len(),
-            digest: Fnv64::digest(&bytes),
-        });
+        let digest = self.packet_digest(&bytes);
+        self.trace.record(TraceEvent::Send { at: now, packet, from, len: bytes.len(), digest });
         let to = self.route(destination);
         if let Some(capture) = self.capture.as_mut().filter(|c| c.point().sent()) {
             capture.write(now, from, to, &bytes);
@@ -55,27 +50,28 @@ impl<E: Endpoint> Fabric<E> {
         let mut copies = [Some((packet, bytes)), None];
         if effects.duplicate || fate.duplicated(&faults) {
             let copy = self.next_packet_number();
-            let mut second = self.pool.pop().unwrap_or_default();
-            second.clear();
-            second.extend_from_slice(copies[0].as_ref().map_or(&[][..], |(_, b)| b));
+            let buf = self.pool.pop().unwrap_or_default();
+            let second = Packet::copy_of(buf, copies[0].as_ref().map_or(&[][..], |(_, b)| b));
             self.counters.duplicated += 1;
             self.trace.record(TraceEvent::Duplicate { at: now, packet, copy });
             copies[1] = Some((copy, second));
         }
         for (slot, copy_fate) in copies.into_iter().zip(fate.copies) {
             if let Some((number, bytes)) = slot {
-                let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns };
+                let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns, digest };
                 self.launch(number, bytes, hop, copy_fate);
             }
         }
     }
 
     /// Corrupts, delays and puts one copy in flight.
-    fn launch(&mut self, packet: u64, mut bytes: Vec<u8>, hop: Hop, fate: CopyFate) {
-        let Hop { from, to, departs_at, rule_delay_ns } = hop;
+    fn launch(&mut self, packet: u64, mut bytes: Packet, hop: Hop, fate: CopyFate) {
+        let Hop { from, to, departs_at, rule_delay_ns, digest } = hop;
         let now = self.now;
         let faults = self.config.faults;
+        let mut digest = Some(digest);
         if let Some(bit_index) = fate.corrupt(&faults, &mut bytes) {
+            digest = None;
             self.counters.corrupted += 1;
             self.trace.record(TraceEvent::Corrupt { at: now, packet, bit_index });
         }
@@ -105,7 +101,7 @@ impl<E: Endpoint> Fabric<E> {
             return;
         }
         let arrives_at = departs_at.plus_nanos(self.config.latency_ns).plus_nanos(extra_ns);
-        self.in_flight.insert((arrives_at, packet), InFlight { from, to, bytes });
+        self.in_flight.insert((arrives_at, packet), InFlight { from, to, bytes, digest });
     }
 
     /// Offers a packet to every active rule; returns what the rules that
@@ -141,7 +137,7 @@ impl<E: Endpoint> Fabric<E> {
         *free_at
     }
 
-    fn drop_packet(&mut self, packet: u64, reason: DropReason, bytes: Vec<u8>) {
+    fn drop_packet(&mut self, packet: u64, reason: DropReason, bytes: Packet) {
         let c = &mut self.counters;
         match reason {
             DropReason::Loss => c.dropped_loss += 1,
@@ -161,7 +157,11 @@ impl<E: Endpoint> Fabric<E> {
         n
     }
 
-    pub(super) fn recycle(&mut self, buf: Vec<u8>) {
+    pub(super) fn recycle(&mut self, packet: Packet) {
+        self.recycle_buffer(packet.into_buffer());
+    }
+
+    pub(super) fn recycle_buffer(&mut self, buf: Vec<u8>) {
         if self.pool.len() < MAX_POOLED_BUFFERS {
             self.pool.push(buf);
         }
@@ -177,6 +177,8 @@ struct Hop {
     departs_at: Instant,
     /// Extra delay the rules asked for.
     rule_delay_ns: u64,
+    /// FNV-1a 64 of the bytes as sent.
+    digest: u64,
 }
 
 /// What the rules that fired on a packet want done.

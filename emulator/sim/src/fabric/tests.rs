@@ -84,3 +84,62 @@ fn a_mirror_port_sees_every_delivery_as_a_frame_and_changes_nothing() {
     fabric.set_mirror(None);
     assert_eq!(fabric.mirror(), None);
 }
+
+#[test]
+fn packet_digests_off_changes_only_the_digests() {
+    let faults = FaultConfig {
+        loss: Probability::from_percent(10),
+        duplicate: Probability::from_percent(10),
+        reorder: Probability::from_percent(20),
+        reorder_max_delay_ns: 50_000,
+        corrupt: Probability::from_percent(5),
+        ..FaultConfig::NONE
+    };
+    let run = |digests: bool| {
+        let config = FabricConfig {
+            faults,
+            trace_log_capacity: 2_000,
+            trace_packet_digests: digests,
+            ..FabricConfig::new(9)
+        };
+        let mut fabric = Fabric::new(config, probes());
+        assert!(fabric.run_until_idle(Instant::from_nanos(100_000_000)));
+        fabric
+    };
+    let (on, off) = (run(true), run(false));
+    assert_eq!(on.counters(), off.counters());
+    assert!(on.counters().corrupted > 0 && on.counters().duplicated > 0);
+    assert_eq!(on.trace().event_count(), off.trace().event_count());
+    assert_ne!(on.trace_hash(), off.trace_hash());
+    let zero = |e: &TraceEvent| match *e {
+        TraceEvent::Send { at, packet, from, len, .. } => {
+            TraceEvent::Send { at, packet, from, len, digest: 0 }
+        }
+        TraceEvent::Deliver { at, packet, from, to, len, .. } => {
+            TraceEvent::Deliver { at, packet, from, to, len, digest: 0 }
+        }
+        other => other,
+    };
+    let on_events: Vec<TraceEvent> = on.trace().events().map(zero).collect();
+    let off_events: Vec<TraceEvent> = off.trace().events().copied().collect();
+    assert_eq!(on_events, off_events);
+    // With digests on, a delivery's digest is its bytes' as delivered
+    // (the send digest reused unless the copy was corrupted).
+    for e in on.trace().events() {
+        if let TraceEvent::Deliver { packet, digest, .. } = *e {
+            let corrupted = on
+                .trace()
+                .events()
+                .any(|c| matches!(*c, TraceEvent::Corrupt { packet: p, .. } if p == packet));
+            let sent = on.trace().events().find_map(|s| match *s {
+                TraceEvent::Send { packet: p, digest: d, .. } if p == packet => Some(d),
+                _ => None,
+            });
+            match (sent, corrupted) {
+                (Some(sent), false) => assert_eq!(digest, sent),
+                (Some(sent), true) => assert_ne!(digest, sent),
+                (None, _) => {}
+            }
+        }
+    }
+}
