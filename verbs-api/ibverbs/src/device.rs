@@ -276,6 +276,7 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.query_device_ex = Some(query::query_device_ex);
         vctx.create_cq_ex = Some(cq_ex::create_cq_ex);
         vctx.create_qp_ex = Some(qp_ex::create_qp_ex);
+        vctx.create_srq_ex = Some(crate::qp::create_srq_ex);
         vctx.advise_mr = Some(pd::advise_mr);
         vctx.alloc_parent_domain = Some(pd::alloc_parent_domain);
         vctx.alloc_td = Some(pd::alloc_td);
