@@ -160,6 +160,15 @@ impl Shared {
         }
     }
 
+    /// The program is about to block on a completion channel (or the
+    /// async descriptor): the device must keep moving by itself. (An event
+    /// delivered on one channel marks the program awake again, and the CQ
+    /// it then waits on may have been armed long before.)
+    pub fn sleeping(&self) {
+        use uroce_device::link::DeviceLink;
+        self.device.hca().app_sleeping();
+    }
+
     /// Moves packets for `ms` milliseconds.
     fn linger(&self, ms: u64) {
         let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
