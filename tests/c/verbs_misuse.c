@@ -149,6 +149,20 @@ int main(void)
 	}
 	CASE("bad_lkey", "%d %d %s", rc, got, got ? ibv_wc_status_str(wc[0].status) : "none");
 
+	/* An SRQ through the extended verb; an XRC SRQ is not offered. */
+	struct ibv_srq_init_attr_ex sx = {
+		.attr = { .max_wr = 4, .max_sge = 1 },
+		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD,
+		.srq_type = IBV_SRQT_BASIC, .pd = pd,
+	};
+	struct ibv_srq *srq = ibv_create_srq_ex(ctx, &sx);
+	rc = srq ? ibv_destroy_srq(srq) : -1;
+	CASE("create_srq_ex", "%s %d", srq ? "srq" : "null", rc);
+	sx.srq_type = IBV_SRQT_XRC;
+	errno = 0;
+	srq = ibv_create_srq_ex(ctx, &sx);
+	CASE("create_srq_ex_xrc", "%s %d", srq ? "srq" : "null", errno);
+
 	/* Unsupported verbs answer EOPNOTSUPP, never crash. */
 	rc = ibv_resize_cq(cq, 32);
 	CASE("resize_cq", "%d", rc);

@@ -57,6 +57,9 @@ fn misuse_from_c_gets_the_documented_errors() {
     assert_eq!(case("bind_mw"), "0 1 0 new_rkey");
     assert_eq!(case("write_through_mw"), "0 1 0 x");
     assert_eq!(case("dealloc_mw"), "0");
+    // ibv_create_srq_ex: a basic SRQ; an XRC one is refused.
+    assert_eq!(case("create_srq_ex"), "srq 0");
+    assert_eq!(case("create_srq_ex_xrc"), "null 95");
     // Verbs uroce does not offer: EOPNOTSUPP, no crash.
     assert_eq!(case("resize_cq"), "95");
     assert_eq!(case("teardown"), "0");

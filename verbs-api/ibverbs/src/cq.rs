@@ -37,6 +37,9 @@ fn is_nonblocking(fd: c_int) -> bool {
     flags >= 0 && flags & libc::O_NONBLOCK != 0
 }
 
+/// The longest a blocking wait sleeps before it looks again.
+const WAIT_BOUND_MS: c_int = 100;
+
 /// Waits until `fd` is readable or `timeout_ms` passed.
 fn wait_readable(fd: c_int, timeout_ms: c_int) {
     let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
@@ -264,7 +267,10 @@ pub unsafe extern "C" fn get_cq_event(
                 }
                 return 0;
             }
-            wait_readable(ch.c.fd, -1);
+            ctx.shared.sleeping();
+            // Woken by the event; the bound only keeps a missed wake-up from
+            // becoming a hang.
+            wait_readable(ch.c.fd, WAIT_BOUND_MS);
         }
     })
 }
@@ -325,6 +331,7 @@ pub unsafe extern "C" fn get_async_event(
                         set_errno(libc::EAGAIN);
                         return -1;
                     }
+                    ctx.shared.sleeping();
                     wait_readable(ctx.vctx.context.async_fd, 20);
                 }
             }

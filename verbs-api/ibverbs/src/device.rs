@@ -160,6 +160,15 @@ impl Shared {
         }
     }
 
+    /// The program is about to block on a completion channel (or the
+    /// async descriptor): the device must keep moving by itself. (An event
+    /// delivered on one channel marks the program awake again, and the CQ
+    /// it then waits on may have been armed long before.)
+    pub fn sleeping(&self) {
+        use uroce_device::link::DeviceLink;
+        self.device.hca().app_sleeping();
+    }
+
     /// Moves packets for `ms` milliseconds.
     fn linger(&self, ms: u64) {
         let until = std::time::Instant::now() + std::time::Duration::from_millis(ms);
@@ -276,6 +285,7 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         vctx.query_device_ex = Some(query::query_device_ex);
         vctx.create_cq_ex = Some(cq_ex::create_cq_ex);
         vctx.create_qp_ex = Some(qp_ex::create_qp_ex);
+        vctx.create_srq_ex = Some(crate::qp::create_srq_ex);
         vctx.advise_mr = Some(pd::advise_mr);
         vctx.alloc_parent_domain = Some(pd::alloc_parent_domain);
         vctx.alloc_td = Some(pd::alloc_td);

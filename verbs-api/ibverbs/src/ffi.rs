@@ -13,6 +13,12 @@ pub fn set_errno(value: c_int) {
     unsafe { *libc::__errno_location() = value };
 }
 
+/// The calling thread's errno.
+pub fn errno_now() -> c_int {
+    // SAFETY: as in set_errno.
+    unsafe { *libc::__errno_location() }
+}
+
 /// Runs `f`; a panic inside becomes `fallback` with errno EIO.
 pub fn guard<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {

@@ -298,6 +298,36 @@ pub unsafe extern "C" fn create_srq(pd: *mut ibv_pd, init: *mut ibv_srq_init_att
     })
 }
 
+/// `verbs_context.create_srq_ex` (the inline `ibv_create_srq_ex`): basic
+/// SRQs (XRC and tag-matching SRQs are not offered).
+pub unsafe extern "C" fn create_srq_ex(
+    _context: *mut crate::abi::ibv_context,
+    attr: *mut crate::abi::ibv_srq_init_attr_ex,
+) -> *mut ibv_srq {
+    // IBV_SRQ_INIT_ATTR_TYPE, _PD; IBV_SRQT_BASIC.
+    const TYPE: u32 = 1;
+    const PD: u32 = 2;
+    const BASIC: c_int = 0;
+    guard_ptr(|| {
+        // SAFETY: the caller passes its attributes.
+        let a = unsafe { attr.as_mut() }.ok_or(EINVAL)?;
+        if a.comp_mask & PD == 0 {
+            return Err(EINVAL);
+        }
+        if a.comp_mask & !(TYPE | PD) != 0 || (a.comp_mask & TYPE != 0 && a.srq_type != BASIC) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let mut init = ibv_srq_init_attr { srq_context: a.srq_context, attr: a.attr };
+        // SAFETY: forwarded: the caller's PD and our local attributes.
+        let srq = unsafe { create_srq(a.pd, &mut init) };
+        if srq.is_null() {
+            return Err(crate::ffi::errno_now());
+        }
+        a.attr = init.attr;
+        Ok(srq)
+    })
+}
+
 /// `IBV_SRQ_MAX_WR`, `IBV_SRQ_LIMIT`.
 const SRQ_MAX_WR: c_int = 1;
 const SRQ_LIMIT: c_int = 2;

@@ -157,7 +157,9 @@ pub struct verbs_context {
     pub open_qp: Unused,
     pub create_qp_ex: Option<CreateQpExFn>,
     pub get_srq_num: Unused,
-    pub create_srq_ex: Unused,
+    pub create_srq_ex: Option<
+        unsafe extern "C" fn(*mut ibv_context, *mut super::ibv_srq_init_attr_ex) -> *mut ibv_srq,
+    >,
     pub open_xrcd: Unused,
     pub close_xrcd: Unused,
     pub _ABI_placeholder3: u64,

@@ -116,3 +116,16 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     pub send_ops_flags: u64,
 }
+
+/// `struct ibv_srq_init_attr_ex` (`tm_cap`, unused, as its two words).
+#[repr(C)]
+pub struct ibv_srq_init_attr_ex {
+    pub srq_context: *mut c_void,
+    pub attr: super::ibv_srq_attr,
+    pub comp_mask: u32,
+    pub srq_type: c_int,
+    pub pd: *mut ibv_pd,
+    pub xrcd: *mut c_void,
+    pub cq: *mut ibv_cq,
+    pub tm_cap: [u32; 2],
+}

@@ -185,6 +185,10 @@ layout! {
         send_ops_flags = 128,
     },
     ibv_data_buf = 16 { addr = 0, length = 8, },
+    ibv_srq_init_attr_ex = 64 {
+        srq_context = 0, attr = 8, comp_mask = 20, srq_type = 24, pd = 32, xrcd = 40, cq = 48,
+        tm_cap = 56,
+    },
     ibv_td = 8 { context = 0, },
     ibv_dm = 32 { context = 0, memcpy_to_dm = 8, memcpy_from_dm = 16, comp_mask = 24, handle = 28, },
     ibv_parent_domain_init_attr = 48 {
