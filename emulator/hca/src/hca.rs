@@ -32,6 +32,9 @@ use uroce_device::types::{EventType, QpState, Qpn};
 mod command;
 mod completion;
 mod qp_command;
+mod step;
+
+pub(crate) use step::{CqeWrite, QpStep};
 
 /// A protection domain.
 #[derive(Debug, Default)]
@@ -137,6 +140,14 @@ impl Ipv4Ids {
 
 /// Events kept before the oldest is dropped.
 const MAX_EVENTS: usize = 4096;
+
+/// Queues an event, dropping the oldest when [`MAX_EVENTS`] wait.
+pub(crate) fn push_event(events: &mut VecDeque<Event>, event: Event) {
+    if events.len() == MAX_EVENTS {
+        events.pop_front();
+    }
+    events.push_back(event);
+}
 
 /// The HCA.
 pub struct Hca {
@@ -316,10 +327,7 @@ impl Hca {
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
-        if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
-        }
-        self.events.push_back(event);
+        push_event(&mut self.events, event);
     }
 
     /// The GID table.

@@ -152,20 +152,24 @@ impl Hca {
 
     /// The shadow index of the WQE whose PSN range holds `psn`.
     pub(super) fn entry_at_psn(&self, index: QpIndex, psn: Psn) -> Option<u32> {
-        let qp = self.qps.get(index)?;
-        let mut i = qp.sq.consumer;
-        while i != qp.fetched {
-            let entry = qp.entry(i)?;
-            if !entry.psn_assigned {
-                return None;
-            }
-            if psn.in_window(entry.first_psn, entry.npkts.max(1)) {
-                return Some(i);
-            }
-            i = i.wrapping_add(1);
-        }
-        None
+        entry_at_psn(self.qps.get(index)?, psn)
     }
+}
+
+/// The shadow index of the WQE of `qp` whose PSN range holds `psn`.
+pub(super) fn entry_at_psn(qp: &crate::qp::QpContext, psn: Psn) -> Option<u32> {
+    let mut i = qp.sq.consumer;
+    while i != qp.fetched {
+        let entry = qp.entry(i)?;
+        if !entry.psn_assigned {
+            return None;
+        }
+        if psn.in_window(entry.first_psn, entry.npkts.max(1)) {
+            return Some(i);
+        }
+        i = i.wrapping_add(1);
+    }
+    None
 }
 
 /// Writes `data` at byte `offset` of a WQE's SGE list (READ responses),

@@ -1,0 +1,133 @@
+//! One engine step's borrows (rxe hands its tasks a `struct rxe_qp *` that
+//! reaches the device): the QP's context from the QP table and, disjoint
+//! from it, the rest of the device state a step touches. A step looks its
+//! QP up once, when it starts; completions, the error state and flushing
+//! then work on the context in hand.
+
+use super::{push_event, schedule_qp, Hca, SrqContext, TimerKind, Timers};
+use crate::config::HcaConfig;
+use crate::counters::Counters;
+use crate::cq::{CqContext, PostOutcome};
+use crate::handles::{CqIndex, QpIndex, SrqIndex};
+use crate::mr::MemoryTables;
+use crate::qp::QpContext;
+use crate::tables::Table;
+use crate::time::Instant;
+use crate::trace::{Step, StepLog};
+use std::collections::VecDeque;
+use uroce_device::cqe::Cqe;
+use uroce_device::doorbell::Event;
+use uroce_device::types::EventType;
+
+/// The device state beside the QP table, borrowed for one step.
+pub(crate) struct Device<'a> {
+    pub(crate) config: &'a HcaConfig,
+    pub(crate) mem: &'a mut MemoryTables,
+    pub(crate) cqs: &'a mut Table<CqContext, CqIndex>,
+    pub(crate) srqs: &'a mut Table<SrqContext, SrqIndex>,
+    pub(crate) sched: &'a mut VecDeque<QpIndex>,
+    pub(crate) timers: &'a mut Timers,
+    pub(crate) events: &'a mut VecDeque<Event>,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) steps: &'a mut StepLog,
+    /// One WQE's bytes as read from a ring.
+    pub(crate) wqe_slot: &'a mut Vec<u8>,
+}
+
+/// The QP a step works on, with the device state it needs.
+pub(crate) struct QpStep<'a> {
+    pub(crate) index: QpIndex,
+    pub(crate) qp: &'a mut QpContext,
+    pub(crate) dev: Device<'a>,
+}
+
+/// What writing a CQE came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum CqeWrite {
+    /// Written (with its event, if one was due).
+    Written,
+    /// The CQ overflowed: CQ_ERR is raised, the QP that wrote goes fatal.
+    Overrun,
+}
+
+impl Hca {
+    /// QP `index` and the rest of the device, borrowed apart for one step.
+    pub(crate) fn qp_step(&mut self, index: QpIndex) -> Option<QpStep<'_>> {
+        let qp = self.qps.get_mut(index)?;
+        let dev = Device {
+            config: &self.config,
+            mem: &mut self.mem,
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            sched: &mut self.sched,
+            timers: &mut self.timers,
+            events: &mut self.events,
+            counters: &mut self.counters,
+            steps: &mut self.steps,
+            wqe_slot: &mut self.wqe_slot,
+        };
+        Some(QpStep { index, qp, dev })
+    }
+}
+
+impl Device<'_> {
+    /// Records a decision (when tracing is on).
+    pub(crate) fn step(&mut self, now: Instant, step: Step) {
+        self.steps.record(now, step);
+    }
+
+    pub(crate) fn push_event(&mut self, event: Event) {
+        push_event(self.events, event);
+    }
+
+    /// Writes a CQE to CQ `cq`, raising the events it calls for. An
+    /// overrun raises CQ_ERR; what it does to the QP is the caller's.
+    pub(crate) fn post_cqe(
+        &mut self,
+        now: Instant,
+        cq: CqIndex,
+        cqe: &Cqe,
+        solicited: bool,
+    ) -> CqeWrite {
+        let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
+        self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        let outcome = match self.cqs.get_mut(cq) {
+            Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
+            None => PostOutcome::Overrun,
+        };
+        match outcome {
+            PostOutcome::Written { notify: true } => {
+                self.push_event(Event::Completion { cq: cq.value() });
+                CqeWrite::Written
+            }
+            PostOutcome::Written { notify: false } => CqeWrite::Written,
+            PostOutcome::Overrun => {
+                self.counters.cq_overrun += 1;
+                self.push_event(Event::Async { event: EventType::CqErr, element: cq.value() });
+                CqeWrite::Overrun
+            }
+        }
+    }
+}
+
+impl QpStep<'_> {
+    /// Records a decision (when tracing is on).
+    pub(crate) fn step(&mut self, now: Instant, step: Step) {
+        self.dev.step(now, step);
+    }
+
+    /// Sets or (with `None`) stops one of the QP's timers.
+    pub(crate) fn set_timer(&mut self, kind: TimerKind, at: Option<Instant>) {
+        self.dev.timers.set(self.index, self.qp, kind, at);
+    }
+
+    pub(crate) fn cancel_timer(&mut self, kind: TimerKind) {
+        self.set_timer(kind, None);
+    }
+
+    /// Puts the QP in the transmit schedule (see [`Hca::schedule`]).
+    pub(crate) fn schedule(&mut self) {
+        schedule_qp(self.dev.sched, self.dev.mem, self.index, self.qp);
+    }
+}
