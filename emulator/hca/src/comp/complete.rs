@@ -10,22 +10,6 @@ use uroce_device::cqe::Cqe;
 use uroce_device::types::{QpState, QpType, WcStatus, WrOpcode};
 
 impl Hca {
-    /// Ends the oldest incomplete WQE of QP `index` with an error status
-    /// (see [`QpStep::fail_oldest`]).
-    pub(super) fn fail_oldest(&mut self, now: Instant, index: QpIndex, status: WcStatus) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.fail_oldest(now, status);
-        }
-    }
-
-    /// Writes completions for finished WQEs of QP `index` (see
-    /// [`QpStep::retire`]).
-    pub(crate) fn retire(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.retire(now);
-        }
-    }
-
     /// Raises SQ_DRAINED for QP `index` if it has drained.
     pub(crate) fn sq_drained_check(&mut self, index: QpIndex) {
         if let Some(mut step) = self.qp_step(index) {

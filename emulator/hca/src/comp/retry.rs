@@ -11,34 +11,6 @@ use uroce_device::types::{QpState, WcStatus, WrOpcode};
 use uroce_wire::Psn;
 
 impl Hca {
-    /// After an ACK made progress (see [`QpStep::after_progress`]).
-    pub(super) fn after_progress(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.after_progress(now);
-        }
-    }
-
-    /// Arms the retransmit timer of QP `index` while PSNs are outstanding.
-    pub(super) fn rearm(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.rearm(now);
-        }
-    }
-
-    /// Spends one transport retry of QP `index` (see
-    /// [`QpStep::consume_retry`]).
-    pub(super) fn consume_retry(&mut self, now: Instant, index: QpIndex) -> bool {
-        self.qp_step(index).is_some_and(|mut step| step.consume_retry(now))
-    }
-
-    /// A response arrived ahead of the expected PSN (see
-    /// [`QpStep::go_back_once`]).
-    pub(super) fn go_back_once(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.go_back_once(now);
-        }
-    }
-
     /// The retransmit timer of QP `index` fired.
     pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: QpIndex) {
         if let Some(mut step) = self.qp_step(index) {
@@ -50,13 +22,6 @@ impl Hca {
     pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: QpIndex) {
         if let Some(mut step) = self.qp_step(index) {
             step.after_progress(now);
-        }
-    }
-
-    /// Go-back-N: QP `index`'s requester resumes at PSN `from`.
-    pub(crate) fn retry(&mut self, now: Instant, index: QpIndex, from: Psn, cause: GoBackCause) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.retry(now, from, cause);
         }
     }
 }

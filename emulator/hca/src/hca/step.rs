@@ -4,11 +4,11 @@
 //! QP up once, when it starts; completions, the error state and flushing
 //! then work on the context in hand.
 
-use super::{push_event, schedule_qp, Hca, SrqContext, TimerKind, Timers};
+use super::{push_event, schedule_qp, AhContext, Hca, Ipv4Ids, SrqContext, TimerKind, Timers};
 use crate::config::HcaConfig;
 use crate::counters::Counters;
 use crate::cq::{CqContext, PostOutcome};
-use crate::handles::{CqIndex, QpIndex, SrqIndex};
+use crate::handles::{AhIndex, CqIndex, QpIndex, SrqIndex};
 use crate::mr::MemoryTables;
 use crate::qp::QpContext;
 use crate::tables::Table;
@@ -32,6 +32,11 @@ pub(crate) struct Device<'a> {
     pub(crate) steps: &'a mut StepLog,
     /// One WQE's bytes as read from a ring.
     pub(crate) wqe_slot: &'a mut Vec<u8>,
+    pub(crate) ahs: &'a Table<AhContext, AhIndex>,
+    /// Gather buffer for one packet's payload.
+    pub(crate) scratch: &'a mut Vec<u8>,
+    pub(crate) source_ports: &'a crate::ports::SourcePorts,
+    pub(crate) ip_ids: &'a mut Ipv4Ids,
 }
 
 /// The QP a step works on, with the device state it needs.
@@ -66,6 +71,10 @@ impl Hca {
             counters: &mut self.counters,
             steps: &mut self.steps,
             wqe_slot: &mut self.wqe_slot,
+            ahs: &self.ahs,
+            scratch: &mut self.scratch,
+            source_ports: &self.source_ports,
+            ip_ids: &mut self.ip_ids,
         };
         Some(QpStep { index, qp, dev })
     }

@@ -2,24 +2,13 @@
 //! concerned): newly posted WQEs are copied out of the application's ring
 //! into the SQ shadow once, validated and decoded there.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep};
+use crate::hca::QpStep;
 use crate::qp::SqEntry;
 use crate::time::Instant;
 use crate::trace::Step;
 use uroce_device::ring::RingError;
 use uroce_device::types::{QpState, QpType, SendFlags, WcStatus};
 use uroce_device::wqe::{SendWqe, WqeLimits};
-
-impl Hca {
-    /// Copies newly posted send WQEs of QP `index` into its shadow (see
-    /// [`QpStep::fetch_send_wqes`]).
-    pub(crate) fn fetch_send_wqes(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.fetch_send_wqes(now);
-        }
-    }
-}
 
 impl QpStep<'_> {
     /// Copies newly posted send WQEs into the shadow, validating each once.
