@@ -311,21 +311,6 @@ impl Hca {
         self.steps.lost
     }
 
-    /// Records a decision (when tracing is on).
-    pub(crate) fn step(&mut self, now: Instant, step: Step) {
-        self.steps.record(now, step);
-    }
-
-    /// The sequence number of the next decision recorded.
-    pub(crate) fn steps_recorded(&self) -> u64 {
-        self.steps.recorded()
-    }
-
-    /// Records a decision before those recorded since sequence number `at`.
-    pub(crate) fn step_before(&mut self, at: u64, now: Instant, step: Step) {
-        self.steps.insert(at, now, step);
-    }
-
     pub(crate) fn push_event(&mut self, event: Event) {
         push_event(&mut self.events, event);
     }

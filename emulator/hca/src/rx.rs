@@ -68,17 +68,7 @@ impl Hca {
 
     /// Drops a received packet: its counter, and the step.
     pub(crate) fn drop_packet(&mut self, now: Instant, qpn: Option<Qpn>, reason: DropReason) {
-        let c = &mut self.counters;
-        match reason {
-            DropReason::Malformed => c.rcvd_malformed += 1,
-            DropReason::BadChecksum => c.rcvd_icrc_err += 1,
-            DropReason::NotOurAddress
-            | DropReason::BadPkey
-            | DropReason::NotFromPeer
-            | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
-            DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
-        }
-        self.step(now, Step::Dropped { qpn, reason });
+        count_drop(&mut self.counters, &mut self.steps, now, qpn, reason);
     }
 
     /// One packet from QP `index`: what the responder owes first, then the
@@ -94,4 +84,24 @@ impl Hca {
         }
         self.next_request_packet(now, index, buf)
     }
+}
+
+/// Counts a dropped packet and records the step.
+pub(crate) fn count_drop(
+    c: &mut crate::counters::Counters,
+    steps: &mut crate::trace::StepLog,
+    now: Instant,
+    qpn: Option<Qpn>,
+    reason: DropReason,
+) {
+    match reason {
+        DropReason::Malformed => c.rcvd_malformed += 1,
+        DropReason::BadChecksum => c.rcvd_icrc_err += 1,
+        DropReason::NotOurAddress
+        | DropReason::BadPkey
+        | DropReason::NotFromPeer
+        | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
+        DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
+    }
+    steps.record(now, Step::Dropped { qpn, reason });
 }

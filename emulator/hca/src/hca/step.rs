@@ -37,6 +37,8 @@ pub(crate) struct Device<'a> {
     pub(crate) scratch: &'a mut Vec<u8>,
     pub(crate) source_ports: &'a crate::ports::SourcePorts,
     pub(crate) ip_ids: &'a mut Ipv4Ids,
+    /// The latest time the HCA was given.
+    pub(crate) last_now: Instant,
 }
 
 /// The QP a step works on, with the device state it needs.
@@ -75,6 +77,7 @@ impl Hca {
             scratch: &mut self.scratch,
             source_ports: &self.source_ports,
             ip_ids: &mut self.ip_ids,
+            last_now: self.last_now,
         };
         Some(QpStep { index, qp, dev })
     }
@@ -88,6 +91,16 @@ impl Device<'_> {
 
     pub(crate) fn push_event(&mut self, event: Event) {
         push_event(self.events, event);
+    }
+
+    /// Drops a received packet: its counter, and the step.
+    pub(crate) fn drop_packet(
+        &mut self,
+        now: Instant,
+        qpn: Option<uroce_device::types::Qpn>,
+        reason: crate::trace::DropReason,
+    ) {
+        crate::rx::count_drop(self.counters, self.steps, now, qpn, reason);
     }
 
     /// Writes a CQE to CQ `cq`, raising the events it calls for. An

@@ -3,39 +3,12 @@
 //! receive completion; and UD datagrams, one receive WQE each.
 
 use super::Refusal;
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep};
+use crate::hca::QpStep;
 use crate::time::Instant;
 use crate::trace::{DropReason, RequestVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use uroce_wire::frame::RoceFrame;
-
-impl Hca {
-    /// Takes the receive WQE a SEND (or WRITE with immediate) goes into
-    /// (see [`QpStep::take_recv_wqe`]).
-    pub(super) fn take_recv_wqe(&mut self, now: Instant, index: QpIndex) -> Result<u64, Refusal> {
-        self.qp_step(index).ok_or(Refusal::Drop)?.take_recv_wqe(now)
-    }
-
-    /// Writes a receive completion and releases the RQ slot.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn complete_recv(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        wr_id: u64,
-        status: WcStatus,
-        opcode: WcOpcode,
-        byte_len: u32,
-        extra: Option<(WcFlags, u32)>,
-        solicited: bool,
-    ) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.complete_recv(now, wr_id, status, opcode, byte_len, extra, solicited);
-        }
-    }
-}
 
 impl QpStep<'_> {
     /// Takes the receive WQE a SEND (or WRITE with immediate) goes into,
@@ -151,28 +124,27 @@ impl QpStep<'_> {
     }
 }
 
-impl Hca {
+impl QpStep<'_> {
     /// UD: one packet per message, Q_Key checked, GRH at the buffer start.
     pub(super) fn receive_ud(
         &mut self,
         now: Instant,
-        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let Some(deth) = packet.deth() else { return };
-        let Some(qp) = self.qps.get(index) else { return };
+        let qp = &*self.qp;
         if deth.qkey() != Qkey(qp.attr.qkey) {
             let qpn = qp.qpn;
-            return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
+            return self.dev.drop_packet(now, Some(qpn), DropReason::BadQkey);
         }
-        let wr_id = match self.take_recv_wqe(now, index) {
+        let wr_id = match self.take_recv_wqe(now) {
             Ok(wr_id) => wr_id,
             // No receive WQE: a UD datagram is dropped.
-            Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
+            Err(_) => return self.request_step(now, packet, RequestVerdict::Dropped),
         };
-        self.request_step(now, index, packet, RequestVerdict::Executed);
-        let Some(qp) = self.qps.get(index) else { return };
+        self.request_step(now, packet, RequestVerdict::Executed);
+        let qp = &*self.qp;
         let pd = qp.pd;
         let mut grh = [0u8; 40];
         let ip = frame.ip_header_bytes();
@@ -188,13 +160,12 @@ impl Hca {
         let status = if total > wqe.capacity() {
             Err(WcStatus::LocLenErr)
         } else {
-            crate::comp::scatter(&self.mem, pd, sges, 0, &grh)
-                .and_then(|()| crate::comp::scatter(&self.mem, pd, sges, 40, payload))
+            crate::comp::scatter(self.dev.mem, pd, sges, 0, &grh)
+                .and_then(|()| crate::comp::scatter(self.dev.mem, pd, sges, 40, payload))
         };
         let qpn = qp.qpn;
         let cq = qp.recv_cq;
-        let Some(mut step) = self.qp_step(index) else { return };
-        step.release_recv_wqe();
+        self.release_recv_wqe();
         let mut cqe = Cqe::new(wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
         match status {
             Ok(()) => {
@@ -209,10 +180,10 @@ impl Hca {
             Err(status) => cqe.status = status,
         }
         let solicited = packet.bth().solicited();
-        step.post_cqe(now, cq, &cqe, solicited);
+        self.post_cqe(now, cq, &cqe, solicited);
         if cqe.status != WcStatus::Success {
-            step.qp.state = QpState::Err;
-            step.enter_error(now);
+            self.qp.state = QpState::Err;
+            self.enter_error(now);
         }
     }
 }
