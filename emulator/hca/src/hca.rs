@@ -405,9 +405,8 @@ impl Endpoint for Hca {
         for _ in 0..turns {
             let index = self.sched.pop_front()?;
             if let Some(transmit) = self.transmit_from(now, index, buf) {
-                if self.qps.get(index).is_some() {
-                    self.sched.push_back(index);
-                }
+                // A step never destroys its QP: it stays in turn.
+                self.sched.push_back(index);
                 self.counters.sent_pkts += 1;
                 return Some(transmit);
             }
@@ -427,15 +426,17 @@ impl Endpoint for Hca {
                 break;
             }
             self.timers.0.pop_first();
-            if let Some(qp) = self.qps.get_mut(index) {
-                match kind {
-                    TimerKind::Retransmit => qp.comp.retransmit_at = None,
-                    TimerKind::Rnr => qp.comp.rnr_until = None,
-                }
-            }
+            let Some(mut step) = self.qp_step(index) else { continue };
             match kind {
-                TimerKind::Retransmit => self.retransmit_timeout(now, index),
-                TimerKind::Rnr => self.rnr_wait_over(now, index),
+                TimerKind::Retransmit => {
+                    step.qp.comp.retransmit_at = None;
+                    step.retransmit_timeout(now);
+                }
+                TimerKind::Rnr => {
+                    // The RNR wait ended: resume sending.
+                    step.qp.comp.rnr_until = None;
+                    step.after_progress(now);
+                }
             }
         }
     }

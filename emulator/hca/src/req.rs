@@ -9,8 +9,7 @@
 //! and executes local operations (LOCAL_INV, BIND_MW) in order (here).
 
 use crate::endpoint::Transmit;
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep};
+use crate::hca::QpStep;
 use crate::qp::EntryState;
 use crate::send_op::SendOp;
 use crate::time::Instant;
@@ -21,21 +20,9 @@ mod packet;
 
 pub(crate) use packet::emit_frame;
 
-impl Hca {
-    /// Builds the next request packet of QP `index`, if it may send one.
-    pub(crate) fn next_request_packet(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        self.qp_step(index)?.next_request_packet(now, buf)
-    }
-}
-
 impl QpStep<'_> {
     /// Builds the next request packet, if the QP may send one.
-    fn next_request_packet(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    pub(crate) fn next_request_packet(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         let qp = &*self.qp;
         if !qp.can_send() || qp.comp.rnr_until.is_some() {
             return None;

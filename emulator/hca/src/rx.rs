@@ -79,10 +79,11 @@ impl Hca {
         index: QpIndex,
         buf: &mut [u8],
     ) -> Option<Transmit> {
-        if let Some(t) = self.next_response_packet(index, buf) {
+        let mut step = self.qp_step(index)?;
+        if let Some(t) = step.next_response_packet(buf) {
             return Some(t);
         }
-        self.next_request_packet(now, index, buf)
+        step.next_request_packet(now, buf)
     }
 }
 

@@ -2,29 +2,12 @@
 //! req_retry): the retransmit timer, RNR waits, the retry budget, and
 //! go-back-N itself.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use crate::trace::{GoBackCause, Step};
 use uroce_device::types::{QpState, WcStatus, WrOpcode};
 use uroce_wire::Psn;
-
-impl Hca {
-    /// The retransmit timer of QP `index` fired.
-    pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.retransmit_timeout(now);
-        }
-    }
-
-    /// An RNR wait of QP `index` ended: resume sending.
-    pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.after_progress(now);
-        }
-    }
-}
 
 impl QpStep<'_> {
     /// After an ACK made progress: restart or stop the retransmit timer,

@@ -3,9 +3,8 @@
 //! responses in PSN order, and building each response packet.
 
 use crate::endpoint::{PacketKind, Transmit};
-use crate::handles::QpIndex;
 use crate::hca::schedule_qp;
-use crate::hca::{Hca, QpStep};
+use crate::hca::QpStep;
 use crate::mr::{MemoryTables, Origin};
 use crate::qp::{QpContext, Resource, Responder, Response};
 use crate::time::Instant;
@@ -36,17 +35,6 @@ impl Responder {
     }
 }
 
-impl Hca {
-    /// Builds the next packet QP `index`'s responder owes, if any.
-    pub(crate) fn next_response_packet(
-        &mut self,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        self.qp_step(index)?.next_response_packet(buf)
-    }
-}
-
 impl QpStep<'_> {
     /// A request behind the expected PSN: answered from the responder's
     /// state, never executed again.
@@ -65,7 +53,7 @@ impl QpStep<'_> {
 
     /// Builds the next packet the responder owes, if any (rxe's send_ack,
     /// send_atomic_ack, read_reply), on the QP's context borrowed once.
-    fn next_response_packet(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+    pub(crate) fn next_response_packet(&mut self, buf: &mut [u8]) -> Option<Transmit> {
         let qp = &mut *self.qp;
         let response = *qp.resp.queue.front()?;
         let path = qp.path?;
