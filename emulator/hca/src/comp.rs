@@ -18,8 +18,7 @@
 //! its first unacknowledged packet and a partially answered READ with a
 //! new request for the bytes still missing.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use crate::trace::{GoBackCause, ResponseVerdict, Step};
@@ -33,26 +32,17 @@ mod retry;
 
 pub(crate) use place::scatter;
 
-impl Hca {
-    /// Takes a response packet (ACK, NAK, READ response, ATOMIC ACK) for
-    /// QP `index`.
-    pub(crate) fn completer_receive(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        packet: &roce::Packet<&[u8]>,
-    ) {
-        let Some(mut step) = self.qp_step(index) else { return };
-        let (qpn, psn, opcode) = (step.qp.qpn, packet.bth().psn(), packet.bth().opcode());
+impl QpStep<'_> {
+    /// Takes a response packet (ACK, NAK, READ response, ATOMIC ACK).
+    pub(crate) fn completer_receive(&mut self, now: Instant, packet: &roce::Packet<&[u8]>) {
+        let (qpn, psn, opcode) = (self.qp.qpn, packet.bth().psn(), packet.bth().opcode());
         // The step goes first: what the response completes or raises
         // follows it.
-        let at = step.dev.steps.recorded();
-        let verdict = step.complete_response(now, packet);
-        step.dev.steps.insert(at, now, Step::Response { qpn, psn, opcode, verdict });
+        let at = self.dev.steps.recorded();
+        let verdict = self.complete_response(now, packet);
+        self.dev.steps.insert(at, now, Step::Response { qpn, psn, opcode, verdict });
     }
-}
 
-impl QpStep<'_> {
     fn complete_response(&mut self, now: Instant, packet: &roce::Packet<&[u8]>) -> ResponseVerdict {
         let qp = &*self.qp;
         let psn = packet.bth().psn();

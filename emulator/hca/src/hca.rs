@@ -330,14 +330,12 @@ impl Hca {
                 let Some(index) = self.qp_slot(qpn) else {
                     return;
                 };
-                let state = self.qps.get(index).map(|qp| qp.state);
-                match (state, doorbell) {
-                    (Some(QpState::Err), _) => self.flush(now, index),
+                let Some(mut step) = self.qp_step(index) else { return };
+                match (step.qp.state, doorbell) {
+                    (QpState::Err, _) => step.flush(now),
                     // SQE: sends flush, receives go on.
-                    (Some(QpState::Sqe), Doorbell::SendQueue(_)) => {
-                        self.flush_send_queue(now, index)
-                    }
-                    _ => self.schedule(index),
+                    (QpState::Sqe, Doorbell::SendQueue(_)) => step.flush_send_queue(now),
+                    _ => step.schedule(),
                 }
             }
             Doorbell::Srq(_) => {}

@@ -13,8 +13,7 @@
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
 use crate::counters::Counters;
-use crate::handles::QpIndex;
-use crate::hca::{schedule_qp, Hca, QpStep};
+use crate::hca::{schedule_qp, QpStep};
 use crate::mr::AccessError;
 use crate::qp::{Responder, Response};
 use crate::time::Instant;
@@ -44,24 +43,9 @@ enum Refusal {
     Drop,
 }
 
-impl Hca {
-    /// Takes a request packet for QP `index`.
-    pub(crate) fn responder_receive(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        frame: &RoceFrame<'_>,
-        packet: &uroce_wire::roce::Packet<&[u8]>,
-    ) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.responder_receive(now, frame, packet);
-        }
-    }
-}
-
 impl QpStep<'_> {
     /// Takes a request packet.
-    fn responder_receive(
+    pub(crate) fn responder_receive(
         &mut self,
         now: Instant,
         frame: &RoceFrame<'_>,

@@ -39,30 +39,31 @@ impl Hca {
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
-        let Some(qp) = self.qps.get(index) else {
+        let Some(mut step) = self.qp_step(index) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
+        let qp = &*step.qp;
         let transport_ok = matches!(
             (qp.qp_type, bth.opcode().transport()),
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
         );
         if !transport_ok || !qp.can_receive() {
-            return self.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
+            return step.dev.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
         }
         if qp.qp_type != QpType::Ud {
             let from_peer = qp.path.is_some_and(|p| {
                 p.remote == frame.ip.source() && p.local == frame.ip.destination()
             });
             if !from_peer {
-                return self.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
+                return step.dev.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
             }
         }
-        self.counters.rcvd_pkts += 1;
+        step.dev.counters.rcvd_pkts += 1;
         let info = packet.info();
         if info.is(Mask::RESP) {
-            self.completer_receive(now, index, &packet);
-        } else if qp.state != QpState::Err {
-            self.responder_receive(now, index, &frame, &packet);
+            step.completer_receive(now, &packet);
+        } else if step.qp.state != QpState::Err {
+            step.responder_receive(now, &frame, &packet);
         }
     }
 

@@ -16,14 +16,6 @@ impl Hca {
             step.sq_drained_check();
         }
     }
-
-    /// Flushes the send queue of QP `index` (see
-    /// [`QpStep::flush_send_queue`]).
-    pub(crate) fn flush_send_queue(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.flush_send_queue(now);
-        }
-    }
 }
 
 impl QpStep<'_> {

@@ -15,14 +15,6 @@ impl Hca {
             step.enter_error(now);
         }
     }
-
-    /// Completes every outstanding and newly posted WQE of a QP in the
-    /// error state with WR_FLUSH_ERR (send queue, then receive queue).
-    pub(crate) fn flush(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.flush(now);
-        }
-    }
 }
 
 impl QpStep<'_> {
