@@ -74,7 +74,7 @@ pub(crate) enum TimerKind {
 }
 
 /// Puts QP `index`, whose context is `qp`, in the transmit schedule
-/// `sched` (see [`Hca::schedule`]).
+/// `sched` (see [`QpStep::schedule`]).
 pub(crate) fn schedule_qp(
     sched: &mut VecDeque<QpIndex>,
     mem: &MemoryTables,
@@ -345,14 +345,6 @@ impl Hca {
                 }
             }
         }
-    }
-
-    /// Puts a QP in the transmit schedule, and raises its send queue's
-    /// device-scheduled flag: until it comes down the driver may skip the
-    /// kick after a post, since the HCA will look at the queue anyway.
-    pub(crate) fn schedule(&mut self, index: QpIndex) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
-        schedule_qp(&mut self.sched, &self.mem, index, qp);
     }
 
     /// Takes a QP with nothing to send out of the schedule and lowers the

@@ -2,21 +2,11 @@
 //! finished WQEs in order, failing the oldest, flushing the send queue,
 //! and the SQ-drained event.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, QpStep, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{QpState, QpType, WcStatus, WrOpcode};
-
-impl Hca {
-    /// Raises SQ_DRAINED for QP `index` if it has drained.
-    pub(crate) fn sq_drained_check(&mut self, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.sq_drained_check();
-        }
-    }
-}
 
 impl QpStep<'_> {
     /// Ends the oldest incomplete WQE with an error status; retiring it

@@ -1,21 +1,12 @@
 //! Completions and the error state: writing CQEs (and the events they
 //! raise), QP_FATAL, and flushing a QP's queues once it is in error.
 
-use super::{CqeWrite, Hca, QpStep, TimerKind};
-use crate::handles::{CqIndex, QpIndex};
+use super::{CqeWrite, QpStep, TimerKind};
+use crate::handles::CqIndex;
 use crate::time::Instant;
 use uroce_device::cqe::Cqe;
 use uroce_device::doorbell::Event;
 use uroce_device::types::{EventType, QpState, WcStatus};
-
-impl Hca {
-    /// The QP entered the error state: stop its timers and flush its queues.
-    pub(crate) fn enter_error(&mut self, now: Instant, index: QpIndex) {
-        if let Some(mut step) = self.qp_step(index) {
-            step.enter_error(now);
-        }
-    }
-}
 
 impl QpStep<'_> {
     /// Writes a CQE of this QP to CQ `cq`, raising the events it calls

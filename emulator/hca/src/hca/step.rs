@@ -148,7 +148,9 @@ impl QpStep<'_> {
         self.set_timer(kind, None);
     }
 
-    /// Puts the QP in the transmit schedule (see [`Hca::schedule`]).
+    /// Puts the QP in the transmit schedule, and raises its send queue's
+    /// device-scheduled flag: until it comes down the driver may skip the
+    /// kick after a post, since the HCA will look at the queue anyway.
     pub(crate) fn schedule(&mut self) {
         schedule_qp(self.dev.sched, self.dev.mem, self.index, self.qp);
     }
