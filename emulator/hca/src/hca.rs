@@ -17,7 +17,7 @@ use crate::endpoint::{Endpoint, Transmit};
 use crate::handles::{AhIndex, CqIndex, PdIndex, QpIndex, SrqIndex, TableIndex};
 use crate::mr::MemoryTables;
 use crate::qp::{Path, QpContext};
-use crate::ring::{ConsumerRing, PRODUCER_OFFSET, SCHEDULED_OFFSET};
+use crate::ring::{ConsumerRing, SCHEDULED_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
 use crate::trace::{Step, StepLog};
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use uroce_device::command::Gid;
 pub use uroce_device::doorbell::{Doorbell, Event};
 use uroce_device::mem::HostMemory;
-use uroce_device::types::{EventType, QpState, Qpn};
+use uroce_device::types::{EventType, Qpn};
 
 mod command;
 mod completion;
@@ -330,12 +330,8 @@ impl Hca {
                 let Some(index) = self.qp_slot(qpn) else {
                     return;
                 };
-                let Some(mut step) = self.qp_step(index) else { return };
-                match (step.qp.state, doorbell) {
-                    (QpState::Err, _) => step.flush(now),
-                    // SQE: sends flush, receives go on.
-                    (QpState::Sqe, Doorbell::SendQueue(_)) => step.flush_send_queue(now),
-                    _ => step.schedule(),
+                if let Some(mut step) = self.qp_step(index) {
+                    step.doorbell(now, matches!(doorbell, Doorbell::SendQueue(_)));
                 }
             }
             Doorbell::Srq(_) => {}
@@ -344,26 +340,6 @@ impl Hca {
                     ctx.arm = if solicited_only { Arm::SolicitedOnly } else { Arm::Next };
                 }
             }
-        }
-    }
-
-    /// Takes a QP with nothing to send out of the schedule and lowers the
-    /// flag. A post published while the flag was still up was not kicked:
-    /// after the fence the producer index is read again, and a post the
-    /// HCA has not seen this way is taken as its doorbell would have been
-    /// (the store-load pattern of `uroce_device::ring`).
-    fn unschedule(&mut self, now: Instant, index: QpIndex) {
-        let host = self.mem.host().clone();
-        let Some(qp) = self.qps.get_mut(index) else { return };
-        qp.scheduled = false;
-        let base = qp.sq.desc.base;
-        let _ = host.store_release_u32(base + SCHEDULED_OFFSET, 0);
-        host.fence_seq_cst();
-        let Ok(producer) = host.load_acquire_u32(base + PRODUCER_OFFSET) else { return };
-        if producer != qp.sq_doorbell_seen {
-            qp.sq_doorbell_seen = producer;
-            let qpn = qp.qpn;
-            self.doorbell(now, Doorbell::SendQueue(qpn));
         }
     }
 
@@ -394,13 +370,14 @@ impl Endpoint for Hca {
         let turns = self.sched.len();
         for _ in 0..turns {
             let index = self.sched.pop_front()?;
-            if let Some(transmit) = self.transmit_from(now, index, buf) {
+            let Some(mut step) = self.qp_step(index) else { continue };
+            if let Some(transmit) = step.transmit(now, buf) {
                 // A step never destroys its QP: it stays in turn.
-                self.sched.push_back(index);
-                self.counters.sent_pkts += 1;
+                step.dev.sched.push_back(index);
+                step.dev.counters.sent_pkts += 1;
                 return Some(transmit);
             }
-            self.unschedule(now, index);
+            step.unschedule(now);
         }
         None
     }

@@ -7,8 +7,8 @@
 //! and QP. Everything dropped is counted.
 
 use crate::endpoint::{Endpoint, Transmit};
-use crate::handles::QpIndex;
 use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::time::Instant;
 use crate::trace::{DropReason, Step};
 use uroce_device::types::{QpState, QpType, Qpn};
@@ -71,20 +71,16 @@ impl Hca {
     pub(crate) fn drop_packet(&mut self, now: Instant, qpn: Option<Qpn>, reason: DropReason) {
         count_drop(&mut self.counters, &mut self.steps, now, qpn, reason);
     }
+}
 
-    /// One packet from QP `index`: what the responder owes first, then the
+impl QpStep<'_> {
+    /// One packet from this QP: what the responder owes first, then the
     /// requester's next request.
-    pub(crate) fn transmit_from(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let mut step = self.qp_step(index)?;
-        if let Some(t) = step.next_response_packet(buf) {
+    pub(crate) fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.next_response_packet(buf) {
             return Some(t);
         }
-        step.next_request_packet(now, buf)
+        self.next_request_packet(now, buf)
     }
 }
 

@@ -11,13 +11,14 @@ use crate::cq::{CqContext, PostOutcome};
 use crate::handles::{AhIndex, CqIndex, QpIndex, SrqIndex};
 use crate::mr::MemoryTables;
 use crate::qp::QpContext;
+use crate::ring::{PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
 use crate::trace::{Step, StepLog};
 use std::collections::VecDeque;
 use uroce_device::cqe::Cqe;
 use uroce_device::doorbell::Event;
-use uroce_device::types::EventType;
+use uroce_device::types::{EventType, QpState};
 
 /// The device state beside the QP table, borrowed for one step.
 pub(crate) struct Device<'a> {
@@ -153,5 +154,36 @@ impl QpStep<'_> {
     /// kick after a post, since the HCA will look at the queue anyway.
     pub(crate) fn schedule(&mut self) {
         schedule_qp(self.dev.sched, self.dev.mem, self.index, self.qp);
+    }
+}
+
+impl QpStep<'_> {
+    /// A doorbell for this QP's send queue (`send_queue`) or receive queue.
+    pub(crate) fn doorbell(&mut self, now: Instant, send_queue: bool) {
+        match self.qp.state {
+            QpState::Err => self.flush(now),
+            // SQE: sends flush, receives go on.
+            QpState::Sqe if send_queue => self.flush_send_queue(now),
+            _ => self.schedule(),
+        }
+    }
+
+    /// Takes a QP with nothing to send out of the schedule and lowers the
+    /// flag. A post published while the flag was still up was not kicked:
+    /// after the fence the producer index is read again, and a post the
+    /// HCA has not seen this way is taken as its doorbell would have been
+    /// (the store-load pattern of `uroce_device::ring`).
+    pub(crate) fn unschedule(&mut self, now: Instant) {
+        let host = self.dev.mem.host().clone();
+        let qp = &mut *self.qp;
+        qp.scheduled = false;
+        let base = qp.sq.desc.base;
+        let _ = host.store_release_u32(base + SCHEDULED_OFFSET, 0);
+        host.fence_seq_cst();
+        let Ok(producer) = host.load_acquire_u32(base + PRODUCER_OFFSET) else { return };
+        if producer != qp.sq_doorbell_seen {
+            qp.sq_doorbell_seen = producer;
+            self.doorbell(now, true);
+        }
     }
 }
