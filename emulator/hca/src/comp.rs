@@ -18,8 +18,7 @@
 //! its first unacknowledged packet and a partially answered READ with a
 //! new request for the bytes still missing.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use crate::trace::{GoBackCause, ResponseVerdict, Step};
@@ -33,31 +32,19 @@ mod retry;
 
 pub(crate) use place::scatter;
 
-impl Hca {
-    /// Takes a response packet (ACK, NAK, READ response, ATOMIC ACK) for
-    /// QP `index`.
-    pub(crate) fn completer_receive(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        packet: &roce::Packet<&[u8]>,
-    ) {
-        let Some(qp) = self.qps.get(index) else { return };
-        let (qpn, psn, opcode) = (qp.qpn, packet.bth().psn(), packet.bth().opcode());
+impl QpStep<'_> {
+    /// Takes a response packet (ACK, NAK, READ response, ATOMIC ACK).
+    pub(crate) fn completer_receive(&mut self, now: Instant, packet: &roce::Packet<&[u8]>) {
+        let (qpn, psn, opcode) = (self.qp.qpn, packet.bth().psn(), packet.bth().opcode());
         // The step goes first: what the response completes or raises
         // follows it.
-        let at = self.steps_recorded();
-        let verdict = self.complete_response(now, index, packet);
-        self.step_before(at, now, Step::Response { qpn, psn, opcode, verdict });
+        let at = self.dev.steps.recorded();
+        let verdict = self.complete_response(now, packet);
+        self.dev.steps.insert(at, now, Step::Response { qpn, psn, opcode, verdict });
     }
 
-    fn complete_response(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        packet: &roce::Packet<&[u8]>,
-    ) -> ResponseVerdict {
-        let Some(qp) = self.qps.get(index) else { return ResponseVerdict::NotPlaced };
+    fn complete_response(&mut self, now: Instant, packet: &roce::Packet<&[u8]>) -> ResponseVerdict {
+        let qp = &*self.qp;
         let psn = packet.bth().psn();
         // Only a response to something outstanding may have an effect: a
         // PSN sent and not yet acknowledged, on an RC QP that sends.
@@ -65,19 +52,19 @@ impl Hca {
         // never sent, a forged one) is dropped here, before its syndrome is
         // looked at.
         if qp.qp_type != QpType::Rc || !qp.can_send() || !qp.awaits_response(psn) {
-            self.counters.rcvd_ghost_response += 1;
+            self.dev.counters.rcvd_ghost_response += 1;
             return ResponseVerdict::NotOutstanding;
         }
         let opcode = packet.bth().opcode();
         let syndrome = packet.aeth().map(|a| a.syndrome());
         match opcode {
             Opcode::RC_ACKNOWLEDGE => match syndrome {
-                Some(Syndrome::Ack { .. }) => self.on_ack(now, index, psn),
+                Some(Syndrome::Ack { .. }) => self.on_ack(now, psn),
                 Some(s @ Syndrome::RnrNak { timer_code }) => {
-                    self.on_rnr_nak(now, index, psn, timer_code).verdict(s)
+                    self.on_rnr_nak(now, psn, timer_code).verdict(s)
                 }
                 Some(s @ Syndrome::Nak(NakCode::PsnSequenceError)) => {
-                    self.on_seq_nak(now, index, psn).verdict(s)
+                    self.on_seq_nak(now, psn).verdict(s)
                 }
                 Some(s @ Syndrome::Nak(code)) => {
                     let status = match code {
@@ -87,22 +74,22 @@ impl Hca {
                         NakCode::InvalidRdRequest => WcStatus::RemInvRdReqErr,
                         _ => WcStatus::BadRespErr,
                     };
-                    self.on_fatal_nak(now, index, psn, status).verdict(s)
+                    self.on_fatal_nak(now, psn, status).verdict(s)
                 }
                 Some(Syndrome::Reserved(_)) | None => {
-                    self.counters.rcvd_malformed += 1;
+                    self.dev.counters.rcvd_malformed += 1;
                     ResponseVerdict::NotPlaced
                 }
             },
             Opcode::RC_ATOMIC_ACKNOWLEDGE => {
                 let orig = packet.atomic_ack_eth().map(|a| a.orig()).unwrap_or(0);
-                self.on_atomic_ack(now, index, psn, orig)
+                self.on_atomic_ack(now, psn, orig)
             }
             op if op.info().is_some_and(|i| i.is(Mask::RESP.union(Mask::READ))) => {
-                self.on_read_response(now, index, psn, packet)
+                self.on_read_response(now, psn, packet)
             }
             _ => {
-                self.counters.rcvd_ghost_response += 1;
+                self.dev.counters.rcvd_ghost_response += 1;
                 ResponseVerdict::NotPlaced
             }
         }
@@ -110,11 +97,11 @@ impl Hca {
 
     /// An ACK (or the AETH of a READ response) acknowledges every PSN up to
     /// and including `psn`.
-    fn on_ack(&mut self, now: Instant, index: QpIndex, psn: Psn) -> ResponseVerdict {
+    fn on_ack(&mut self, now: Instant, psn: Psn) -> ResponseVerdict {
         // A stale or duplicate ACK must not postpone the retransmit timer.
-        let progressed = self.ack_up_to(now, index, psn);
+        let progressed = self.ack_up_to(now, psn);
         if progressed {
-            self.after_progress(now, index);
+            self.after_progress(now);
         }
         ResponseVerdict::Ack { progressed }
     }
@@ -122,8 +109,8 @@ impl Hca {
     /// Completes SEND/WRITE/ATOMIC WRITE/FLUSH WQEs acknowledged by `psn`;
     /// a READ or atomic passed by the ACK lost its response.
     /// Returns whether the oldest unacknowledged PSN moved forward.
-    fn ack_up_to(&mut self, now: Instant, index: QpIndex, psn: Psn) -> bool {
-        let Some(qp) = self.qps.get_mut(index) else { return false };
+    fn ack_up_to(&mut self, now: Instant, psn: Psn) -> bool {
+        let qp = &mut *self.qp;
         let mut i = qp.sq.consumer;
         let mut implied_nak = None;
         // Every entry with PSNs may be covered, including ones a go-back
@@ -171,14 +158,12 @@ impl Hca {
             // The response to a READ/atomic before `psn` was lost: send the
             // request again, once per go-back (rxe's started_retry), not once
             // per ACK that passes it.
-            if !qp.comp.started_retry && self.consume_retry(now, index) {
-                self.retry(now, index, resume, GoBackCause::ImpliedNak);
-                if let Some(qp) = self.qps.get_mut(index) {
-                    qp.comp.started_retry = true;
-                }
+            if !qp.comp.started_retry && self.consume_retry(now) {
+                self.retry(now, resume, GoBackCause::ImpliedNak);
+                self.qp.comp.started_retry = true;
             }
         }
-        self.retire(now, index);
+        self.retire(now);
         progressed
     }
 
@@ -188,71 +173,63 @@ impl Hca {
     /// lost response, acknowledging up to it started the go-back for that
     /// one (an implied NAK; rxe's COMPST_ERROR_RETRY), and the resent
     /// requests will meet whatever the NAK was about again.
-    fn nak_applies(&mut self, now: Instant, index: QpIndex, psn: Psn) -> bool {
-        self.ack_up_to(now, index, psn.wrapping_sub(1));
-        self.qps.get(index).is_some_and(|qp| qp.comp.psn == psn && qp.state != QpState::Err)
+    fn nak_applies(&mut self, now: Instant, psn: Psn) -> bool {
+        self.ack_up_to(now, psn.wrapping_sub(1));
+        self.qp.comp.psn == psn && self.qp.state != QpState::Err
     }
 
     /// PSN sequence error: go back to `psn`. A go-back already under way
     /// from this point (a duplicated NAK, or the timer fired first) is not
     /// started or paid for again: the responder NAKs a gap once, so a
     /// second NAK without progress adds nothing.
-    fn on_seq_nak(&mut self, now: Instant, index: QpIndex, psn: Psn) -> Applied {
-        self.counters.rcvd_seq_err += 1;
-        if !self.nak_applies(now, index, psn) {
+    fn on_seq_nak(&mut self, now: Instant, psn: Psn) -> Applied {
+        self.dev.counters.rcvd_seq_err += 1;
+        if !self.nak_applies(now, psn) {
             return Applied(false);
         }
-        if self.qps.get(index).is_some_and(|qp| qp.comp.started_retry) {
+        if self.qp.comp.started_retry {
             return Applied(false);
         }
-        if self.consume_retry(now, index) {
-            self.retry(now, index, psn, GoBackCause::SequenceNak);
-            if let Some(qp) = self.qps.get_mut(index) {
-                qp.comp.started_retry = true;
-            }
-            self.rearm(now, index);
+        if self.consume_retry(now) {
+            self.retry(now, psn, GoBackCause::SequenceNak);
+            self.qp.comp.started_retry = true;
+            self.rearm(now);
         }
         Applied(true)
     }
 
     /// Receiver not ready: wait the RNR timer, then go back to `psn`.
-    fn on_rnr_nak(&mut self, now: Instant, index: QpIndex, psn: Psn, timer_code: u8) -> Applied {
-        self.counters.rcvd_rnr_err += 1;
-        if !self.nak_applies(now, index, psn) {
+    fn on_rnr_nak(&mut self, now: Instant, psn: Psn, timer_code: u8) -> Applied {
+        self.dev.counters.rcvd_rnr_err += 1;
+        if !self.nak_applies(now, psn) {
             return Applied(false);
         }
-        let Some(qp) = self.qps.get_mut(index) else { return Applied(false) };
+        let qp = &mut *self.qp;
         let qpn = qp.qpn;
         if qp.attr.rnr_retry != 7 {
             if qp.comp.rnr_retry_left == 0 {
-                self.counters.retry_rnr_exceeded_err += 1;
+                self.dev.counters.retry_rnr_exceeded_err += 1;
                 self.step(now, Step::RetriesExhausted { qpn, rnr: true });
-                self.fail_oldest(now, index, WcStatus::RnrRetryExcErr);
+                self.fail_oldest(now, WcStatus::RnrRetryExcErr);
                 return Applied(true);
             }
             qp.comp.rnr_retry_left -= 1;
         }
         let wait_us = Syndrome::RnrNak { timer_code }.rnr_wait_us().unwrap_or(655_360);
         self.step(now, Step::RnrWait { qpn, wait_us });
-        self.retry(now, index, psn, GoBackCause::RnrNak);
-        self.cancel_timer(index, TimerKind::Retransmit);
-        self.set_timer(index, TimerKind::Rnr, Some(now.plus_nanos(u64::from(wait_us) * 1_000)));
+        self.retry(now, psn, GoBackCause::RnrNak);
+        self.cancel_timer(TimerKind::Retransmit);
+        self.set_timer(TimerKind::Rnr, Some(now.plus_nanos(u64::from(wait_us) * 1_000)));
         Applied(true)
     }
 
     /// A NAK the requester cannot recover from (invalid request, remote
     /// access or operational error) ends the WQE that holds `psn`, the
     /// oldest one not done.
-    fn on_fatal_nak(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        psn: Psn,
-        status: WcStatus,
-    ) -> Applied {
-        let applies = self.nak_applies(now, index, psn);
+    fn on_fatal_nak(&mut self, now: Instant, psn: Psn, status: WcStatus) -> Applied {
+        let applies = self.nak_applies(now, psn);
         if applies {
-            self.fail_oldest(now, index, status);
+            self.fail_oldest(now, status);
         }
         Applied(applies)
     }

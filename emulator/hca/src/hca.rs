@@ -17,7 +17,7 @@ use crate::endpoint::{Endpoint, Transmit};
 use crate::handles::{AhIndex, CqIndex, PdIndex, QpIndex, SrqIndex, TableIndex};
 use crate::mr::MemoryTables;
 use crate::qp::{Path, QpContext};
-use crate::ring::{ConsumerRing, PRODUCER_OFFSET, SCHEDULED_OFFSET};
+use crate::ring::{ConsumerRing, SCHEDULED_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
 use crate::trace::{Step, StepLog};
@@ -27,11 +27,14 @@ use std::sync::Arc;
 use uroce_device::command::Gid;
 pub use uroce_device::doorbell::{Doorbell, Event};
 use uroce_device::mem::HostMemory;
-use uroce_device::types::{EventType, QpState, Qpn};
+use uroce_device::types::{EventType, Qpn};
 
 mod command;
 mod completion;
 mod qp_command;
+mod step;
+
+pub(crate) use step::{CqeWrite, QpStep};
 
 /// A protection domain.
 #[derive(Debug, Default)]
@@ -71,7 +74,7 @@ pub(crate) enum TimerKind {
 }
 
 /// Puts QP `index`, whose context is `qp`, in the transmit schedule
-/// `sched` (see [`Hca::schedule`]).
+/// `sched` (see [`QpStep::schedule`]).
 pub(crate) fn schedule_qp(
     sched: &mut VecDeque<QpIndex>,
     mem: &MemoryTables,
@@ -137,6 +140,14 @@ impl Ipv4Ids {
 
 /// Events kept before the oldest is dropped.
 const MAX_EVENTS: usize = 4096;
+
+/// Queues an event, dropping the oldest when [`MAX_EVENTS`] wait.
+pub(crate) fn push_event(events: &mut VecDeque<Event>, event: Event) {
+    if events.len() == MAX_EVENTS {
+        events.pop_front();
+    }
+    events.push_back(event);
+}
 
 /// The HCA.
 pub struct Hca {
@@ -300,26 +311,8 @@ impl Hca {
         self.steps.lost
     }
 
-    /// Records a decision (when tracing is on).
-    pub(crate) fn step(&mut self, now: Instant, step: Step) {
-        self.steps.record(now, step);
-    }
-
-    /// The sequence number of the next decision recorded.
-    pub(crate) fn steps_recorded(&self) -> u64 {
-        self.steps.recorded()
-    }
-
-    /// Records a decision before those recorded since sequence number `at`.
-    pub(crate) fn step_before(&mut self, at: u64, now: Instant, step: Step) {
-        self.steps.insert(at, now, step);
-    }
-
     pub(crate) fn push_event(&mut self, event: Event) {
-        if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
-        }
-        self.events.push_back(event);
+        push_event(&mut self.events, event);
     }
 
     /// The GID table.
@@ -337,14 +330,8 @@ impl Hca {
                 let Some(index) = self.qp_slot(qpn) else {
                     return;
                 };
-                let state = self.qps.get(index).map(|qp| qp.state);
-                match (state, doorbell) {
-                    (Some(QpState::Err), _) => self.flush(now, index),
-                    // SQE: sends flush, receives go on.
-                    (Some(QpState::Sqe), Doorbell::SendQueue(_)) => {
-                        self.flush_send_queue(now, index)
-                    }
-                    _ => self.schedule(index),
+                if let Some(mut step) = self.qp_step(index) {
+                    step.doorbell(now, matches!(doorbell, Doorbell::SendQueue(_)));
                 }
             }
             Doorbell::Srq(_) => {}
@@ -353,34 +340,6 @@ impl Hca {
                     ctx.arm = if solicited_only { Arm::SolicitedOnly } else { Arm::Next };
                 }
             }
-        }
-    }
-
-    /// Puts a QP in the transmit schedule, and raises its send queue's
-    /// device-scheduled flag: until it comes down the driver may skip the
-    /// kick after a post, since the HCA will look at the queue anyway.
-    pub(crate) fn schedule(&mut self, index: QpIndex) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
-        schedule_qp(&mut self.sched, &self.mem, index, qp);
-    }
-
-    /// Takes a QP with nothing to send out of the schedule and lowers the
-    /// flag. A post published while the flag was still up was not kicked:
-    /// after the fence the producer index is read again, and a post the
-    /// HCA has not seen this way is taken as its doorbell would have been
-    /// (the store-load pattern of `uroce_device::ring`).
-    fn unschedule(&mut self, now: Instant, index: QpIndex) {
-        let host = self.mem.host().clone();
-        let Some(qp) = self.qps.get_mut(index) else { return };
-        qp.scheduled = false;
-        let base = qp.sq.desc.base;
-        let _ = host.store_release_u32(base + SCHEDULED_OFFSET, 0);
-        host.fence_seq_cst();
-        let Ok(producer) = host.load_acquire_u32(base + PRODUCER_OFFSET) else { return };
-        if producer != qp.sq_doorbell_seen {
-            qp.sq_doorbell_seen = producer;
-            let qpn = qp.qpn;
-            self.doorbell(now, Doorbell::SendQueue(qpn));
         }
     }
 
@@ -411,14 +370,14 @@ impl Endpoint for Hca {
         let turns = self.sched.len();
         for _ in 0..turns {
             let index = self.sched.pop_front()?;
-            if let Some(transmit) = self.transmit_from(now, index, buf) {
-                if self.qps.get(index).is_some() {
-                    self.sched.push_back(index);
-                }
-                self.counters.sent_pkts += 1;
+            let Some(mut step) = self.qp_step(index) else { continue };
+            if let Some(transmit) = step.transmit(now, buf) {
+                // A step never destroys its QP: it stays in turn.
+                step.dev.sched.push_back(index);
+                step.dev.counters.sent_pkts += 1;
                 return Some(transmit);
             }
-            self.unschedule(now, index);
+            step.unschedule(now);
         }
         None
     }
@@ -434,15 +393,17 @@ impl Endpoint for Hca {
                 break;
             }
             self.timers.0.pop_first();
-            if let Some(qp) = self.qps.get_mut(index) {
-                match kind {
-                    TimerKind::Retransmit => qp.comp.retransmit_at = None,
-                    TimerKind::Rnr => qp.comp.rnr_until = None,
-                }
-            }
+            let Some(mut step) = self.qp_step(index) else { continue };
             match kind {
-                TimerKind::Retransmit => self.retransmit_timeout(now, index),
-                TimerKind::Rnr => self.rnr_wait_over(now, index),
+                TimerKind::Retransmit => {
+                    step.qp.comp.retransmit_at = None;
+                    step.retransmit_timeout(now);
+                }
+                TimerKind::Rnr => {
+                    // The RNR wait ended: resume sending.
+                    step.qp.comp.rnr_until = None;
+                    step.after_progress(now);
+                }
             }
         }
     }

@@ -9,8 +9,7 @@
 //! and executes local operations (LOCAL_INV, BIND_MW) in order (here).
 
 use crate::endpoint::Transmit;
-use crate::handles::QpIndex;
-use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::qp::EntryState;
 use crate::send_op::SendOp;
 use crate::time::Instant;
@@ -21,25 +20,20 @@ mod packet;
 
 pub(crate) use packet::emit_frame;
 
-impl Hca {
-    /// Builds the next request packet of QP `index`, if it may send one.
-    pub(crate) fn next_request_packet(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let qp = self.qps.get(index)?;
+impl QpStep<'_> {
+    /// Builds the next request packet, if the QP may send one.
+    pub(crate) fn next_request_packet(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let qp = &*self.qp;
         if !qp.can_send() || qp.comp.rnr_until.is_some() {
             return None;
         }
         if qp.req.index == qp.fetched {
-            self.fetch_send_wqes(now, index);
+            self.fetch_send_wqes(now);
         }
         // Local operations and refused WQEs complete without a packet; a
         // bounded number of them per turn.
-        for _ in 0..self.config.max_packets_per_turn {
-            let qp = self.qps.get(index)?;
+        for _ in 0..self.dev.config.max_packets_per_turn {
+            let qp = &mut *self.qp;
             if qp.req.index == qp.fetched || !qp.can_send() {
                 return None;
             }
@@ -48,58 +42,57 @@ impl Hca {
             // SQD starts no new WQE, but finishes (and resends) the ones
             // that already have PSNs.
             if qp.state == QpState::Sqd && qp.req.sent_pkts == 0 && !entry.psn_assigned {
-                self.sq_drained_check(index);
+                self.sq_drained_check();
                 return None;
             }
             if matches!(entry.state, EntryState::Done(_)) {
                 // Acknowledged while queued for a resend: skip it.
-                let qp = self.qps.get_mut(index)?;
                 qp.req.index = req_index.wrapping_add(1);
                 qp.req.sent_pkts = 0;
                 continue;
             }
             if let Some(status) = entry.fetch_error {
-                self.finish_without_packet(now, index, status);
+                self.finish_without_packet(now, status);
                 continue;
             }
             if entry.opcode.is_local() {
                 if entry.flags.contains(SendFlags::FENCE) && qp.req.rd_atomic_outstanding > 0 {
                     return None;
                 }
-                let status = self.execute_local(index, req_index);
-                self.finish_without_packet(now, index, status);
+                let status = self.execute_local(req_index);
+                self.finish_without_packet(now, status);
                 continue;
             }
-            return self.build_request(now, index, buf);
+            return self.build_request(now, buf);
         }
         // More local work remains: come back next turn.
         None
     }
 
     /// Completes the current WQE without sending anything.
-    pub(super) fn finish_without_packet(&mut self, now: Instant, index: QpIndex, status: WcStatus) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    pub(super) fn finish_without_packet(&mut self, now: Instant, status: WcStatus) {
+        let qp = &mut *self.qp;
         let req_index = qp.req.index;
         if let Some(entry) = qp.entry_mut(req_index) {
             entry.state = EntryState::Done(status);
         }
         qp.req.index = req_index.wrapping_add(1);
         qp.req.sent_pkts = 0;
-        self.retire(now, index);
+        self.retire(now);
     }
 
     /// LOCAL_INV and BIND_MW.
-    fn execute_local(&mut self, index: QpIndex, req_index: u32) -> WcStatus {
-        let Some(qp) = self.qps.get(index) else { return WcStatus::LocQpOpErr };
+    fn execute_local(&mut self, req_index: u32) -> WcStatus {
+        let qp = &*self.qp;
         let (pd, qpn) = (qp.pd, qp.qpn);
         let Some(entry) = qp.entry(req_index) else { return WcStatus::LocQpOpErr };
         match entry.op {
-            SendOp::LocalInv { key } => match self.mem.invalidate_for(key, pd) {
+            SendOp::LocalInv { key } => match self.dev.mem.invalidate_for(key, pd) {
                 Ok(()) => WcStatus::Success,
                 Err(_) => WcStatus::LocQpOpErr,
             },
             SendOp::BindMw { window, window_key, region, va, len, access } => {
-                let bound = self.mem.bind_window(
+                let bound = self.dev.mem.bind_window(
                     window,
                     Some(window_key),
                     region,

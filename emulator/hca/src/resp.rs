@@ -13,8 +13,7 @@
 //! overtakes the READ responses before it; consecutive ACKs coalesce.
 
 use crate::counters::Counters;
-use crate::handles::QpIndex;
-use crate::hca::{schedule_qp, Hca};
+use crate::hca::{schedule_qp, QpStep};
 use crate::mr::AccessError;
 use crate::qp::{Responder, Response};
 use crate::time::Instant;
@@ -44,34 +43,33 @@ enum Refusal {
     Drop,
 }
 
-impl Hca {
-    /// Takes a request packet for QP `index`.
+impl QpStep<'_> {
+    /// Takes a request packet.
     pub(crate) fn responder_receive(
         &mut self,
         now: Instant,
-        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        let Some(qp) = self.qps.get(index) else { return };
+        let qp = &*self.qp;
         let qp_type = qp.qp_type;
         let psn = packet.bth().psn();
         if qp_type == QpType::Ud {
-            self.receive_ud(now, index, frame, packet);
+            self.receive_ud(now, frame, packet);
             return;
         }
-        match self.check_psn(index, psn, packet.info()) {
+        match self.check_psn(psn, packet.info()) {
             PsnCheck::InSequence => {}
-            PsnCheck::Stop(verdict) => return self.request_step(now, index, packet, verdict),
+            PsnCheck::Stop(verdict) => return self.request_step(now, packet, verdict),
             PsnCheck::Duplicate => {
-                self.request_step(now, index, packet, RequestVerdict::Duplicate);
-                return self.duplicate(now, index, psn, packet);
+                self.request_step(now, packet, RequestVerdict::Duplicate);
+                return self.duplicate(now, psn, packet);
             }
         }
         // The step goes first: what executing it completes or raises
         // follows it.
-        let verdict_at = self.steps_recorded();
-        let result = self.execute(now, index, frame, packet);
+        let verdict_at = self.dev.steps.recorded();
+        let result = self.execute(now, frame, packet);
         let verdict = match result {
             Ok(()) => RequestVerdict::Executed,
             Err(Refusal::Drop) => RequestVerdict::Dropped,
@@ -79,12 +77,12 @@ impl Hca {
                 let _ = refusal;
                 RequestVerdict::Dropped
             }
-            Err(refusal) => RequestVerdict::Refused(self.refusal_syndrome(index, refusal)),
+            Err(refusal) => RequestVerdict::Refused(self.refusal_syndrome(refusal)),
         };
-        self.request_step_at(verdict_at, now, index, packet, verdict);
+        self.request_step_at(verdict_at, now, packet, verdict);
         if let Err(refusal) = result {
             if refusal != Refusal::Drop {
-                self.refuse(now, index, psn, refusal, qp_type);
+                self.refuse(now, psn, refusal, qp_type);
             }
         }
     }
@@ -94,39 +92,37 @@ impl Hca {
     /// behind it is a duplicate. UC resynchronises on every FIRST/ONLY: a
     /// message that lost a packet is dropped whole, silently, and counted
     /// once.
-    fn check_psn(&mut self, index: QpIndex, psn: Psn, info: &OpcodeInfo) -> PsnCheck {
-        let Some(qp) = self.qps.get_mut(index) else {
-            return PsnCheck::Stop(RequestVerdict::Dropped);
-        };
+    fn check_psn(&mut self, psn: Psn, info: &OpcodeInfo) -> PsnCheck {
+        let qp = &mut *self.qp;
         if qp.qp_type == QpType::Uc {
-            return check_uc_psn(&mut self.counters, &mut qp.resp, psn, info);
+            return check_uc_psn(self.dev.counters, &mut qp.resp, psn, info);
         }
         let epsn = qp.resp.epsn;
         if psn == epsn {
             return PsnCheck::InSequence;
         }
         if !psn.is_after(epsn) {
-            self.counters.duplicate_request += 1;
+            self.dev.counters.duplicate_request += 1;
             return PsnCheck::Duplicate;
         }
         let nak = !qp.resp.nak_sent;
         if nak {
             // Counted once per gap, as rxe does.
-            self.counters.out_of_seq_request += 1;
+            self.dev.counters.out_of_seq_request += 1;
             qp.resp.nak_sent = true;
             let msn = qp.resp.msn;
             let syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
             if qp.resp.owe(Response::Ack { psn: epsn, syndrome, msn }) {
-                schedule_qp(&mut self.sched, &self.mem, index, qp);
+                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
             }
-            self.counters.send_nak += 1;
+            self.dev.counters.send_nak += 1;
         }
         PsnCheck::Stop(RequestVerdict::OutOfSequence { expected: epsn, nak })
     }
 
     /// The syndrome `refuse` answers `refusal` with.
-    fn refusal_syndrome(&self, index: QpIndex, refusal: Refusal) -> Syndrome {
-        let timer_code = self.qps.get(index).map_or(0, |qp| qp.attr.min_rnr_timer);
+    fn refusal_syndrome(&self, refusal: Refusal) -> Syndrome {
+        let timer_code = self.qp.attr.min_rnr_timer;
         match refusal {
             Refusal::NotReady => Syndrome::RnrNak { timer_code },
             Refusal::InvalidRequest | Refusal::Drop => Syndrome::Nak(NakCode::InvalidRequest),
@@ -139,12 +135,11 @@ impl Hca {
     fn request_step(
         &mut self,
         now: Instant,
-        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
         verdict: RequestVerdict,
     ) {
-        let at = self.steps_recorded();
-        self.request_step_at(at, now, index, packet, verdict);
+        let at = self.dev.steps.recorded();
+        self.request_step_at(at, now, packet, verdict);
     }
 
     /// Records what the responder made of `packet`, before the steps taken
@@ -153,26 +148,18 @@ impl Hca {
         &mut self,
         at: u64,
         now: Instant,
-        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
         verdict: RequestVerdict,
     ) {
-        let Some(qp) = self.qps.get(index) else { return };
+        let qp = &*self.qp;
         let bth = packet.bth();
         let step = Step::Request { qpn: qp.qpn, psn: bth.psn(), opcode: bth.opcode(), verdict };
-        self.step_before(at, now, step);
+        self.dev.steps.insert(at, now, step);
     }
 
     /// Answers a request the responder will not execute.
-    fn refuse(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        psn: Psn,
-        refusal: Refusal,
-        qp_type: QpType,
-    ) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    fn refuse(&mut self, now: Instant, psn: Psn, refusal: Refusal, qp_type: QpType) {
+        let qp = &mut *self.qp;
         if qp_type == QpType::Uc {
             // UC never NAKs: drop the rest of the message.
             qp.resp.drop_msg = true;
@@ -182,7 +169,7 @@ impl Hca {
         let msn = qp.resp.msn;
         let syndrome = match refusal {
             Refusal::NotReady => {
-                self.counters.send_rnr_err += 1;
+                self.dev.counters.send_rnr_err += 1;
                 Syndrome::RnrNak { timer_code: qp.attr.min_rnr_timer }
             }
             Refusal::InvalidRequest => Syndrome::Nak(NakCode::InvalidRequest),
@@ -195,11 +182,11 @@ impl Hca {
             // must not draw a PSN sequence NAK on top of the RNR NAK.
             qp.resp.nak_sent = true;
             if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
-                schedule_qp(&mut self.sched, &self.mem, index, qp);
+                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
             }
             return;
         }
-        self.counters.send_nak += 1;
+        self.dev.counters.send_nak += 1;
         // A class C error: NAK, then the QP goes to the error state (the
         // queue keeps only the NAK).
         qp.resp.queue.clear();
@@ -211,9 +198,9 @@ impl Hca {
             Refusal::InvalidRequest => uroce_device::types::EventType::QpReqErr,
             _ => uroce_device::types::EventType::QpFatal,
         };
-        self.push_event(crate::hca::Event::Async { event, element: qpn });
-        self.enter_error(now, index);
-        self.schedule(index);
+        self.dev.push_event(crate::hca::Event::Async { event, element: qpn });
+        self.enter_error(now);
+        self.schedule();
     }
 }
 

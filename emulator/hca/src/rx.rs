@@ -7,8 +7,8 @@
 //! and QP. Everything dropped is counted.
 
 use crate::endpoint::{Endpoint, Transmit};
-use crate::handles::QpIndex;
 use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::time::Instant;
 use crate::trace::{DropReason, Step};
 use uroce_device::types::{QpState, QpType, Qpn};
@@ -39,59 +39,67 @@ impl Hca {
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
-        let Some(qp) = self.qps.get(index) else {
+        let Some(mut step) = self.qp_step(index) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
+        let qp = &*step.qp;
         let transport_ok = matches!(
             (qp.qp_type, bth.opcode().transport()),
             (QpType::Rc, Transport::Rc) | (QpType::Uc, Transport::Uc) | (QpType::Ud, Transport::Ud)
         );
         if !transport_ok || !qp.can_receive() {
-            return self.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
+            return step.dev.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
         }
         if qp.qp_type != QpType::Ud {
             let from_peer = qp.path.is_some_and(|p| {
                 p.remote == frame.ip.source() && p.local == frame.ip.destination()
             });
             if !from_peer {
-                return self.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
+                return step.dev.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
             }
         }
-        self.counters.rcvd_pkts += 1;
+        step.dev.counters.rcvd_pkts += 1;
         let info = packet.info();
         if info.is(Mask::RESP) {
-            self.completer_receive(now, index, &packet);
-        } else if qp.state != QpState::Err {
-            self.responder_receive(now, index, &frame, &packet);
+            step.completer_receive(now, &packet);
+        } else if step.qp.state != QpState::Err {
+            step.responder_receive(now, &frame, &packet);
         }
     }
 
     /// Drops a received packet: its counter, and the step.
     pub(crate) fn drop_packet(&mut self, now: Instant, qpn: Option<Qpn>, reason: DropReason) {
-        let c = &mut self.counters;
-        match reason {
-            DropReason::Malformed => c.rcvd_malformed += 1,
-            DropReason::BadChecksum => c.rcvd_icrc_err += 1,
-            DropReason::NotOurAddress
-            | DropReason::BadPkey
-            | DropReason::NotFromPeer
-            | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
-            DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
-        }
-        self.step(now, Step::Dropped { qpn, reason });
+        count_drop(&mut self.counters, &mut self.steps, now, qpn, reason);
     }
+}
 
-    /// One packet from QP `index`: what the responder owes first, then the
+impl QpStep<'_> {
+    /// One packet from this QP: what the responder owes first, then the
     /// requester's next request.
-    pub(crate) fn transmit_from(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        if let Some(t) = self.next_response_packet(index, buf) {
+    pub(crate) fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(t) = self.next_response_packet(buf) {
             return Some(t);
         }
-        self.next_request_packet(now, index, buf)
+        self.next_request_packet(now, buf)
     }
+}
+
+/// Counts a dropped packet and records the step.
+pub(crate) fn count_drop(
+    c: &mut crate::counters::Counters,
+    steps: &mut crate::trace::StepLog,
+    now: Instant,
+    qpn: Option<Qpn>,
+    reason: DropReason,
+) {
+    match reason {
+        DropReason::Malformed => c.rcvd_malformed += 1,
+        DropReason::BadChecksum => c.rcvd_icrc_err += 1,
+        DropReason::NotOurAddress
+        | DropReason::BadPkey
+        | DropReason::NotFromPeer
+        | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
+        DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
+    }
+    steps.record(now, Step::Dropped { qpn, reason });
 }

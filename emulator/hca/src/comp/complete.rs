@@ -2,18 +2,17 @@
 //! finished WQEs in order, failing the oldest, flushing the send queue,
 //! and the SQ-drained event.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{QpState, QpType, WcStatus, WrOpcode};
 
-impl Hca {
+impl QpStep<'_> {
     /// Ends the oldest incomplete WQE with an error status; retiring it
     /// moves the QP to the error state and flushes the rest.
-    pub(super) fn fail_oldest(&mut self, now: Instant, index: QpIndex, status: WcStatus) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    pub(crate) fn fail_oldest(&mut self, now: Instant, status: WcStatus) {
+        let qp = &mut *self.qp;
         let mut i = qp.sq.consumer;
         while i != qp.fetched {
             if let Some(entry) = qp.entry_mut(i) {
@@ -24,15 +23,15 @@ impl Hca {
             }
             i = i.wrapping_add(1);
         }
-        self.retire(now, index);
+        self.retire(now);
     }
 
     /// Writes completions for finished WQEs at the head of the send queue,
     /// in order, and gives their slots back to the application. An error
     /// completion moves the QP to ERR (RC) or SQE (UC, UD).
-    pub(crate) fn retire(&mut self, now: Instant, index: QpIndex) {
+    pub(crate) fn retire(&mut self, now: Instant) {
         loop {
-            let Some(qp) = self.qps.get_mut(index) else { return };
+            let qp = &mut *self.qp;
             if qp.sq.consumer == qp.fetched {
                 break;
             }
@@ -52,8 +51,7 @@ impl Hca {
             });
             let slot = qp.slot(consumer);
             qp.sq_shadow[slot].clear();
-            let host = self.mem.host().clone();
-            let _ = qp.sq.consume(host.as_ref(), 1);
+            let _ = qp.sq.consume(self.dev.mem.host().as_ref(), 1);
             if qp.req.index == consumer {
                 // Completed before the requester moved past it (local ops,
                 // errors): keep the requester behind the consumer.
@@ -66,41 +64,37 @@ impl Hca {
             }
             if status != WcStatus::Success && state != QpState::Err {
                 let next = if qp_type == QpType::Rc { QpState::Err } else { QpState::Sqe };
-                if let Some(qp) = self.qps.get_mut(index) {
-                    qp.state = next;
-                }
+                self.qp.state = next;
                 if next == QpState::Err {
-                    self.enter_error(now, index);
+                    self.enter_error(now);
                 } else {
-                    self.flush_send_queue(now, index);
+                    self.flush_send_queue(now);
                 }
                 return;
             }
         }
-        self.sq_drained_check(index);
+        self.sq_drained_check();
     }
 
-    pub(crate) fn sq_drained_check(&mut self, index: QpIndex) {
-        let Some(qp) = self.qps.get(index) else { return };
+    pub(crate) fn sq_drained_check(&mut self) {
+        let qp = &mut *self.qp;
         if qp.state == QpState::Sqd && qp.sq.consumer == qp.req.index && qp.attr.en_sqd_async_notify
         {
             let qpn = qp.qpn.value();
-            self.push_event(crate::hca::Event::Async {
+            qp.attr.en_sqd_async_notify = false;
+            self.dev.push_event(crate::hca::Event::Async {
                 event: uroce_device::types::EventType::SqDrained,
                 element: qpn,
             });
-            if let Some(qp) = self.qps.get_mut(index) {
-                qp.attr.en_sqd_async_notify = false;
-            }
         }
     }
 
     /// Completes every send WQE not yet retired with WR_FLUSH_ERR (the QP
     /// is in ERR or SQE), including WQEs posted after the error.
-    pub(crate) fn flush_send_queue(&mut self, now: Instant, index: QpIndex) {
-        self.fetch_send_wqes(now, index);
+    pub(crate) fn flush_send_queue(&mut self, now: Instant) {
+        self.fetch_send_wqes(now);
         loop {
-            let Some(qp) = self.qps.get_mut(index) else { return };
+            let qp = &mut *self.qp;
             if qp.sq.consumer == qp.fetched {
                 qp.req.index = qp.fetched;
                 qp.req.sent_pkts = 0;
@@ -114,13 +108,12 @@ impl Hca {
             };
             let slot = qp.slot(consumer);
             qp.sq_shadow[slot].clear();
-            let host = self.mem.host().clone();
-            let _ = qp.sq.consume(host.as_ref(), 1);
+            let _ = qp.sq.consume(self.dev.mem.host().as_ref(), 1);
             let (cq, qpn) = (qp.send_cq, qp.qpn);
             let cqe = Cqe::new(wr_id, WcStatus::WrFlushErr, opcode.completion(), qpn);
             self.post_cqe(now, cq, &cqe, false);
         }
-        self.cancel_timer(index, TimerKind::Retransmit);
-        self.cancel_timer(index, TimerKind::Rnr);
+        self.cancel_timer(TimerKind::Retransmit);
+        self.cancel_timer(TimerKind::Rnr);
     }
 }

@@ -2,8 +2,8 @@
 //! READ response data into the READ's SGEs, an atomic's original value
 //! into its buffer, after finding the WQE the response belongs to.
 
-use crate::handles::{PdIndex, QpIndex};
-use crate::hca::Hca;
+use crate::handles::PdIndex;
+use crate::hca::QpStep;
 use crate::mr::Origin;
 use crate::qp::EntryState;
 use crate::time::Instant;
@@ -12,54 +12,48 @@ use uroce_device::types::{Access, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
 use uroce_wire::{roce, Mask, Psn};
 
-impl Hca {
+impl QpStep<'_> {
     /// The send-queue entry a READ response or atomic ACK at `psn` belongs
     /// to, if `psn` is the one the completer expects. A response ahead of
     /// it means something before it was lost: go back (once). One behind is
     /// a duplicate: dropped. An expected PSN no WQE owns is a ghost:
     /// counted and dropped.
-    fn expected_response_entry(&mut self, now: Instant, index: QpIndex, psn: Psn) -> Option<u32> {
-        let expected = self.qps.get(index)?.comp.psn;
+    fn expected_response_entry(&mut self, now: Instant, psn: Psn) -> Option<u32> {
+        let expected = self.qp.comp.psn;
         if psn != expected {
             if psn.is_after(expected) {
-                self.go_back_once(now, index);
+                self.go_back_once(now);
             }
             return None;
         }
-        let entry = self.entry_at_psn(index, psn);
+        let entry = entry_at_psn(self.qp, psn);
         if entry.is_none() {
-            self.counters.rcvd_ghost_response += 1;
+            self.dev.counters.rcvd_ghost_response += 1;
         }
         entry
     }
 
-    pub(super) fn on_atomic_ack(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        psn: Psn,
-        orig: u64,
-    ) -> ResponseVerdict {
+    pub(super) fn on_atomic_ack(&mut self, now: Instant, psn: Psn, orig: u64) -> ResponseVerdict {
         const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
-        if self.qps.get(index).is_some_and(|qp| psn.is_after(qp.comp.psn)) {
+        if psn.is_after(self.qp.comp.psn) {
             // Its AETH acknowledges everything before it.
-            self.ack_up_to(now, index, psn.wrapping_sub(1));
+            self.ack_up_to(now, psn.wrapping_sub(1));
         }
-        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+        let Some(entry_index) = self.expected_response_entry(now, psn) else {
             return NOT_PLACED;
         };
         // The original value goes into the WQE's 8-byte buffer.
-        let Some(qp) = self.qps.get(index) else { return NOT_PLACED };
+        let qp = &*self.qp;
         let pd = qp.pd;
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if !matches!(entry.opcode, WrOpcode::AtomicCmpAndSwp | WrOpcode::AtomicFetchAndAdd) {
-            self.counters.rcvd_ghost_response += 1;
+            self.dev.counters.rcvd_ghost_response += 1;
             return NOT_PLACED;
         }
         let status = match &entry.payload {
             Payload::Sges(sges) if sges.len() == 1 => {
                 let sge = sges[0];
-                match self.mem.check(
+                match self.dev.mem.check(
                     sge.lkey.0,
                     pd,
                     sge.addr,
@@ -67,7 +61,7 @@ impl Hca {
                     Access::LOCAL_WRITE,
                     Origin::Local,
                 ) {
-                    Ok(range) => match self.mem.write(&range, &orig.to_le_bytes()) {
+                    Ok(range) => match self.dev.mem.write(&range, &orig.to_le_bytes()) {
                         Ok(()) => WcStatus::Success,
                         Err(_) => WcStatus::LocProtErr,
                     },
@@ -77,22 +71,21 @@ impl Hca {
             _ => WcStatus::LocLenErr,
         };
         // Everything before it is acknowledged; the atomic is done.
-        self.ack_up_to(now, index, psn.wrapping_sub(1));
-        let Some(qp) = self.qps.get_mut(index) else { return NOT_PLACED };
+        self.ack_up_to(now, psn.wrapping_sub(1));
+        let qp = &mut *self.qp;
         if let Some(entry) = qp.entry_mut(entry_index) {
             entry.state = EntryState::Done(status);
         }
         qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
         qp.completer_progressed(psn.next());
-        self.retire(now, index);
-        self.after_progress(now, index);
+        self.retire(now);
+        self.after_progress(now);
         ResponseVerdict::AtomicPlaced
     }
 
     pub(super) fn on_read_response(
         &mut self,
         now: Instant,
-        index: QpIndex,
         psn: Psn,
         packet: &roce::Packet<&[u8]>,
     ) -> ResponseVerdict {
@@ -101,23 +94,22 @@ impl Hca {
         // the READ (an ACK for them may have been lost; rxe completes them
         // too), never the READ's own response PSNs.
         if packet.aeth().is_some() {
-            if let Some(first) = self
-                .entry_at_psn(index, psn)
-                .and_then(|i| self.qps.get(index)?.entry(i).map(|e| e.first_psn))
+            if let Some(first) =
+                entry_at_psn(self.qp, psn).and_then(|i| self.qp.entry(i).map(|e| e.first_psn))
             {
-                self.ack_up_to(now, index, first.wrapping_sub(1));
+                self.ack_up_to(now, first.wrapping_sub(1));
             }
         }
-        let Some(entry_index) = self.expected_response_entry(now, index, psn) else {
+        let Some(entry_index) = self.expected_response_entry(now, psn) else {
             return NOT_PLACED;
         };
         // Place the data, and move the completer and the WQE on, on the
         // QP's context borrowed once.
-        let Some(qp) = self.qps.get_mut(index) else { return NOT_PLACED };
+        let qp = &mut *self.qp;
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
         if entry.opcode != WrOpcode::RdmaRead {
-            self.counters.rcvd_ghost_response += 1;
+            self.dev.counters.rcvd_ghost_response += 1;
             return NOT_PLACED;
         }
         let offset = u64::from(entry.first_psn.distance_to(psn) as u32) * mtu;
@@ -131,7 +123,7 @@ impl Hca {
             Some(WcStatus::BadRespErr)
         } else {
             match &entry.payload {
-                Payload::Sges(sges) => scatter(&self.mem, pd, sges, offset, payload).err(),
+                Payload::Sges(sges) => scatter(self.dev.mem, pd, sges, offset, payload).err(),
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }
         };
@@ -145,27 +137,26 @@ impl Hca {
             entry.state = EntryState::Done(WcStatus::Success);
             qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
         }
-        self.retire(now, index);
-        self.after_progress(now, index);
+        self.retire(now);
+        self.after_progress(now);
         ResponseVerdict::ReadPlaced
     }
+}
 
-    /// The shadow index of the WQE whose PSN range holds `psn`.
-    pub(super) fn entry_at_psn(&self, index: QpIndex, psn: Psn) -> Option<u32> {
-        let qp = self.qps.get(index)?;
-        let mut i = qp.sq.consumer;
-        while i != qp.fetched {
-            let entry = qp.entry(i)?;
-            if !entry.psn_assigned {
-                return None;
-            }
-            if psn.in_window(entry.first_psn, entry.npkts.max(1)) {
-                return Some(i);
-            }
-            i = i.wrapping_add(1);
+/// The shadow index of the WQE of `qp` whose PSN range holds `psn`.
+pub(super) fn entry_at_psn(qp: &crate::qp::QpContext, psn: Psn) -> Option<u32> {
+    let mut i = qp.sq.consumer;
+    while i != qp.fetched {
+        let entry = qp.entry(i)?;
+        if !entry.psn_assigned {
+            return None;
         }
-        None
+        if psn.in_window(entry.first_psn, entry.npkts.max(1)) {
+            return Some(i);
+        }
+        i = i.wrapping_add(1);
     }
+    None
 }
 
 /// Writes `data` at byte `offset` of a WQE's SGE list (READ responses),

@@ -2,94 +2,81 @@
 //! req_retry): the retransmit timer, RNR waits, the retry budget, and
 //! go-back-N itself.
 
-use crate::handles::QpIndex;
-use crate::hca::{Hca, TimerKind};
+use crate::hca::{QpStep, TimerKind};
 use crate::qp::EntryState;
 use crate::time::Instant;
 use crate::trace::{GoBackCause, Step};
 use uroce_device::types::{QpState, WcStatus, WrOpcode};
 use uroce_wire::Psn;
 
-impl Hca {
+impl QpStep<'_> {
     /// After an ACK made progress: restart or stop the retransmit timer,
     /// and let the requester send more.
-    pub(super) fn after_progress(&mut self, now: Instant, index: QpIndex) {
-        self.rearm(now, index);
-        self.schedule(index);
+    pub(crate) fn after_progress(&mut self, now: Instant) {
+        self.rearm(now);
+        self.schedule();
     }
 
     /// Arms the retransmit timer while PSNs are outstanding.
-    pub(super) fn rearm(&mut self, now: Instant, index: QpIndex) {
-        let Some(qp) = self.qps.get(index) else { return };
+    pub(crate) fn rearm(&mut self, now: Instant) {
+        let qp = &*self.qp;
         let outstanding = qp.comp.psn != qp.req.next_psn && qp.state != QpState::Err;
         let at = match (outstanding, qp.ack_timeout_ns()) {
             (true, Some(ns)) => Some(now.plus_nanos(ns)),
             _ => None,
         };
-        self.set_timer(index, TimerKind::Retransmit, at);
+        self.set_timer(TimerKind::Retransmit, at);
     }
 
     /// Spends one transport retry; with none left, fails the oldest WQE with
     /// RETRY_EXC_ERR and returns false.
-    pub(super) fn consume_retry(&mut self, now: Instant, index: QpIndex) -> bool {
-        let Some(qp) = self.qps.get_mut(index) else { return false };
-        if qp.state == QpState::Err {
+    pub(crate) fn consume_retry(&mut self, now: Instant) -> bool {
+        if self.qp.state == QpState::Err {
             return false;
         }
-        if qp.comp.retry_left == 0 {
-            self.counters.retry_exceeded_err += 1;
-            let qpn = qp.qpn;
+        if self.qp.comp.retry_left == 0 {
+            self.dev.counters.retry_exceeded_err += 1;
+            let qpn = self.qp.qpn;
             self.step(now, Step::RetriesExhausted { qpn, rnr: false });
-            self.fail_oldest(now, index, WcStatus::RetryExcErr);
+            self.fail_oldest(now, WcStatus::RetryExcErr);
             return false;
         }
-        qp.comp.retry_left -= 1;
+        self.qp.comp.retry_left -= 1;
         true
     }
 
     /// A response arrived ahead of the expected PSN: one before it was
     /// lost. Go back once; the responses still in flight behind the lost one
     /// will arrive out of sequence too and must not spend more retries.
-    pub(super) fn go_back_once(&mut self, now: Instant, index: QpIndex) {
-        let Some(qp) = self.qps.get(index) else { return };
-        if qp.comp.started_retry {
+    pub(crate) fn go_back_once(&mut self, now: Instant) {
+        if self.qp.comp.started_retry {
             return;
         }
-        let from = qp.comp.psn;
-        if self.consume_retry(now, index) {
-            self.retry(now, index, from, GoBackCause::ResponseAhead);
-            if let Some(qp) = self.qps.get_mut(index) {
-                qp.comp.started_retry = true;
-            }
+        let from = self.qp.comp.psn;
+        if self.consume_retry(now) {
+            self.retry(now, from, GoBackCause::ResponseAhead);
+            self.qp.comp.started_retry = true;
         }
     }
 
     /// The retransmit timer fired.
-    pub(crate) fn retransmit_timeout(&mut self, now: Instant, index: QpIndex) {
-        let Some(qp) = self.qps.get(index) else { return };
+    pub(crate) fn retransmit_timeout(&mut self, now: Instant) {
+        let qp = &*self.qp;
         if qp.comp.psn == qp.req.next_psn || qp.state == QpState::Err {
             return;
         }
         let from = qp.comp.psn;
-        if self.consume_retry(now, index) {
-            self.retry(now, index, from, GoBackCause::Timeout);
-            if let Some(qp) = self.qps.get_mut(index) {
-                qp.comp.started_retry = true;
-            }
-            self.rearm(now, index);
+        if self.consume_retry(now) {
+            self.retry(now, from, GoBackCause::Timeout);
+            self.qp.comp.started_retry = true;
+            self.rearm(now);
         }
     }
 
-    /// An RNR wait ended: resume sending.
-    pub(crate) fn rnr_wait_over(&mut self, now: Instant, index: QpIndex) {
-        self.rearm(now, index);
-        self.schedule(index);
-    }
-
     /// Go-back-N: the requester resumes at PSN `from`.
-    pub(crate) fn retry(&mut self, now: Instant, index: QpIndex, from: Psn, cause: GoBackCause) {
-        let Some(start) = self.entry_at_psn(index, from) else { return };
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    pub(crate) fn retry(&mut self, now: Instant, from: Psn, cause: GoBackCause) {
+        let qp = &mut *self.qp;
+        let Some(start) = super::place::entry_at_psn(qp, from) else { return };
         let Some(entry) = qp.entry(start) else { return };
         let resume_pkts = match entry.opcode {
             WrOpcode::RdmaRead
@@ -109,7 +96,7 @@ impl Hca {
             return;
         }
         // Every go-back, whatever caused it (rxe's completer_retry_err).
-        self.counters.completer_retry_err += 1;
+        self.dev.counters.completer_retry_err += 1;
         let qpn = qp.qpn;
         let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
         // start is at or before end, both within [consumer, fetched].
@@ -127,6 +114,6 @@ impl Hca {
             qp.comp.psn = from;
         }
         self.step(now, Step::GoBack { qpn, from, cause });
-        self.schedule(index);
+        self.schedule();
     }
 }

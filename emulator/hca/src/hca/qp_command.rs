@@ -142,8 +142,9 @@ impl Hca {
         } else {
             None
         };
-        let config = self.config.clone();
-        let qp = self.qps.get_mut(index).ok_or(CmdError::NotFound("no such QP"))?;
+        let mut step = self.qp_step(index).ok_or(CmdError::NotFound("no such QP"))?;
+        let config = step.dev.config;
+        let qp = &mut *step.qp;
         let from = qp.state;
         let to = if mask.contains(AttrMask::STATE) {
             attr.qp_state.ok_or(CmdError::Invalid("STATE in the mask without a qp_state"))?
@@ -156,7 +157,7 @@ impl Hca {
         if !modify_is_ok(from, to, qp.qp_type, mask) {
             return Err(CmdError::Invalid("attribute mask not allowed for this transition"));
         }
-        validate_attr_values(attr, mask, &config)?;
+        validate_attr_values(attr, mask, config)?;
         apply_attrs(qp, attr, mask, path);
         qp.state = to;
         match to {
@@ -180,11 +181,11 @@ impl Hca {
             _ => {}
         }
         if to == QpState::Err && from != QpState::Err {
-            self.enter_error(now, index);
+            step.enter_error(now);
         } else if matches!(to, QpState::Rts | QpState::Sqe | QpState::Sqd) {
-            self.schedule(index);
+            step.schedule();
             if to == QpState::Sqd {
-                self.sq_drained_check(index);
+                step.sq_drained_check();
             }
         }
         Ok(Reply::Done)

@@ -2,8 +2,7 @@
 //! concerned): newly posted WQEs are copied out of the application's ring
 //! into the SQ shadow once, validated and decoded there.
 
-use crate::handles::QpIndex;
-use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::qp::SqEntry;
 use crate::time::Instant;
 use crate::trace::Step;
@@ -11,13 +10,13 @@ use uroce_device::ring::RingError;
 use uroce_device::types::{QpState, QpType, SendFlags, WcStatus};
 use uroce_device::wqe::{SendWqe, WqeLimits};
 
-impl Hca {
+impl QpStep<'_> {
     /// Copies newly posted send WQEs into the shadow, validating each once.
     /// A producer index that jumps past the ring is a fatal QP error.
-    pub(crate) fn fetch_send_wqes(&mut self, now: Instant, index: QpIndex) {
-        let host = self.mem.host().clone();
-        let max_msg_size = self.config.max_msg_size;
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    pub(crate) fn fetch_send_wqes(&mut self, now: Instant) {
+        let host = self.dev.mem.host().clone();
+        let max_msg_size = self.dev.config.max_msg_size;
+        let qp = &mut *self.qp;
         match qp.sq.refresh(host.as_ref()) {
             Ok(_) => {}
             Err(RingError::IndexJump { .. }) | Err(_) => {
@@ -25,10 +24,10 @@ impl Hca {
                 // in error only flushes what it had fetched (going fatal
                 // again would flush, fetch and fail here again).
                 if qp.state != QpState::Err {
-                    self.counters.bad_wqe += 1;
+                    self.dev.counters.bad_wqe += 1;
                     let qpn = qp.qpn;
                     self.step(now, Step::WqeRefused { qpn, status: WcStatus::LocQpOpErr });
-                    self.fatal(now, index);
+                    self.fatal(now);
                 }
                 return;
             }
@@ -40,7 +39,7 @@ impl Hca {
         };
         // The WQEs are read into the HCA's slot buffer (zeroed first, as a
         // fresh one would be).
-        let slot = &mut self.wqe_slot;
+        let slot = &mut *self.dev.wqe_slot;
         slot.clear();
         slot.resize(qp.sq.desc.stride as usize, 0);
         while qp.fetched != qp.sq.producer_seen {
@@ -61,7 +60,7 @@ impl Hca {
                     let legal = wqe.opcode.allowed_on(qp.qp_type);
                     let signaled = qp.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
                     let ud_too_long = qp.qp_type == QpType::Ud
-                        && wqe.length() > u64::from(self.config.active_mtu.bytes());
+                        && wqe.length() > u64::from(self.dev.config.active_mtu.bytes());
                     let fetch_error = if !legal {
                         Some(WcStatus::LocQpOpErr)
                     } else if ud_too_long {
@@ -74,8 +73,8 @@ impl Hca {
                 Err(status) => SqEntry::refused(uroce_device::wqe::slot_wr_id(slot), status),
             };
             if let Some(status) = entry.fetch_error {
-                self.counters.bad_wqe += 1;
-                self.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
+                self.dev.counters.bad_wqe += 1;
+                self.dev.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
             }
             qp.sq_shadow[s].entry = Some(entry);
             qp.fetched = qp.fetched.wrapping_add(1);

@@ -8,8 +8,8 @@
 //! once, next to the device state it needs.
 
 use crate::endpoint::{PacketKind, Transmit};
-use crate::handles::{AhIndex, PdIndex, QpIndex};
-use crate::hca::{Hca, TimerKind};
+use crate::handles::{AhIndex, PdIndex};
+use crate::hca::{QpStep, TimerKind};
 use crate::mr::Origin;
 use crate::qp::{EntryState, Path, QpContext};
 use crate::send_op::SendOp;
@@ -54,16 +54,11 @@ struct PacketPlan {
     total: u64,
 }
 
-impl Hca {
+impl QpStep<'_> {
     /// Builds the next packet of the current WQE (RC, UC, UD).
-    pub(super) fn build_request(
-        &mut self,
-        now: Instant,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let config = &self.config;
-        let qp = self.qps.get_mut(index)?;
+    pub(super) fn build_request(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        let config = self.dev.config;
+        let qp = &mut *self.qp;
         let mtu = if qp.qp_type == QpType::Ud { config.active_mtu.bytes() } else { qp.mtu() };
         let req_index = qp.req.index;
         if !may_send(qp, req_index, config.max_unacked_psns)? {
@@ -77,14 +72,15 @@ impl Hca {
             _ => (plan.offset, plan.len),
         };
         let payload = &qp.entry(req_index)?.payload;
-        let payload_len = match gather(&self.mem, qp.pd, payload, offset, len, &mut self.scratch) {
+        let payload_len = match gather(self.dev.mem, qp.pd, payload, offset, len, self.dev.scratch)
+        {
             Ok(n) => n,
             Err(status) => {
                 // A local protection error ends the WQE (and the QP).
                 if plan.opcode.is_read_or_atomic() {
                     qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
                 }
-                self.finish_without_packet(now, index, status);
+                self.finish_without_packet(now, status);
                 return None;
             }
         };
@@ -107,20 +103,20 @@ impl Hca {
                 ud.remote_qkey
             };
             ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
-            (self.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
+            (self.dev.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
         } else {
             (qp.path, Qpn::new(qp.attr.dest_qp_num))
         };
         let Some(path) = path else {
             // A UD WQE naming no address handle of this PD.
             qp.req.sent_pkts = 0;
-            self.finish_without_packet(now, index, WcStatus::LocQpOpErr);
+            self.finish_without_packet(now, WcStatus::LocQpOpErr);
             return None;
         };
         bth.dest_qpn = dest_qpn;
-        let sport = self.source_ports.settle(qp.sport);
-        let ip_id = self.ip_ids.next();
-        let roce = Repr { bth, ext, payload: &self.scratch[..payload_len] };
+        let sport = self.dev.source_ports.settle(qp.sport);
+        let ip_id = self.dev.ip_ids.next();
+        let roce = Repr { bth, ext, payload: &self.dev.scratch[..payload_len] };
         let transmit = emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)?;
         // The requester's state after the packet.
         qp.sent_pkts += 1;
@@ -136,11 +132,11 @@ impl Hca {
                 e.state = done_state;
             }
             if !rc {
-                self.retire(now, index);
+                self.retire(now);
             } else if qp.comp.retransmit_at.is_none() {
                 if let Some(timeout_ns) = qp.ack_timeout_ns() {
                     let at = Some(now.plus_nanos(timeout_ns));
-                    self.timers.set(index, qp, TimerKind::Retransmit, at);
+                    self.dev.timers.set(self.index, qp, TimerKind::Retransmit, at);
                 }
             }
         }

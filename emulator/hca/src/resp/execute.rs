@@ -3,9 +3,9 @@
 //! the atomics, ATOMIC WRITE and FLUSH, and the READ/atomic resources.
 
 use super::{access_refusal, Refusal};
-use crate::handles::{PdIndex, QpIndex};
+use crate::handles::PdIndex;
 use crate::hca::schedule_qp;
-use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::mr::{MemoryTables, Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Responder, Response};
 use crate::time::Instant;
@@ -14,12 +14,11 @@ use uroce_wire::aeth::{self, Syndrome};
 use uroce_wire::frame::RoceFrame;
 use uroce_wire::{Mask, Opcode, Psn};
 
-impl Hca {
+impl QpStep<'_> {
     /// Executes an in-sequence request.
     pub(super) fn execute(
         &mut self,
         now: Instant,
-        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
@@ -27,7 +26,7 @@ impl Hca {
         let info = packet.info();
         let bth = packet.bth();
         let psn = bth.psn();
-        let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
+        let qp = &*self.qp;
         let mtu = qp.mtu() as usize;
         let payload = packet.payload();
         // Opcode sequence: a START only outside a message, MIDDLE/END
@@ -50,31 +49,31 @@ impl Hca {
             return Err(Refusal::InvalidRequest);
         }
         if info.is(Mask::SEND) {
-            self.execute_send(now, index, packet)?;
+            self.execute_send(now, packet)?;
         } else if info.is(Mask::WRITE) {
-            self.execute_write(now, index, packet)?;
+            self.execute_write(now, packet)?;
         } else if info.is(Mask::READ) {
-            return self.execute_read(index, packet);
+            return self.execute_read(packet);
         } else if info.is(Mask::ATOMIC) {
-            return self.execute_atomic(index, packet);
+            return self.execute_atomic(packet);
         } else if info.is(Mask::ATOMIC_WRITE) || info.is(Mask::FLUSH) {
-            let qp = self.qps.get(index).ok_or(Refusal::Drop)?;
-            execute_atomic_write_or_flush(&self.mem, qp, packet)?;
+            let qp = &*self.qp;
+            execute_atomic_write_or_flush(self.dev.mem, qp, packet)?;
         } else {
             return Err(Refusal::InvalidRequest);
         }
         // SEND/WRITE/ATOMIC WRITE/FLUSH: one PSN per packet, and the ACK
         // when it is asked for (or enough packets went unacknowledged).
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        let qp = &mut *self.qp;
         qp.resp.accept_request(psn.next(), info.is(Mask::END), false);
         qp.resp.unacked_pkts += 1;
-        let coalesce_limit = self.config.max_pkt_per_ack;
+        let coalesce_limit = self.dev.config.max_pkt_per_ack;
         if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
             let msn = qp.resp.msn;
             qp.resp.unacked_pkts = 0;
             let syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
             if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
-                schedule_qp(&mut self.sched, &self.mem, index, qp);
+                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
             }
         }
         Ok(())
@@ -83,16 +82,15 @@ impl Hca {
     fn execute_send(
         &mut self,
         now: Instant,
-        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let info = packet.info();
         if info.is(Mask::START) {
-            self.take_recv_wqe(now, index)?;
-            let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+            self.take_recv_wqe(now)?;
+            let qp = &mut *self.qp;
             qp.resp.msg = Some(InMessage::Send { offset: 0 });
         }
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        let qp = &mut *self.qp;
         let pd = qp.pd;
         let Some(InMessage::Send { offset }) = qp.resp.msg.as_mut() else {
             return Err(Refusal::InvalidRequest);
@@ -102,14 +100,14 @@ impl Hca {
         let at = *offset;
         let fits = at + payload.len() as u64 <= wqe.capacity();
         let placed = if fits {
-            crate::comp::scatter(&self.mem, pd, &wqe.sges, at, payload)
+            crate::comp::scatter(self.dev.mem, pd, &wqe.sges, at, payload)
         } else {
             Err(WcStatus::LocLenErr)
         };
         if let Err(status) = placed {
             // The receive completes in error; the requester gets a NAK.
             let wr_id = wqe.wr_id;
-            self.complete_recv(now, index, wr_id, status, WcOpcode::Recv, 0, None, false);
+            self.complete_recv(now, wr_id, status, WcOpcode::Recv, 0, None, false);
             return Err(if status == WcStatus::LocLenErr {
                 Refusal::InvalidRequest
             } else {
@@ -120,7 +118,7 @@ impl Hca {
         if info.is(Mask::END) {
             let (wr_id, byte_len) = (wqe.wr_id, *offset as u32);
             qp.resp.msg = None;
-            return self.finish_send_message(now, index, packet, pd, wr_id, byte_len);
+            return self.finish_send_message(now, packet, pd, wr_id, byte_len);
         }
         Ok(())
     }
@@ -131,7 +129,6 @@ impl Hca {
     fn finish_send_message(
         &mut self,
         now: Instant,
-        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
         pd: PdIndex,
         wr_id: u64,
@@ -143,10 +140,9 @@ impl Hca {
         }
         if let Some(ieth) = packet.ieth() {
             let rkey = ieth.rkey().0;
-            if self.mem.invalidate_for(rkey, pd).is_err() {
+            if self.dev.mem.invalidate_for(rkey, pd).is_err() {
                 self.complete_recv(
                     now,
-                    index,
                     wr_id,
                     WcStatus::RemInvReqErr,
                     WcOpcode::Recv,
@@ -161,7 +157,6 @@ impl Hca {
         let solicited = packet.bth().solicited();
         self.complete_recv(
             now,
-            index,
             wr_id,
             WcStatus::Success,
             WcOpcode::Recv,
@@ -175,11 +170,10 @@ impl Hca {
     fn execute_write(
         &mut self,
         now: Instant,
-        index: QpIndex,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let info = packet.info();
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        let qp = &mut *self.qp;
         if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
             return Err(Refusal::AccessError);
         }
@@ -205,13 +199,11 @@ impl Hca {
         // touching memory, so that after an RNR NAK the requester's resent
         // packet finds the message exactly as it was.
         let recv_wr_id = match (info.is(Mask::END), packet.immdt()) {
-            (true, Some(_)) => match self.take_recv_wqe(now, index) {
+            (true, Some(_)) => match self.take_recv_wqe(now) {
                 Ok(wr_id) => Some(wr_id),
                 Err(refusal) => {
                     if info.is(Mask::START) {
-                        if let Some(qp) = self.qps.get_mut(index) {
-                            qp.resp.msg = None;
-                        }
+                        self.qp.resp.msg = None;
                     }
                     return Err(refusal);
                 }
@@ -219,6 +211,7 @@ impl Hca {
             _ => None,
         };
         let range = self
+            .dev
             .mem
             .check(
                 rkey,
@@ -229,8 +222,8 @@ impl Hca {
                 Origin::Remote { qpn },
             )
             .map_err(access_refusal)?;
-        self.mem.write(&range, payload).map_err(access_refusal)?;
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        self.dev.mem.write(&range, payload).map_err(access_refusal)?;
+        let qp = &mut *self.qp;
         if let Some(InMessage::Write { offset, .. }) = qp.resp.msg.as_mut() {
             *offset = end;
         }
@@ -240,7 +233,6 @@ impl Hca {
                 let solicited = packet.bth().solicited();
                 self.complete_recv(
                     now,
-                    index,
                     wr_id,
                     WcStatus::Success,
                     WcOpcode::RecvRdmaWithImm,
@@ -255,21 +247,18 @@ impl Hca {
 
     /// RDMA READ: check the R_Key over the whole range, keep the READ as a
     /// resource (a duplicate is answered from it), owe its responses.
-    fn execute_read(
-        &mut self,
-        index: QpIndex,
-        packet: &uroce_wire::roce::Packet<&[u8]>,
-    ) -> Result<(), Refusal> {
+    fn execute_read(&mut self, packet: &uroce_wire::roce::Packet<&[u8]>) -> Result<(), Refusal> {
         let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        let qp = &mut *self.qp;
         rc_granting(qp, Access::REMOTE_READ)?;
         let (pd, qpn, mtu) = (qp.pd, qp.qpn, qp.mtu());
         let len = reth.dma_len();
-        if len > self.config.max_msg_size {
+        if len > self.dev.config.max_msg_size {
             return Err(Refusal::InvalidRequest);
         }
-        self.mem
+        self.dev
+            .mem
             .check(
                 reth.rkey().0,
                 pd,
@@ -285,27 +274,24 @@ impl Hca {
         let slot = qp.resp.store_resource(resource).ok_or(Refusal::Drop)?;
         let msn = qp.resp.accept_request(psn + npkts, true, true);
         if qp.resp.owe(Response::Read { resource: slot, start: 0, next: 0, msn }) {
-            schedule_qp(&mut self.sched, &self.mem, index, qp);
+            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
         }
         Ok(())
     }
 
     /// COMPARE_SWAP and FETCH_ADD: check the R_Key, run the operation,
     /// keep its result as a resource, owe the ATOMIC ACKNOWLEDGE.
-    fn execute_atomic(
-        &mut self,
-        index: QpIndex,
-        packet: &uroce_wire::roce::Packet<&[u8]>,
-    ) -> Result<(), Refusal> {
+    fn execute_atomic(&mut self, packet: &uroce_wire::roce::Packet<&[u8]>) -> Result<(), Refusal> {
         let atomic = packet.atomic_eth().ok_or(Refusal::InvalidRequest)?;
         let psn = packet.bth().psn();
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+        let qp = &mut *self.qp;
         rc_granting(qp, Access::REMOTE_ATOMIC)?;
         if atomic.va() % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
         let (pd, qpn) = (qp.pd, qp.qpn);
         let range = self
+            .dev
             .mem
             .check(
                 atomic.rkey().0,
@@ -321,11 +307,11 @@ impl Hca {
         } else {
             WordOp::FetchAdd(atomic.swap_add())
         };
-        let orig = self.mem.atomic(&range, op).map_err(access_refusal)?;
+        let orig = self.dev.mem.atomic(&range, op).map_err(access_refusal)?;
         let slot = qp.resp.store_resource(Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
         let msn = qp.resp.accept_request(psn.next(), true, true);
         if qp.resp.owe(Response::AtomicAck { resource: slot, msn }) {
-            schedule_qp(&mut self.sched, &self.mem, index, qp);
+            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
         }
         Ok(())
     }

@@ -3,28 +3,27 @@
 //! receive completion; and UD datagrams, one receive WQE each.
 
 use super::Refusal;
-use crate::handles::QpIndex;
-use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::time::Instant;
 use crate::trace::{DropReason, RequestVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
 use uroce_wire::frame::RoceFrame;
 
-impl Hca {
+impl QpStep<'_> {
     /// Takes the receive WQE a SEND (or WRITE with immediate) goes into,
     /// into the QP's `resp.recv_wqe`, and returns its `wr_id`: from the SRQ
     /// (taken at once) or peeked from the RQ (consumed at completion).
-    pub(super) fn take_recv_wqe(&mut self, now: Instant, index: QpIndex) -> Result<u64, Refusal> {
-        let host = self.mem.host().clone();
-        let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
+    pub(super) fn take_recv_wqe(&mut self, now: Instant) -> Result<u64, Refusal> {
+        let host = self.dev.mem.host().clone();
+        let qp = &mut *self.qp;
         // The WQE is read into the HCA's slot buffer (zeroed first, as a
         // fresh one would be).
-        let slot = &mut self.wqe_slot;
+        let slot = &mut *self.dev.wqe_slot;
         let mut limit_reached = None;
         let max_sge = match qp.srq {
             Some(srq_index) => {
-                let srq = self.srqs.get_mut(srq_index).ok_or(Refusal::OperationalError)?;
+                let srq = self.dev.srqs.get_mut(srq_index).ok_or(Refusal::OperationalError)?;
                 if srq.ring.refresh(host.as_ref()).is_err() {
                     return Err(Refusal::OperationalError);
                 }
@@ -64,7 +63,7 @@ impl Hca {
         let decoded = qp.resp.recv_wqe.decode_into(slot, max_sge);
         let wr_id = uroce_device::wqe::slot_wr_id(slot);
         if let Some(srq_index) = limit_reached {
-            self.push_event(crate::hca::Event::Async {
+            self.dev.push_event(crate::hca::Event::Async {
                 event: uroce_device::types::EventType::SrqLimitReached,
                 element: srq_index.value(),
             });
@@ -74,15 +73,13 @@ impl Hca {
             Err(error) => {
                 // A malformed receive WQE completes with its status and
                 // takes the QP to the error state.
-                self.counters.bad_wqe += 1;
-                if let Some(qpn) = self.qps.get(index).map(|qp| qp.qpn) {
-                    self.step(now, Step::WqeRefused { qpn, status: error.status });
-                }
-                self.complete_recv(now, index, wr_id, error.status, WcOpcode::Recv, 0, None, true);
-                let qp = self.qps.get_mut(index).ok_or(Refusal::Drop)?;
-                if qp.qp_type != QpType::Rc && qp.state != QpState::Err {
-                    qp.state = QpState::Err;
-                    self.enter_error(now, index);
+                self.dev.counters.bad_wqe += 1;
+                let qpn = self.qp.qpn;
+                self.step(now, Step::WqeRefused { qpn, status: error.status });
+                self.complete_recv(now, wr_id, error.status, WcOpcode::Recv, 0, None, true);
+                if self.qp.qp_type != QpType::Rc && self.qp.state != QpState::Err {
+                    self.qp.state = QpState::Err;
+                    self.enter_error(now);
                 }
                 Err(Refusal::OperationalError)
             }
@@ -91,14 +88,12 @@ impl Hca {
 
     /// Gives the RQ slot of a finished receive back (SRQ WQEs were taken
     /// already).
-    fn release_recv_wqe(&mut self, index: QpIndex) {
-        let host = self.mem.host().clone();
-        if let Some(qp) = self.qps.get_mut(index) {
-            if qp.srq.is_none() {
-                if let Some(rq) = qp.rq.as_mut() {
-                    if rq.available() > 0 {
-                        let _ = rq.consume(host.as_ref(), 1);
-                    }
+    fn release_recv_wqe(&mut self) {
+        let qp = &mut *self.qp;
+        if qp.srq.is_none() {
+            if let Some(rq) = qp.rq.as_mut() {
+                if rq.available() > 0 {
+                    let _ = rq.consume(self.dev.mem.host().as_ref(), 1);
                 }
             }
         }
@@ -106,10 +101,9 @@ impl Hca {
 
     /// Writes a receive completion and releases the RQ slot.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn complete_recv(
+    pub(crate) fn complete_recv(
         &mut self,
         now: Instant,
-        index: QpIndex,
         wr_id: u64,
         status: WcStatus,
         opcode: WcOpcode,
@@ -117,8 +111,8 @@ impl Hca {
         extra: Option<(WcFlags, u32)>,
         solicited: bool,
     ) {
-        self.release_recv_wqe(index);
-        let Some(qp) = self.qps.get(index) else { return };
+        self.release_recv_wqe();
+        let qp = &*self.qp;
         let mut cqe = Cqe::new(wr_id, status, opcode, qp.qpn);
         cqe.byte_len = byte_len;
         if let Some((flags, value)) = extra {
@@ -128,28 +122,29 @@ impl Hca {
         let cq = qp.recv_cq;
         self.post_cqe(now, cq, &cqe, solicited);
     }
+}
 
+impl QpStep<'_> {
     /// UD: one packet per message, Q_Key checked, GRH at the buffer start.
     pub(super) fn receive_ud(
         &mut self,
         now: Instant,
-        index: QpIndex,
         frame: &RoceFrame<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let Some(deth) = packet.deth() else { return };
-        let Some(qp) = self.qps.get(index) else { return };
+        let qp = &*self.qp;
         if deth.qkey() != Qkey(qp.attr.qkey) {
             let qpn = qp.qpn;
-            return self.drop_packet(now, Some(qpn), DropReason::BadQkey);
+            return self.dev.drop_packet(now, Some(qpn), DropReason::BadQkey);
         }
-        let wr_id = match self.take_recv_wqe(now, index) {
+        let wr_id = match self.take_recv_wqe(now) {
             Ok(wr_id) => wr_id,
             // No receive WQE: a UD datagram is dropped.
-            Err(_) => return self.request_step(now, index, packet, RequestVerdict::Dropped),
+            Err(_) => return self.request_step(now, packet, RequestVerdict::Dropped),
         };
-        self.request_step(now, index, packet, RequestVerdict::Executed);
-        let Some(qp) = self.qps.get(index) else { return };
+        self.request_step(now, packet, RequestVerdict::Executed);
+        let qp = &*self.qp;
         let pd = qp.pd;
         let mut grh = [0u8; 40];
         let ip = frame.ip_header_bytes();
@@ -165,12 +160,12 @@ impl Hca {
         let status = if total > wqe.capacity() {
             Err(WcStatus::LocLenErr)
         } else {
-            crate::comp::scatter(&self.mem, pd, sges, 0, &grh)
-                .and_then(|()| crate::comp::scatter(&self.mem, pd, sges, 40, payload))
+            crate::comp::scatter(self.dev.mem, pd, sges, 0, &grh)
+                .and_then(|()| crate::comp::scatter(self.dev.mem, pd, sges, 40, payload))
         };
         let qpn = qp.qpn;
         let cq = qp.recv_cq;
-        self.release_recv_wqe(index);
+        self.release_recv_wqe();
         let mut cqe = Cqe::new(wr_id, WcStatus::Success, WcOpcode::Recv, qpn);
         match status {
             Ok(()) => {
@@ -187,10 +182,8 @@ impl Hca {
         let solicited = packet.bth().solicited();
         self.post_cqe(now, cq, &cqe, solicited);
         if cqe.status != WcStatus::Success {
-            if let Some(qp) = self.qps.get_mut(index) {
-                qp.state = QpState::Err;
-            }
-            self.enter_error(now, index);
+            self.qp.state = QpState::Err;
+            self.enter_error(now);
         }
     }
 }

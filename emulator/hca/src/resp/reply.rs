@@ -3,9 +3,8 @@
 //! responses in PSN order, and building each response packet.
 
 use crate::endpoint::{PacketKind, Transmit};
-use crate::handles::QpIndex;
 use crate::hca::schedule_qp;
-use crate::hca::Hca;
+use crate::hca::QpStep;
 use crate::mr::{MemoryTables, Origin};
 use crate::qp::{QpContext, Resource, Responder, Response};
 use crate::time::Instant;
@@ -36,31 +35,26 @@ impl Responder {
     }
 }
 
-impl Hca {
+impl QpStep<'_> {
     /// A request behind the expected PSN: answered from the responder's
     /// state, never executed again.
     pub(super) fn duplicate(
         &mut self,
         _now: Instant,
-        index: QpIndex,
         psn: Psn,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
+        let qp = &mut *self.qp;
         let Some(response) = duplicate_response(&qp.resp, psn, packet) else { return };
         if qp.resp.owe(response) {
-            schedule_qp(&mut self.sched, &self.mem, index, qp);
+            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
         }
     }
 
     /// Builds the next packet the responder owes, if any (rxe's send_ack,
     /// send_atomic_ack, read_reply), on the QP's context borrowed once.
-    pub(crate) fn next_response_packet(
-        &mut self,
-        index: QpIndex,
-        buf: &mut [u8],
-    ) -> Option<Transmit> {
-        let qp = self.qps.get_mut(index)?;
+    pub(crate) fn next_response_packet(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        let qp = &mut *self.qp;
         let response = *qp.resp.queue.front()?;
         let path = qp.path?;
         let plan = match response {
@@ -81,12 +75,12 @@ impl Hca {
             }
             Response::Read { resource, start, next, msn } => {
                 let read = ReadResponse { resource, start, next, msn };
-                match read_response(&self.mem, &mut self.scratch, qp, read) {
+                match read_response(self.dev.mem, self.dev.scratch, qp, read) {
                     ReadStep::Packet(plan) => plan,
                     ReadStep::Gone => return None,
                     ReadStep::AccessError { psn } => {
-                        self.read_access_error(index, psn, msn);
-                        return self.next_response_packet(index, buf);
+                        self.read_access_error(psn, msn);
+                        return self.next_response_packet(buf);
                     }
                 }
             }
@@ -98,9 +92,9 @@ impl Hca {
             atomic_ack_eth: plan.orig.map(|orig| atomic_ack_eth::Repr { orig }),
             ..ExtHeaders::default()
         };
-        let ip_id = self.ip_ids.next();
-        let sport = self.source_ports.settle(qp.sport);
-        let roce = Repr { bth, ext, payload: &self.scratch[..plan.payload_len] };
+        let ip_id = self.dev.ip_ids.next();
+        let sport = self.dev.source_ports.settle(qp.sport);
+        let roce = Repr { bth, ext, payload: &self.dev.scratch[..plan.payload_len] };
         let transmit =
             crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
         qp.sent_pkts += 1;
@@ -110,19 +104,19 @@ impl Hca {
     /// The R_Key of a READ being answered was invalidated (or its memory
     /// freed) since the READ was accepted: a remote access error, like any
     /// other, and the NAK for `psn` goes out now.
-    fn read_access_error(&mut self, index: QpIndex, psn: Psn, msn: u32) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
+    fn read_access_error(&mut self, psn: Psn, msn: u32) {
+        let qp = &mut *self.qp;
         qp.resp.queue.clear();
-        self.counters.send_nak += 1;
+        self.dev.counters.send_nak += 1;
         let syndrome = Syndrome::Nak(NakCode::RemoteAccessError);
         qp.resp.queue.push_back(Response::Ack { psn, syndrome, msn });
         qp.state = QpState::Err;
         let qpn = qp.qpn.value();
-        self.push_event(crate::hca::Event::Async {
+        self.dev.push_event(crate::hca::Event::Async {
             event: uroce_device::types::EventType::QpAccessErr,
             element: qpn,
         });
-        self.enter_error(Instant::ZERO.max(self.now()), index);
+        self.enter_error(Instant::ZERO.max(self.dev.last_now));
     }
 }
 

@@ -1,0 +1,189 @@
+//! One engine step's borrows (rxe hands its tasks a `struct rxe_qp *` that
+//! reaches the device): the QP's context from the QP table and, disjoint
+//! from it, the rest of the device state a step touches. A step looks its
+//! QP up once, when it starts; completions, the error state and flushing
+//! then work on the context in hand.
+
+use super::{push_event, schedule_qp, AhContext, Hca, Ipv4Ids, SrqContext, TimerKind, Timers};
+use crate::config::HcaConfig;
+use crate::counters::Counters;
+use crate::cq::{CqContext, PostOutcome};
+use crate::handles::{AhIndex, CqIndex, QpIndex, SrqIndex};
+use crate::mr::MemoryTables;
+use crate::qp::QpContext;
+use crate::ring::{PRODUCER_OFFSET, SCHEDULED_OFFSET};
+use crate::tables::Table;
+use crate::time::Instant;
+use crate::trace::{Step, StepLog};
+use std::collections::VecDeque;
+use uroce_device::cqe::Cqe;
+use uroce_device::doorbell::Event;
+use uroce_device::types::{EventType, QpState};
+
+/// The device state beside the QP table, borrowed for one step.
+pub(crate) struct Device<'a> {
+    pub(crate) config: &'a HcaConfig,
+    pub(crate) mem: &'a mut MemoryTables,
+    pub(crate) cqs: &'a mut Table<CqContext, CqIndex>,
+    pub(crate) srqs: &'a mut Table<SrqContext, SrqIndex>,
+    pub(crate) sched: &'a mut VecDeque<QpIndex>,
+    pub(crate) timers: &'a mut Timers,
+    pub(crate) events: &'a mut VecDeque<Event>,
+    pub(crate) counters: &'a mut Counters,
+    pub(crate) steps: &'a mut StepLog,
+    /// One WQE's bytes as read from a ring.
+    pub(crate) wqe_slot: &'a mut Vec<u8>,
+    pub(crate) ahs: &'a Table<AhContext, AhIndex>,
+    /// Gather buffer for one packet's payload.
+    pub(crate) scratch: &'a mut Vec<u8>,
+    pub(crate) source_ports: &'a crate::ports::SourcePorts,
+    pub(crate) ip_ids: &'a mut Ipv4Ids,
+    /// The latest time the HCA was given.
+    pub(crate) last_now: Instant,
+}
+
+/// The QP a step works on, with the device state it needs.
+pub(crate) struct QpStep<'a> {
+    pub(crate) index: QpIndex,
+    pub(crate) qp: &'a mut QpContext,
+    pub(crate) dev: Device<'a>,
+}
+
+/// What writing a CQE came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub(crate) enum CqeWrite {
+    /// Written (with its event, if one was due).
+    Written,
+    /// The CQ overflowed: CQ_ERR is raised, the QP that wrote goes fatal.
+    Overrun,
+}
+
+impl Hca {
+    /// QP `index` and the rest of the device, borrowed apart for one step.
+    pub(crate) fn qp_step(&mut self, index: QpIndex) -> Option<QpStep<'_>> {
+        let qp = self.qps.get_mut(index)?;
+        let dev = Device {
+            config: &self.config,
+            mem: &mut self.mem,
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            sched: &mut self.sched,
+            timers: &mut self.timers,
+            events: &mut self.events,
+            counters: &mut self.counters,
+            steps: &mut self.steps,
+            wqe_slot: &mut self.wqe_slot,
+            ahs: &self.ahs,
+            scratch: &mut self.scratch,
+            source_ports: &self.source_ports,
+            ip_ids: &mut self.ip_ids,
+            last_now: self.last_now,
+        };
+        Some(QpStep { index, qp, dev })
+    }
+}
+
+impl Device<'_> {
+    /// Records a decision (when tracing is on).
+    pub(crate) fn step(&mut self, now: Instant, step: Step) {
+        self.steps.record(now, step);
+    }
+
+    pub(crate) fn push_event(&mut self, event: Event) {
+        push_event(self.events, event);
+    }
+
+    /// Drops a received packet: its counter, and the step.
+    pub(crate) fn drop_packet(
+        &mut self,
+        now: Instant,
+        qpn: Option<uroce_device::types::Qpn>,
+        reason: crate::trace::DropReason,
+    ) {
+        crate::rx::count_drop(self.counters, self.steps, now, qpn, reason);
+    }
+
+    /// Writes a CQE to CQ `cq`, raising the events it calls for. An
+    /// overrun raises CQ_ERR; what it does to the QP is the caller's.
+    pub(crate) fn post_cqe(
+        &mut self,
+        now: Instant,
+        cq: CqIndex,
+        cqe: &Cqe,
+        solicited: bool,
+    ) -> CqeWrite {
+        let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
+        self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        let outcome = match self.cqs.get_mut(cq) {
+            Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
+            None => PostOutcome::Overrun,
+        };
+        match outcome {
+            PostOutcome::Written { notify: true } => {
+                self.push_event(Event::Completion { cq: cq.value() });
+                CqeWrite::Written
+            }
+            PostOutcome::Written { notify: false } => CqeWrite::Written,
+            PostOutcome::Overrun => {
+                self.counters.cq_overrun += 1;
+                self.push_event(Event::Async { event: EventType::CqErr, element: cq.value() });
+                CqeWrite::Overrun
+            }
+        }
+    }
+}
+
+impl QpStep<'_> {
+    /// Records a decision (when tracing is on).
+    pub(crate) fn step(&mut self, now: Instant, step: Step) {
+        self.dev.step(now, step);
+    }
+
+    /// Sets or (with `None`) stops one of the QP's timers.
+    pub(crate) fn set_timer(&mut self, kind: TimerKind, at: Option<Instant>) {
+        self.dev.timers.set(self.index, self.qp, kind, at);
+    }
+
+    pub(crate) fn cancel_timer(&mut self, kind: TimerKind) {
+        self.set_timer(kind, None);
+    }
+
+    /// Puts the QP in the transmit schedule, and raises its send queue's
+    /// device-scheduled flag: until it comes down the driver may skip the
+    /// kick after a post, since the HCA will look at the queue anyway.
+    pub(crate) fn schedule(&mut self) {
+        schedule_qp(self.dev.sched, self.dev.mem, self.index, self.qp);
+    }
+}
+
+impl QpStep<'_> {
+    /// A doorbell for this QP's send queue (`send_queue`) or receive queue.
+    pub(crate) fn doorbell(&mut self, now: Instant, send_queue: bool) {
+        match self.qp.state {
+            QpState::Err => self.flush(now),
+            // SQE: sends flush, receives go on.
+            QpState::Sqe if send_queue => self.flush_send_queue(now),
+            _ => self.schedule(),
+        }
+    }
+
+    /// Takes a QP with nothing to send out of the schedule and lowers the
+    /// flag. A post published while the flag was still up was not kicked:
+    /// after the fence the producer index is read again, and a post the
+    /// HCA has not seen this way is taken as its doorbell would have been
+    /// (the store-load pattern of `uroce_device::ring`).
+    pub(crate) fn unschedule(&mut self, now: Instant) {
+        let host = self.dev.mem.host().clone();
+        let qp = &mut *self.qp;
+        qp.scheduled = false;
+        let base = qp.sq.desc.base;
+        let _ = host.store_release_u32(base + SCHEDULED_OFFSET, 0);
+        host.fence_seq_cst();
+        let Ok(producer) = host.load_acquire_u32(base + PRODUCER_OFFSET) else { return };
+        if producer != qp.sq_doorbell_seen {
+            qp.sq_doorbell_seen = producer;
+            self.doorbell(now, true);
+        }
+    }
+}
