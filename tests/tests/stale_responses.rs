@@ -349,3 +349,30 @@ fn a_nak_that_passes_a_lost_read_response_ends_nothing() {
     assert_eq!(p.mr_a.read_vec(4096, 512).unwrap(), source);
     assert_eq!(p.state(), QpState::Rts);
 }
+
+#[test]
+fn a_destroyed_qps_timers_do_not_follow_the_next_qp_in_its_slot() {
+    // A QP destroyed while its retransmit timer runs leaves nothing behind:
+    // the next QP in its table slot must not be woken by that timer (a
+    // spurious timeout would start a go-back and spend its retries).
+    use uroce_hca::Endpoint;
+    let mut p = rc_pair(7, 7);
+    p.warm_up();
+    let now = p.w.now();
+    p.w.fabric.link_down(NodeId(0), NodeId(1), now..now + std::time::Duration::from_secs(60));
+    let mut wr = SendWr::new(1, WrOpcode::RdmaWrite);
+    wr.sg_list = vec![p.mr_a.sge(0, 3000)];
+    wr.remote = RemoteTarget { addr: p.mr_b.addr(), rkey: p.mr_b.rkey() };
+    p.a.post_send(&[wr]).unwrap();
+    p.w.settle(MS);
+    let old = p.a.qpn();
+    let armed = p.w.nodes[0].hca.borrow().qp(old).unwrap().comp.retransmit_at;
+    assert!(armed.is_some(), "the WRITE is outstanding, its timer armed");
+    let Pair { w, a, .. } = p;
+    a.destroy().unwrap();
+    assert_eq!(w.nodes[0].hca.borrow().poll_timeout(), None, "no timer outlives its QP");
+    let new = w.qp(0, QpType::Rc, cap(4, 1, 0));
+    let hca = w.nodes[0].hca.borrow();
+    assert_eq!(hca.qp(new.qpn()).unwrap().comp.retransmit_at, None);
+    assert_eq!(hca.poll_timeout(), None, "the new QP has nothing outstanding to time");
+}

@@ -342,17 +342,6 @@ impl Hca {
             }
         }
     }
-
-    // ---- timers ---------------------------------------------------------
-
-    pub(crate) fn set_timer(&mut self, index: QpIndex, kind: TimerKind, at: Option<Instant>) {
-        let Some(qp) = self.qps.get_mut(index) else { return };
-        self.timers.set(index, qp, kind, at);
-    }
-
-    pub(crate) fn cancel_timer(&mut self, index: QpIndex, kind: TimerKind) {
-        self.set_timer(index, kind, None);
-    }
 }
 
 impl Endpoint for Hca {

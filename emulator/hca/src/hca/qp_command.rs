@@ -111,11 +111,14 @@ impl Hca {
 
     pub(super) fn destroy_qp(&mut self, qpn: Qpn) -> Result<Reply, CmdError> {
         let index = self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?;
-        let qp = self.qps.remove(index).ok_or(CmdError::NotFound("no such QP"))?;
+        let mut qp = self.qps.remove(index).ok_or(CmdError::NotFound("no such QP"))?;
         let generation = &mut self.qp_slot_generation[index.slot()];
         *generation = generation.wrapping_add(1);
-        self.cancel_timer(index, TimerKind::Retransmit);
-        self.cancel_timer(index, TimerKind::Rnr);
+        // Its timers go with it: left in the set, they would fire on the
+        // next QP given this slot.
+        for kind in [TimerKind::Retransmit, TimerKind::Rnr] {
+            self.timers.set(index, &mut qp, kind, None);
+        }
         self.sched.retain(|&i| i != index);
         self.pd_use(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
