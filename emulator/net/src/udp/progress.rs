@@ -22,8 +22,8 @@ const APP_ACTIVE_NS: u64 = 1_000_000;
 /// (ACKs, READ responses) wait for the application's next verbs call before
 /// the background thread sends them.
 const DEFERRED_ACK_NS: u64 = 50_000;
-/// How long the application's polls may keep deferred ACKs back (see
-/// `progress_by`): a ping-pong's turn is a few microseconds.
+/// How long the application's polls that find packets may keep deferred
+/// ACKs back (see `progress_by`).
 const HOLD_ACK_NS: u64 = 20_000;
 
 /// The part of the runtime shared by the application's threads and the
@@ -176,20 +176,20 @@ impl Runtime {
                 // it; a stream (the last poll found something) is taken in
                 // batches.
                 let single = io.app_poll_was_empty;
-                // ACKs deferred by a receive less than `HOLD_ACK_NS` ago
-                // wait for the request the application posts in reaction,
-                // even through its polls: a program that polls a second CQ
-                // first (perftest waits for its signaled send's completion,
-                // the peer's ACK queued behind its answer, or a datagram
-                // behind) must not send them alone, a system call on the
-                // ping-pong's path. Past `HOLD_ACK_NS` the next call sends
-                // them (or the background thread, `DEFERRED_ACK_NS`).
+                // ACKs deferred by a recent receive wait for the request the
+                // application posts in reaction while this poll still finds
+                // packets: a program that polls a second CQ first (perftest
+                // waits for its signaled send's completion, the peer's ACK
+                // queued behind its answer) must not send them alone, a
+                // system call on the ping-pong's path. A poll that finds
+                // nothing sends them, as does any call past `HOLD_ACK_NS`.
                 let hold = io
                     .deferred_since_ns
                     .is_some_and(|since| now.saturating_sub(since) < HOLD_ACK_NS);
                 let (sent, received) = if hold {
                     let received = self.receive_some(&mut io, now, single);
-                    (0, received)
+                    let sent = if received == 0 { self.transmit_some(&mut io, now) } else { 0 };
+                    (sent, received)
                 } else {
                     let sent = self.transmit_some(&mut io, now);
                     (sent, self.receive_some(&mut io, now, single))
