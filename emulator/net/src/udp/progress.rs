@@ -22,9 +22,6 @@ const APP_ACTIVE_NS: u64 = 1_000_000;
 /// (ACKs, READ responses) wait for the application's next verbs call before
 /// the background thread sends them.
 const DEFERRED_ACK_NS: u64 = 50_000;
-/// How long the application's polls that find packets may keep deferred
-/// ACKs back (see `progress_by`).
-const HOLD_ACK_NS: u64 = 20_000;
 
 /// The part of the runtime shared by the application's threads and the
 /// background thread.
@@ -171,29 +168,13 @@ impl Runtime {
                 // call), or `DEFERRED_ACK_NS` after the receive if it
                 // looks at its deadline before that.
                 let now = started_ns;
+                let sent = self.transmit_some(&mut io, now);
                 // A poll after an empty one is an application waiting for a
                 // message: one datagram with `recvmsg` (cheaper) and back to
                 // it; a stream (the last poll found something) is taken in
                 // batches.
                 let single = io.app_poll_was_empty;
-                // ACKs deferred by a recent receive wait for the request the
-                // application posts in reaction while this poll still finds
-                // packets: a program that polls a second CQ first (perftest
-                // waits for its signaled send's completion, the peer's ACK
-                // queued behind its answer) must not send them alone, a
-                // system call on the ping-pong's path. A poll that finds
-                // nothing sends them, as does any call past `HOLD_ACK_NS`.
-                let hold = io
-                    .deferred_since_ns
-                    .is_some_and(|since| now.saturating_sub(since) < HOLD_ACK_NS);
-                let (sent, received) = if hold {
-                    let received = self.receive_some(&mut io, now, single);
-                    let sent = if received == 0 { self.transmit_some(&mut io, now) } else { 0 };
-                    (sent, received)
-                } else {
-                    let sent = self.transmit_some(&mut io, now);
-                    (sent, self.receive_some(&mut io, now, single))
-                };
+                let received = self.receive_some(&mut io, now, single);
                 io.app_poll_was_empty = received == 0;
                 if received > 0 {
                     io.deferred_since_ns.get_or_insert(now);
