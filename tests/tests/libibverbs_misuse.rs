@@ -1,41 +1,53 @@
 //! Misuse of the verbs from C (`tests/c/verbs_misuse.c`, compiled against
 //! Debian's `libibverbs-dev`, run on uroce's `libibverbs.so.1`): each case
-//! gets the documented errno or completion error, and nothing crashes.
+//! gets the documented errno or completion error, and nothing crashes. And
+//! non-blocking event descriptors (`tests/c/nonblocking_events.c`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 use uroce_tests::ibverbs::{finish, library_dir, on_uroce, require, tool};
 
-#[test]
-fn misuse_from_c_gets_the_documented_errors() {
-    let test = "misuse_from_c_gets_the_documented_errors";
+/// Builds the C program `name` (`source`) against Debian's headers and runs
+/// it on the library; `None` (the test skipped) without the headers or gcc.
+fn run_c(test: &str, name: &str, source: &str, ip: &str) -> Option<String> {
     let header = std::path::Path::new("/usr/include/infiniband/verbs.h");
     if !require(test, header.exists(), "no <infiniband/verbs.h> (libibverbs-dev)")
         || !require(test, tool("gcc").is_some(), "no gcc")
     {
-        return;
+        return None;
     }
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let source = dir.path().join("verbs_misuse.c");
-    let binary = dir.path().join("verbs_misuse");
-    std::fs::write(&source, include_str!("../c/verbs_misuse.c")).expect("write the C program");
+    let path = dir.path().join(format!("{name}.c"));
+    let binary = dir.path().join(name);
+    std::fs::write(&path, source).expect("write the C program");
     let built = Command::new("gcc")
         .arg("-o")
         .arg(&binary)
-        .arg(&source)
+        .arg(&path)
         .arg("-libverbs")
         .output()
         .expect("run gcc");
     assert!(built.status.success(), "gcc: {}", String::from_utf8_lossy(&built.stderr));
     let lib = library_dir().expect("cargo builds libibverbs.so beside the tests");
-    let child = on_uroce(&binary, &lib, "127.115.0.1").spawn().expect("run the C program");
+    let child = on_uroce(&binary, &lib, ip).spawn().expect("run the C program");
     let end = finish(child, Instant::now() + Duration::from_secs(30));
     assert_eq!(end.code, Some(0), "{end:#?}");
-    let case = |name: &str| {
-        let prefix = format!("case {name} ");
-        let line = end.stdout.lines().find(|l| l.starts_with(&prefix));
-        line.unwrap_or_else(|| panic!("no case {name}: {end:#?}"))[prefix.len()..].to_string()
-    };
+    Some(end.stdout)
+}
+
+/// The result printed for case `name`.
+fn case(stdout: &str, name: &str) -> String {
+    let prefix = format!("case {name} ");
+    let line = stdout.lines().find(|l| l.starts_with(&prefix));
+    line.unwrap_or_else(|| panic!("no case {name}: {stdout}"))[prefix.len()..].to_string()
+}
+
+#[test]
+fn misuse_from_c_gets_the_documented_errors() {
+    let test = "misuse_from_c_gets_the_documented_errors";
+    let source = include_str!("../c/verbs_misuse.c");
+    let Some(out) = run_c(test, "verbs_misuse", source, "127.115.0.1") else { return };
+    let case = |name: &str| case(&out, name);
     // Posting to a QP in RESET: EINVAL (rxe leaves *bad_wr NULL; uroce
     // names the WR, as libibverbs documents for a WR that failed).
     assert!(["22 wr", "22 null"].contains(&case("post_send_reset").as_str()));
@@ -62,5 +74,25 @@ fn misuse_from_c_gets_the_documented_errors() {
     assert_eq!(case("create_srq_ex_xrc"), "null 95");
     // Verbs uroce does not offer: EOPNOTSUPP, no crash.
     assert_eq!(case("resize_cq"), "95");
+    assert_eq!(case("teardown"), "0");
+}
+
+#[test]
+fn nonblocking_event_descriptors_answer_eagain() {
+    let test = "nonblocking_event_descriptors_answer_eagain";
+    let source = include_str!("../c/nonblocking_events.c");
+    let Some(out) = run_c(test, "nonblocking_events", source, "127.115.0.2") else { return };
+    let case = |name: &str| case(&out, name);
+    // A channel starts blocking, as rdma-core's; made O_NONBLOCK with
+    // nothing ready, ibv_get_cq_event is -1 with EAGAIN.
+    assert_eq!(case("channel_starts_blocking"), "0");
+    assert_eq!(case("cq_event_eagain"), "0 -1 11");
+    // After a signalled write, poll() sees it readable and the event names
+    // the CQ and its context.
+    assert_eq!(case("cq_event_after_poll"), "0 1 0 cq ctx");
+    assert_eq!(case("completion"), "1 0 7");
+    assert_eq!(case("cq_event_eagain_again"), "-1 11");
+    // The async descriptor made O_NONBLOCK: EAGAIN while no event waits.
+    assert_eq!(case("async_event_eagain"), "0 -1 11");
     assert_eq!(case("teardown"), "0");
 }

@@ -117,6 +117,9 @@ impl ChannelInner {
     }
 }
 
+/// A poll that does not wait.
+const NO_WAIT: rustix::event::Timespec = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+
 /// A completion channel (`ibv_comp_channel`).
 pub struct CompChannel {
     inner: Arc<ChannelInner>,
@@ -133,9 +136,15 @@ impl CompChannel {
         let mut ready = locked(&self.inner.ready);
         let cq = ready.pop_front();
         if ready.is_empty() {
-            // Drain the counter so the descriptor stops being readable.
-            let mut counter = [0u8; 8];
-            let _ = rustix::io::read(&self.inner.fd, &mut counter);
+            // Drain the counter so the descriptor stops being readable; only
+            // when it is readable, as a program (libibverbs) may have made
+            // it blocking. (Readers take `ready` first, so none races this.)
+            let mut pfd =
+                [rustix::event::PollFd::new(&self.inner.fd, rustix::event::PollFlags::IN)];
+            if matches!(rustix::event::poll(&mut pfd, Some(&NO_WAIT)), Ok(n) if n > 0) {
+                let mut counter = [0u8; 8];
+                let _ = rustix::io::read(&self.inner.fd, &mut counter);
+            }
         }
         cq
     }

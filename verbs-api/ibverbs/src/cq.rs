@@ -17,20 +17,33 @@ pub struct Channel {
 }
 
 /// `ibv_create_comp_channel`. Its descriptor is an eventfd, readable while
-/// an event waits (`poll`, `epoll`, `select` work on it); it is
-/// non-blocking (the driver drains it), and `ibv_get_cq_event` blocks by
-/// waiting for it to become readable.
+/// an event waits (`poll`, `epoll`, `select` work on it). It starts
+/// blocking, as rdma-core's: `ibv_get_cq_event` waits for it to become
+/// readable, or answers EAGAIN if the program made it `O_NONBLOCK` (the
+/// driver only reads it when readable, so either mode is safe inside).
 pub unsafe extern "C" fn create_comp_channel(context: *mut ibv_context) -> *mut ibv_comp_channel {
     guard_ptr(|| {
         // SAFETY: the caller passes an open context.
         let ctx = unsafe { Ctx::from_ptr(context) }?;
         let channel = ctx.shared.verbs.create_comp_channel().map_err(errno)?;
         let fd = channel.as_raw_fd();
+        // SAFETY: fcntl F_GETFL/F_SETFL on the channel's own descriptor.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+            return Err(errno_now());
+        }
         let c = ibv_comp_channel { context, fd, refcnt: 0 };
         Ok(Box::into_raw(Box::new(Channel { c, channel })).cast())
     })
 }
 
+/// The calling thread's errno (EIO if there is none).
+fn errno_now() -> c_int {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Whether the program made `fd` non-blocking.
 fn is_nonblocking(fd: c_int) -> bool {
     // SAFETY: fcntl F_GETFL on a descriptor.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -231,8 +244,8 @@ pub unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -
 }
 
 /// `ibv_get_cq_event`: blocks until a CQ on the channel has a completion
-/// event. (The descriptor is always non-blocking, so a program cannot ask
-/// for EAGAIN through it: this call always waits.)
+/// event, or -1 with errno EAGAIN if none waits and the program made the
+/// channel's descriptor `O_NONBLOCK` (looked up at each call).
 pub unsafe extern "C" fn get_cq_event(
     channel: *mut ibv_comp_channel,
     cq_out: *mut *mut ibv_cq,
@@ -266,6 +279,10 @@ pub unsafe extern "C" fn get_cq_event(
                     }
                 }
                 return 0;
+            }
+            if is_nonblocking(ch.c.fd) {
+                set_errno(libc::EAGAIN);
+                return -1;
             }
             ctx.shared.sleeping();
             // Woken by the event; the bound only keeps a missed wake-up from

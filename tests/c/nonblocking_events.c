@@ -1,0 +1,132 @@
+/* Non-blocking event descriptors, as event loops use them, on uroce's
+ * libibverbs.so.1: each case prints `case <name> <result>`. A completion
+ * channel and the async descriptor made O_NONBLOCK answer EAGAIN while
+ * nothing waits; after a completion, poll() sees the channel readable and
+ * ibv_get_cq_event returns the event. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <infiniband/verbs.h>
+
+#define CASE(name, fmt, ...) printf("case %s " fmt "\n", name, __VA_ARGS__)
+
+static int set_nonblocking(int fd)
+{
+	int flags = fcntl(fd, F_GETFL);
+	return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+/* Connects `qp` to itself (same device, GID index 1). */
+static int connect_to_itself(struct ibv_context *ctx, struct ibv_qp *qp)
+{
+	union ibv_gid gid;
+	struct ibv_qp_attr attr;
+	int rc = ibv_query_gid(ctx, 1, 1, &gid);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_INIT; attr.port_num = 1;
+	attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			    IBV_QP_ACCESS_FLAGS);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_RTR; attr.path_mtu = IBV_MTU_1024; attr.dest_qp_num = qp->qp_num;
+	attr.max_dest_rd_atomic = 1; attr.min_rnr_timer = 12;
+	attr.ah_attr.is_global = 1; attr.ah_attr.grh.dgid = gid; attr.ah_attr.grh.sgid_index = 1;
+	attr.ah_attr.grh.hop_limit = 64; attr.ah_attr.port_num = 1;
+	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	memset(&attr, 0, sizeof attr);
+	attr.qp_state = IBV_QPS_RTS; attr.timeout = 14; attr.retry_cnt = 7; attr.rnr_retry = 7;
+	attr.max_rd_atomic = 1;
+	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	return rc;
+}
+
+int main(void)
+{
+	int num = 0;
+	struct ibv_device **list = ibv_get_device_list(&num);
+	if (!list || num < 1) { printf("no device\n"); return 1; }
+	struct ibv_context *ctx = ibv_open_device(list[0]);
+	if (!ctx) { printf("open failed %d\n", errno); return 1; }
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
+	struct ibv_pd *pd = ibv_alloc_pd(ctx);
+	struct ibv_cq *cq = ch ? ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0) : NULL;
+	char *buf = calloc(1, 4096);
+	struct ibv_mr *mr = pd ? ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE |
+					    IBV_ACCESS_REMOTE_WRITE) : NULL;
+	if (!pd || !cq || !mr) { printf("setup failed %d\n", errno); return 1; }
+	struct ibv_qp_init_attr init = {
+		.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1 },
+	};
+	struct ibv_qp *qp = ibv_create_qp(pd, &init);
+	if (!qp || connect_to_itself(ctx, qp)) { printf("qp setup failed %d\n", errno); return 1; }
+
+	/* A fresh channel blocks, as rdma-core's does. */
+	CASE("channel_starts_blocking", "%d", !!(fcntl(ch->fd, F_GETFL) & O_NONBLOCK));
+
+	int rc = set_nonblocking(ch->fd);
+	struct ibv_cq *ev_cq = NULL;
+	void *ev_ctx = NULL;
+	errno = 0;
+	int got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	CASE("cq_event_eagain", "%d %d %d", rc, got, errno);
+
+	rc = ibv_req_notify_cq(cq, 0);
+	struct ibv_sge sge = { .addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = 7, .sg_list = &sge, .num_sge = 1,
+				  .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED };
+	wr.wr.rdma.remote_addr = (uintptr_t)buf + 2048;
+	wr.wr.rdma.rkey = mr->rkey;
+	struct ibv_send_wr *bad = NULL;
+	rc |= ibv_post_send(qp, &wr, &bad);
+	struct pollfd pfd = { .fd = ch->fd, .events = POLLIN };
+	int ready = poll(&pfd, 1, 10000);
+	errno = 0;
+	got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	CASE("cq_event_after_poll", "%d %d %d %s %s", rc, ready, got,
+	     ev_cq == cq ? "cq" : "other", ev_ctx == (void *)0x1234 ? "ctx" : "other");
+	ibv_ack_cq_events(cq, 1);
+	struct ibv_wc wc;
+	int polled = 0;
+	for (int spin = 0; spin < 2000000 && polled < 1; spin++) {
+		int n = ibv_poll_cq(cq, 1, &wc);
+		if (n < 0) break;
+		polled += n;
+	}
+	CASE("completion", "%d %d %d", polled, polled ? wc.status : -1,
+	     polled ? (int)wc.wr_id : -1);
+
+	/* Drained: EAGAIN again. */
+	errno = 0;
+	got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
+	CASE("cq_event_eagain_again", "%d %d", got, errno);
+
+	/* The async descriptor made non-blocking: the events raised so far,
+	 * then EAGAIN while no event waits. */
+	rc = set_nonblocking(ctx->async_fd);
+	struct ibv_async_event aev;
+	int drained = 0;
+	errno = 0;
+	while ((got = ibv_get_async_event(ctx, &aev)) == 0 && drained < 100) {
+		printf("async event %s\n", ibv_event_type_str(aev.event_type));
+		ibv_ack_async_event(&aev);
+		drained++;
+		errno = 0;
+	}
+	CASE("async_event_eagain", "%d %d %d", rc, got, errno);
+
+	rc = ibv_destroy_qp(qp);
+	rc |= ibv_dereg_mr(mr);
+	rc |= ibv_destroy_cq(cq);
+	rc |= ibv_destroy_comp_channel(ch);
+	rc |= ibv_dealloc_pd(pd);
+	rc |= ibv_close_device(ctx);
+	ibv_free_device_list(list);
+	CASE("teardown", "%d", rc);
+	return 0;
+}
