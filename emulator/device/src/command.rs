@@ -306,6 +306,18 @@ pub enum Command {
         /// The ring.
         ring: RingDesc,
     },
+    /// Move a CQ to a new ring of CQE-sized entries (`ibv_resize_cq`): the
+    /// CQEs the driver has not consumed (from the consumer index in the old
+    /// ring's record) are copied, in order, to the new ring's first entries;
+    /// the new ring's producer index is their count and its consumer index
+    /// 0. Refused when they do not fit. The arm state is kept. On success
+    /// the old ring is no longer used and the driver may free it.
+    ResizeCq {
+        /// The CQ.
+        cq: u32,
+        /// The new ring.
+        ring: RingDesc,
+    },
     /// Free a CQ (refused while QPs use it).
     DestroyCq {
         /// The CQ.

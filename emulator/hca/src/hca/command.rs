@@ -7,7 +7,7 @@ use crate::cq::CqContext;
 use crate::handles::{AhIndex, CqIndex, PdIndex, SrqIndex};
 use crate::mr::RegisterError;
 use crate::qp::Path;
-use crate::ring::{ConsumerRing, ProducerRing};
+use crate::ring::{ConsumerRing, ProducerRing, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use crate::tables::Table;
 use crate::time::Instant;
 use uroce_device::command::{AhAttr, CmdError, Command, DeviceAttr, PortAttr, Reply};
@@ -42,6 +42,7 @@ impl Hca {
             Command::AllocMw { pd, mw_type } => self.alloc_mw(PdIndex(pd), mw_type),
             Command::DeallocMw { rkey } => self.dealloc_mw(rkey),
             Command::CreateCq { ring } => self.create_cq(ring),
+            Command::ResizeCq { cq, ring } => self.resize_cq(CqIndex(cq), ring),
             Command::DestroyCq { cq } => self.destroy_cq(CqIndex(cq)),
             Command::CreateQp(init) => self.create_qp(init),
             Command::ModifyQp { qpn, attr, mask } => self.modify_qp(now, qpn, &attr, mask),
@@ -122,6 +123,45 @@ impl Hca {
             .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
             .map(|cq| Reply::Index(cq.value()))
             .map_err(|_| CmdError::NoResources("CQ table full"))
+    }
+
+    /// rxe's rxe_cq_resize_queue: the CQEs the driver has not consumed move,
+    /// in order, to the start of the new ring. The old ring's consumer index
+    /// is the driver's (hostile): it is read once and checked, and nothing
+    /// changes unless every copy succeeded.
+    fn resize_cq(&mut self, cq: CqIndex, ring: RingDesc) -> Result<Reply, CmdError> {
+        ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
+            .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
+        if ring.stride != CQE_LEN as u32 {
+            return Err(CmdError::Invalid("CQ stride must be the CQE size"));
+        }
+        let host = self.mem.host().clone();
+        let ctx = self.cqs.get_mut(cq).ok_or(CmdError::NotFound("no such CQ"))?;
+        let old = ctx.ring;
+        if old.desc.base == ring.base {
+            return Err(CmdError::Invalid("CQ resized onto its own ring"));
+        }
+        let consumer = host
+            .load_acquire_u32(old.desc.base + CONSUMER_OFFSET)
+            .map_err(|_| CmdError::Invalid("CQ consumer index unreadable"))?;
+        let pending = old.producer.wrapping_sub(consumer);
+        if pending > old.desc.entries {
+            return Err(CmdError::Invalid("CQ consumer index past its producer index"));
+        }
+        if pending > ring.entries {
+            return Err(CmdError::Invalid("CQ resized below its outstanding CQEs"));
+        }
+        let mut entry = [0u8; CQE_LEN];
+        for i in 0..pending {
+            host.read(old.desc.entry_addr(consumer.wrapping_add(i)), &mut entry)
+                .and_then(|()| host.write(ring.entry_addr(i), &entry))
+                .map_err(|_| CmdError::Invalid("CQ ring memory"))?;
+        }
+        host.store_release_u32(ring.base + CONSUMER_OFFSET, 0)
+            .and_then(|()| host.store_release_u32(ring.base + PRODUCER_OFFSET, pending))
+            .map_err(|_| CmdError::Invalid("CQ ring memory"))?;
+        ctx.ring = ProducerRing { desc: ring, producer: pending };
+        Ok(Reply::Done)
     }
 
     fn destroy_cq(&mut self, cq: CqIndex) -> Result<Reply, CmdError> {
@@ -276,5 +316,63 @@ impl Table<AhContext, AhIndex> {
     /// `pd`'s.
     pub(crate) fn path(&self, ah: AhIndex, pd: PdIndex) -> Option<Path> {
         self.get(ah).filter(|a| a.pd == pd).map(|a| a.path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::HcaConfig;
+    use std::sync::Arc;
+    use uroce_device::command::Gid;
+    use uroce_device::cqe::Cqe;
+    use uroce_device::mem::{DriverMemory, HostMemory, SimMemory};
+    use uroce_device::ring::cq_ring_shape;
+    use uroce_device::types::{Qpn, WcOpcode, WcStatus};
+
+    fn ring(host: &SimMemory, cqe: u32) -> RingDesc {
+        let shape = cq_ring_shape(cqe);
+        RingDesc { base: host.allocate(shape.bytes(), 4096).unwrap(), ..shape }
+    }
+
+    #[test]
+    fn resize_moves_unconsumed_cqes_and_refuses_hostile_indices() {
+        let host = Arc::new(SimMemory::strict(1 << 20));
+        let gids = vec![Gid::from_ip(core::net::IpAddr::from([10, 0, 0, 1]))];
+        let mut hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
+        let old = ring(&host, 3);
+        let Ok(Reply::Index(cq)) = hca.command(Instant::ZERO, Command::CreateCq { ring: old })
+        else {
+            panic!("CreateCq")
+        };
+        hca.command(Instant::ZERO, Command::ResizeCq { cq, ring: old }).unwrap_err();
+        for id in 0..3u64 {
+            let cqe = Cqe::new(id, WcStatus::Success, WcOpcode::Send, Qpn::new(17));
+            let ctx = hca.cqs.get_mut(CqIndex(cq)).unwrap();
+            assert!(matches!(
+                ctx.post(host.as_ref(), &cqe, false),
+                crate::cq::PostOutcome::Written { .. }
+            ));
+        }
+        // The driver consumed one.
+        host.store_release_u32(old.base + CONSUMER_OFFSET, 1).unwrap();
+        // A consumer index past the producer's, or a ring too small: refused.
+        let small = ring(&host, 1);
+        assert!(hca.command(Instant::ZERO, Command::ResizeCq { cq, ring: small }).is_ok());
+        let tiny = RingDesc { entries: 1, ..ring(&host, 1) };
+        let now = Instant::ZERO;
+        assert!(hca.command(now, Command::ResizeCq { cq, ring: tiny }).is_err());
+        host.store_release_u32(small.base + CONSUMER_OFFSET, 9).unwrap();
+        assert!(hca.command(now, Command::ResizeCq { cq, ring: ring(&host, 8) }).is_err());
+        host.store_release_u32(small.base + CONSUMER_OFFSET, 0).unwrap();
+        let big = ring(&host, 8);
+        hca.command(now, Command::ResizeCq { cq, ring: big }).unwrap();
+        assert_eq!(host.load_acquire_u32(big.base + PRODUCER_OFFSET).unwrap(), 2);
+        for (i, id) in [1u64, 2].into_iter().enumerate() {
+            let mut bytes = [0u8; CQE_LEN];
+            host.read(big.entry_addr(i as u32), &mut bytes).unwrap();
+            assert_eq!(Cqe::decode(&bytes).unwrap().wr_id, id);
+        }
+        assert!(hca.command(now, Command::ResizeCq { cq: cq + 1, ring: ring(&host, 8) }).is_err());
     }
 }
