@@ -77,6 +77,36 @@ impl Cq {
         self.ctx.app_sleeping();
     }
 
+    /// `ibv_resize_cq` (rxe's rxe_cq_resize_queue): moves the CQ to a ring
+    /// of at least `cqe` entries, keeping the completions not yet polled, in
+    /// order. EINVAL when `cqe` is 0, above the device's `max_cqe`, or below
+    /// the completions the CQ holds. Returns the new depth.
+    pub fn resize(&self, cqe: u32) -> Result<u32> {
+        self.ctx.check_open()?;
+        if cqe == 0 || cqe > self.ctx.limits.max_cqe {
+            return Err(Error::Invalid("CQ depth: cqe must be 1 to the device's max_cqe"));
+        }
+        // As the kernel would have by now: the work already posted that the
+        // device can finish completes first, and counts.
+        self.ctx.progress();
+        if cqe < self.ring.pending(self.ctx.host().as_ref())? {
+            return Err(Error::Invalid("CQ depth below the completions it holds"));
+        }
+        let ring = self.ctx.alloc_ring(cq_ring_shape(cqe))?;
+        match self.ctx.command(Command::ResizeCq { cq: self.index, ring }) {
+            Ok(_) => {
+                let old = self.ring.desc();
+                self.ring.switch(ring);
+                self.ctx.free_ring(old);
+                Ok(cqe)
+            }
+            Err(e) => {
+                self.ctx.free_ring(ring);
+                Err(e)
+            }
+        }
+    }
+
     /// `ibv_destroy_cq`: refused (EBUSY) while QPs use it.
     pub fn destroy(self) -> core::result::Result<(), (Cq, Error)> {
         match self.ctx.command(Command::DestroyCq { cq: self.index }) {

@@ -160,7 +160,8 @@ impl WorkRing {
 /// publishes the producer index; the driver reads them and hands the slots
 /// back through the consumer index.
 pub(crate) struct CqRing {
-    desc: RingDesc,
+    /// Where the ring is (a resize moves it).
+    desc: Cell<RingDesc>,
     /// The next index the driver will consume.
     consumer: Cell<u32>,
 }
@@ -168,31 +169,45 @@ pub(crate) struct CqRing {
 impl CqRing {
     /// The driver's side of the new, empty ring `desc`.
     pub(crate) fn new(desc: RingDesc) -> CqRing {
-        CqRing { desc, consumer: Cell::new(0) }
+        CqRing { desc: Cell::new(desc), consumer: Cell::new(0) }
     }
 
     /// Where the ring is.
     pub(crate) fn desc(&self) -> RingDesc {
-        self.desc
+        self.desc.get()
+    }
+
+    /// Completions written and not yet polled.
+    pub(crate) fn pending(&self, host: &dyn HostMemory) -> Result<u32> {
+        let producer = load(host, self.desc(), PRODUCER_OFFSET)?;
+        Ok(producer.wrapping_sub(self.consumer.get()))
+    }
+
+    /// Follows the HCA to the ring `desc` a resize moved the CQ to: the
+    /// completions not yet polled start at its entry 0.
+    pub(crate) fn switch(&self, desc: RingDesc) {
+        self.desc.set(desc);
+        self.consumer.set(0);
     }
 
     /// Up to `max` completions, oldest first; their slots are handed back
     /// (one release of the consumer index). A CQE that does not decode
     /// fails the poll, and nothing is consumed.
     pub(crate) fn poll(&self, host: &dyn HostMemory, max: usize) -> Result<Vec<Cqe>> {
-        let producer = load(host, self.desc, PRODUCER_OFFSET)?;
+        let desc = self.desc();
+        let producer = load(host, desc, PRODUCER_OFFSET)?;
         let mut out = Vec::new();
         let mut consumer = self.consumer.get();
         while consumer != producer && out.len() < max {
             let mut bytes = [0u8; CQE_LEN];
-            host.read(self.desc.entry_addr(consumer), &mut bytes)?;
+            host.read(desc.entry_addr(consumer), &mut bytes)?;
             let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
             out.push(cqe);
             consumer = consumer.wrapping_add(1);
         }
         if !out.is_empty() {
             self.consumer.set(consumer);
-            publish(host, self.desc, CONSUMER_OFFSET, consumer)?;
+            publish(host, desc, CONSUMER_OFFSET, consumer)?;
         }
         Ok(out)
     }
@@ -278,13 +293,13 @@ mod tests {
         assert!(cq.poll(&host, 4).unwrap().is_empty());
         for n in 0..3u32 {
             let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Send, Qpn::new(16));
-            host.write(cq.desc.entry_addr(n), &cqe.encode()).unwrap();
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
         }
-        publish(&host, cq.desc, PRODUCER_OFFSET, 3).unwrap();
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 3).unwrap();
         let got = cq.poll(&host, 2).unwrap();
         assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!(index(&host, cq.desc, CONSUMER_OFFSET), 2);
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 2);
         assert_eq!(cq.poll(&host, 4).unwrap()[0].wr_id, 2);
-        assert_eq!(index(&host, cq.desc, CONSUMER_OFFSET), 3);
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 3);
     }
 }
