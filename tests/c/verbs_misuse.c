@@ -163,9 +163,11 @@ int main(void)
 	srq = ibv_create_srq_ex(ctx, &sx);
 	CASE("create_srq_ex_xrc", "%s %d", srq ? "srq" : "null", errno);
 
-	/* Unsupported verbs answer EOPNOTSUPP, never crash. */
+	/* ibv_resize_cq: the new depth in cq->cqe; 0 is EINVAL. */
 	rc = ibv_resize_cq(cq, 32);
-	CASE("resize_cq", "%d", rc);
+	CASE("resize_cq", "%d %d", rc, cq->cqe);
+	rc = ibv_resize_cq(cq, 0);
+	CASE("resize_cq_zero", "%d %d", rc, cq->cqe);
 
 	rc = ibv_destroy_qp(qp);
 	rc |= ibv_dereg_mr(mr);

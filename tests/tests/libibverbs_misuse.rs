@@ -72,8 +72,9 @@ fn misuse_from_c_gets_the_documented_errors() {
     // ibv_create_srq_ex: a basic SRQ; an XRC one is refused.
     assert_eq!(case("create_srq_ex"), "srq 0");
     assert_eq!(case("create_srq_ex_xrc"), "null 95");
-    // Verbs uroce does not offer: EOPNOTSUPP, no crash.
-    assert_eq!(case("resize_cq"), "95");
+    // ibv_resize_cq: the new depth in cq->cqe; 0 is EINVAL, cqe unchanged.
+    assert_eq!(case("resize_cq"), "0 32");
+    assert_eq!(case("resize_cq_zero"), "22 32");
     assert_eq!(case("teardown"), "0");
 }
 

@@ -183,6 +183,27 @@ pub unsafe extern "C" fn destroy_cq(cq: *mut ibv_cq) -> c_int {
     })
 }
 
+/// `ibv_resize_cq` (rxe's): at least `cqe` entries, the completions not
+/// yet polled kept in order; EINVAL below them or above `max_cqe`. The new
+/// depth is written to `cq->cqe`.
+pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard_errno(|| {
+        let depth = u32::try_from(cqe).map_err(|_| EINVAL)?;
+        let depth = {
+            // SAFETY: the caller passes a live CQ.
+            let q = unsafe { Cq::from_ptr(cq) }?;
+            let _one_poller = locked(&q.events);
+            let guard = locked(&q.cq);
+            guard.as_ref().ok_or(EINVAL)?.resize(depth).map_err(errno)?
+        };
+        let depth = c_int::try_from(depth).map_err(|_| EINVAL)?;
+        // SAFETY: the CQ is live (the caller's); no reference to it is held
+        // here any more.
+        unsafe { (*cq).cqe = depth };
+        Ok(())
+    })
+}
+
 /// The C completion of a CQE.
 pub fn wc_from(w: &WorkCompletion) -> ibv_wc {
     let imm_data =

@@ -97,7 +97,7 @@ export_versioned! {
     "ibv_query_qp" "@@" "IBVERBS_1.1" "v1_1" => qp::query_qp,
     "ibv_query_srq" "@@" "IBVERBS_1.1" "v1_1" => qp::query_srq,
     "ibv_reg_mr" "@@" "IBVERBS_1.1" "v1_1" => pd::reg_mr,
-    "ibv_resize_cq" "@@" "IBVERBS_1.1" "v1_1" => unsupported::int,
+    "ibv_resize_cq" "@@" "IBVERBS_1.1" "v1_1" => cq::resize_cq,
     // Providers registered themselves with this before rdma-core 13.
     "ibv_register_driver" "@" "IBVERBS_1.1" "v1_1" => unsupported::void,
     // The 2005 ABI (structs of another shape): refused.
