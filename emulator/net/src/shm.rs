@@ -366,29 +366,37 @@ impl SharedMemory {
     }
 }
 
-impl HostMemory for SharedMemory {
-    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
-        self.map.read(addr, dst)
-    }
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
-        self.map.write(addr, src)
-    }
-    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
-        self.map.load_acquire_u32(addr)
-    }
-    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
-        self.map.store_release_u32(addr, value)
-    }
-    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
-        self.map.compare_swap_u64(addr, compare, swap)
-    }
-    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
-        self.map.fetch_add_u64(addr, add)
-    }
-    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
-        self.map.store_u64(addr, value)
-    }
+/// The device's DMA view of a mapping: both the creator's handle and a
+/// peer's view reach the memfd through their `map`.
+macro_rules! host_memory_through_map {
+    ($($owner:ty),+) => {$(
+        impl HostMemory for $owner {
+            fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
+                self.map.read(addr, dst)
+            }
+            fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
+                self.map.write(addr, src)
+            }
+            fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
+                self.map.load_acquire_u32(addr)
+            }
+            fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
+                self.map.store_release_u32(addr, value)
+            }
+            fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
+                self.map.compare_swap_u64(addr, compare, swap)
+            }
+            fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
+                self.map.fetch_add_u64(addr, add)
+            }
+            fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
+                self.map.store_u64(addr, value)
+            }
+        }
+    )+};
 }
+
+host_memory_through_map!(SharedMemory, SharedView);
 
 impl DriverMemory for SharedMemory {
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {
@@ -467,30 +475,6 @@ impl SharedView {
     /// Accesses refused so far.
     pub fn faults(&self) -> u64 {
         self.map.faults.load(Ordering::Relaxed)
-    }
-}
-
-impl HostMemory for SharedView {
-    fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
-        self.map.read(addr, dst)
-    }
-    fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
-        self.map.write(addr, src)
-    }
-    fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
-        self.map.load_acquire_u32(addr)
-    }
-    fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
-        self.map.store_release_u32(addr, value)
-    }
-    fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
-        self.map.compare_swap_u64(addr, compare, swap)
-    }
-    fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
-        self.map.fetch_add_u64(addr, add)
-    }
-    fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
-        self.map.store_u64(addr, value)
     }
 }
 

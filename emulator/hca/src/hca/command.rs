@@ -113,12 +113,19 @@ impl Hca {
         Ok(Reply::Done)
     }
 
-    fn create_cq(&mut self, ring: RingDesc) -> Result<Reply, CmdError> {
+    /// A CQ ring the driver offers (create or resize): a shape within the
+    /// device's limits, one CQE per entry.
+    fn check_cq_ring(&self, ring: &RingDesc) -> Result<(), CmdError> {
         ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
             .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
         if ring.stride != CQE_LEN as u32 {
             return Err(CmdError::Invalid("CQ stride must be the CQE size"));
         }
+        Ok(())
+    }
+
+    fn create_cq(&mut self, ring: RingDesc) -> Result<Reply, CmdError> {
+        self.check_cq_ring(&ring)?;
         self.cqs
             .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
             .map(|cq| Reply::Index(cq.value()))
@@ -130,11 +137,7 @@ impl Hca {
     /// is the driver's (hostile): it is read once and checked, and nothing
     /// changes unless every copy succeeded.
     fn resize_cq(&mut self, cq: CqIndex, ring: RingDesc) -> Result<Reply, CmdError> {
-        ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
-            .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
-        if ring.stride != CQE_LEN as u32 {
-            return Err(CmdError::Invalid("CQ stride must be the CQE size"));
-        }
+        self.check_cq_ring(&ring)?;
         let host = self.mem.host().clone();
         let ctx = self.cqs.get_mut(cq).ok_or(CmdError::NotFound("no such CQ"))?;
         let old = ctx.ring;
