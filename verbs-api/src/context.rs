@@ -77,6 +77,11 @@ impl Context {
         self.device.posted_receive();
     }
 
+    /// Tells the device that sends were posted without a doorbell.
+    pub(crate) fn posted_send_unkicked(&self) {
+        self.device.posted_send_unkicked();
+    }
+
     /// Tells the device that the application is about to sleep until a
     /// completion event.
     pub(crate) fn app_sleeping(&self) {

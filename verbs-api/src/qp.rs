@@ -164,8 +164,12 @@ impl Qp {
             wr.write_wqe(slot);
             Ok(())
         });
-        if posted > 0 && !self.sq.device_will_look(self.ctx.host().as_ref()) {
-            self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
+        if posted > 0 {
+            if self.sq.device_will_look(self.ctx.host().as_ref()) {
+                self.ctx.posted_send_unkicked();
+            } else {
+                self.ctx.doorbell(Doorbell::SendQueue(self.qpn));
+            }
         }
         result
     }

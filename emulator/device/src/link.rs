@@ -52,6 +52,12 @@ pub trait DeviceLink: Send + Sync {
     /// application is awake).
     fn posted_receive(&self) {}
 
+    /// A send was posted without a kick (the queue's device-scheduled flag
+    /// was set): the device reads it in its next step. A device that holds
+    /// packets for the application's next request (the ACKs a receive
+    /// left) stops holding them.
+    fn posted_send_unkicked(&self) {}
+
     /// The application is about to sleep on a completion channel: the
     /// device must keep progressing by itself.
     fn app_sleeping(&self) {}

@@ -54,6 +54,9 @@ pub trait Driver: Send + Sync {
     /// A receive was posted: it makes no packet to send, but tells the
     /// runtime the application is awake.
     fn posted_receive(&self) {}
+    /// A send was posted without a doorbell (its queue was scheduled): the
+    /// next step reads it, and holds nothing back for it.
+    fn posted_send_unkicked(&self) {}
     /// The application is about to sleep on a completion channel (it armed
     /// a CQ): the runtime must keep the device progressing by itself.
     fn app_sleeping(&self) {}
@@ -226,6 +229,12 @@ impl DeviceLink for SharedHca {
 
     fn posted_receive(&self) {
         SharedHca::posted_receive(self);
+    }
+
+    fn posted_send_unkicked(&self) {
+        if let Some(driver) = self.driver() {
+            driver.posted_send_unkicked();
+        }
     }
 
     fn app_sleeping(&self) {

@@ -183,6 +183,7 @@ impl UdpDevice {
             epoch: std::time::Instant::now(),
             last_app_ns: AtomicU64::new(0),
             app_sleeping: AtomicBool::new(false),
+            app_posted: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             background_idle: AtomicBool::new(false),
             io: Mutex::new(Io::new(transport, faults, capture, stats)),

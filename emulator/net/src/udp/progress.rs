@@ -22,6 +22,9 @@ const APP_ACTIVE_NS: u64 = 1_000_000;
 /// (ACKs, READ responses) wait for the application's next verbs call before
 /// the background thread sends them.
 const DEFERRED_ACK_NS: u64 = 50_000;
+/// How long the application's polls may keep those packets back for its
+/// next verbs call (see `progress_by`).
+const ACK_HOLD_NS: u64 = 5_000;
 
 /// The part of the runtime shared by the application's threads and the
 /// background thread.
@@ -41,6 +44,9 @@ pub(super) struct Runtime {
     pub last_app_ns: AtomicU64,
     /// The application armed a CQ and may be asleep on a channel.
     pub app_sleeping: AtomicBool,
+    /// The application posted a send without a doorbell since its last
+    /// poll: nothing is held back for its next request any more.
+    pub app_posted: AtomicBool,
     pub stop: AtomicBool,
     /// The background thread is (about to be) asleep on the socket.
     pub background_idle: AtomicBool,
@@ -70,6 +76,11 @@ impl Driver for Runtime {
 
     fn posted_receive(&self) {
         self.mark_app_active();
+    }
+
+    fn posted_send_unkicked(&self) {
+        self.mark_app_active();
+        self.app_posted.store(true, Ordering::Relaxed);
     }
 
     fn app_sleeping(&self) {
@@ -168,7 +179,18 @@ impl Runtime {
                 // call), or `DEFERRED_ACK_NS` after the receive if it
                 // looks at its deadline before that.
                 let now = started_ns;
-                let sent = self.transmit_some(&mut io, now);
+                // Deferred responses younger than `ACK_HOLD_NS` stay held
+                // through this poll: an application that polls its send CQ
+                // before its receive CQ (perftest's `ib_send_lat`) would
+                // otherwise send the ACK of the reply it just received alone,
+                // a system call on the round trip's path, just before it
+                // posts its next request, which the ACK can go with.
+                let posted = self.app_posted.swap(false, Ordering::Relaxed);
+                let hold = !posted
+                    && io
+                        .deferred_since_ns
+                        .is_some_and(|since| now.saturating_sub(since) < ACK_HOLD_NS);
+                let sent = if hold { 0 } else { self.transmit_some(&mut io, now) };
                 // A poll after an empty one is an application waiting for a
                 // message: one datagram with `recvmsg` (cheaper) and back to
                 // it; a stream (the last poll found something) is taken in
