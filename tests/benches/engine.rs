@@ -4,8 +4,8 @@
 //!
 //! `cargo bench -p uroce-tests --bench engine` prints one line per case:
 //! `metric=<name> value=<number> unit=<unit>`. Each case runs twice: as the
-//! swarm runs the fabric (the trace hashes every packet's bytes, FNV-1a,
-//! byte-serial) and, suffixed `_nodigest`, with
+//! swarm runs the fabric (the trace digests every packet's bytes,
+//! `uroce_sim::packet_digest`) and, suffixed `_nodigest`, with
 //! `FabricConfig::trace_packet_digests` off: the engine alone.
 
 use std::time::Instant as WallClock;

@@ -109,7 +109,7 @@ pub use capture::{node_mac, CapturePoint, SharedBuffer, NO_ROUTE_MAC};
 pub use fabric::{Fabric, FabricConfig, FabricCounters, MAX_NODES, MAX_OUTAGES, MAX_RULES};
 pub use fault::{Cut, Outage};
 pub use rule::{Action, BthFacts, Fire, Matcher, PacketFacts, Rule, RuleId, RuleState};
-pub use trace::{DelayReason, DropReason, Fnv64, Trace, TraceEvent};
+pub use trace::{packet_digest, DelayReason, DropReason, Fnv64, Trace, TraceEvent};
 pub use uroce_faults::{FaultConfig, Probability, SimRng};
 
 use core::fmt;

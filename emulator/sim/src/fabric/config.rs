@@ -30,13 +30,12 @@ pub struct FabricConfig {
     /// How many of the last trace events to keep for reading (0: none; the
     /// trace hash covers every event regardless).
     pub trace_log_capacity: usize,
-    /// Whether the trace's send and delivery events carry the FNV-1a 64 of
-    /// the packet's bytes (`true`, the default: the trace hash then covers
-    /// every byte on the wire). Hashing is byte-serial, about 4 cycles a
-    /// byte, more than the HCAs spend on a large packet; a driver that
-    /// wants the engine's speed and no content check sets `false`, and the
-    /// events carry digest 0 (the hash still covers every event, its time
-    /// and length).
+    /// Whether the trace's send and delivery events carry the
+    /// [`packet_digest`](crate::packet_digest) of the packet's bytes
+    /// (`true`, the default: the trace hash then covers every byte on the
+    /// wire; about 8 bytes a cycle); a driver that wants the engine alone
+    /// and no content check sets `false`, and the events carry digest 0
+    /// (the hash still covers every event, its time and length).
     pub trace_packet_digests: bool,
     /// Faults.
     pub faults: FaultConfig,

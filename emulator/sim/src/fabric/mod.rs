@@ -14,7 +14,7 @@ use queue::InFlightQueue;
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
 use super::rule::{Rule, RuleId, RuleState};
-use super::trace::{Fnv64, Trace, TraceEvent};
+use super::trace::{packet_digest, Trace, TraceEvent};
 use super::NodeId;
 use core::net::IpAddr;
 use core::ops::Range;
@@ -563,7 +563,7 @@ impl<E: Endpoint> Fabric<E> {
     /// ([`FabricConfig::trace_packet_digests`]).
     pub(super) fn packet_digest(&self, bytes: &[u8]) -> u64 {
         if self.config.trace_packet_digests {
-            Fnv64::digest(bytes)
+            packet_digest(bytes)
         } else {
             0
         }
