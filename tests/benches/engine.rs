@@ -116,8 +116,17 @@ fn main() {
     // keep that quick.
     let quick = !std::env::args().any(|a| a == "--bench");
     let scale = if quick { 1 } else { 20 };
+    // `cargo bench --bench engine -- send` runs only the cases whose name
+    // has `send` in it (`write`, `send`, `nodigest`, `digest`).
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |case: &str| filter.is_empty() || filter.iter().any(|f| case.contains(f.as_str()));
     for digests in [true, false] {
-        write_stream(200 * scale, digests);
-        small_sends(5_000 * scale, digests);
+        let s = if digests { "digest" } else { "nodigest" };
+        if wanted(&format!("write_{s}")) {
+            write_stream(200 * scale, digests);
+        }
+        if wanted(&format!("send_{s}")) {
+            small_sends(5_000 * scale, digests);
+        }
     }
 }
