@@ -191,9 +191,14 @@ pub struct BenchArgs {
     /// Skip the peak bandwidth (perftest's -N).
     #[arg(short = 'N', long = "no-peak")]
     pub no_peak: bool,
-    /// UDP segmentation offload (GSO) on send (uroce peers only).
-    #[arg(long)]
+    /// UDP segmentation offload (GSO) on send: the default (kept for old
+    /// command lines).
+    #[arg(long, hide = true, conflicts_with = "no_offload")]
     pub offload: bool,
+    /// No UDP segmentation offload: every packet its own datagram, UDP
+    /// checksum 0 (as rxe sends).
+    #[arg(long)]
+    pub no_offload: bool,
     /// Run server and client in this process, on two devices.
     #[arg(long)]
     pub loopback: bool,
@@ -331,8 +336,8 @@ pub fn run(args: &BenchArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 {
             return 2;
         }
     };
-    if args.offload {
-        config.offload = true;
+    if args.no_offload {
+        config.offload = false;
     }
     if let Some(addr) = args.addr {
         config.addr = addr;

@@ -69,10 +69,12 @@ pub struct UdpConfig {
     pub faults: Option<FaultSpec>,
     /// Write every packet sent and received to this pcap file.
     pub capture: Option<PathBuf>,
-    /// Segmentation offload: UDP GSO on send (equal-sized packets to one
-    /// destination leave in one call). Receivers always accept GRO. The
-    /// kernel refuses GSO without UDP checksums, so datagrams then carry
-    /// one (the ICRC masks it). Only for uroce peers: see `docs/runtime.md`.
+    /// Segmentation offload (on by default; `UROCE_OFFLOAD=0` turns it
+    /// off): UDP GSO on send (equal-sized packets to one destination leave
+    /// in one call); a kernel that refuses it turns it off by itself.
+    /// Receivers always accept GRO. The kernel refuses GSO without UDP
+    /// checksums, so datagrams then carry one (legal RoCEv2: the ICRC masks
+    /// it, and rxe accepts it). See `docs/runtime.md`.
     pub offload: bool,
     /// What becomes of the HCA's decisions ([`uroce_hca::trace`]).
     pub trace: TraceMode,
@@ -104,7 +106,7 @@ pub const TRACE_CAPACITY: usize = 1 << 16;
 
 impl UdpConfig {
     /// A device at `addr` with defaults: hybrid progress, background
-    /// thread on, no faults, no capture, no offload.
+    /// thread on, no faults, no capture, offload on.
     pub fn new(addr: IpAddr) -> UdpConfig {
         UdpConfig {
             addr,
@@ -112,7 +114,7 @@ impl UdpConfig {
             background: true,
             faults: None,
             capture: None,
-            offload: false,
+            offload: true,
             trace: TraceMode::Off,
             hca: HcaConfig::default(),
             memory_budget_bytes: 16 << 30,
