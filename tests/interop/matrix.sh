@@ -101,6 +101,10 @@ c read_bw_4k       4200 -    45   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 16384 -m
 # (`uroce run --link ... --addr ... --mtu ... [--faults ...] -- TOOL`, the VM command with -d uroce0 for -d rxe0:
 # uroce command "lib"). Their out-of-band TCP goes through QEMU's user network (eth1) and oob-relay.py: a VM
 # client connects to 10.0.2.100:PORT (guestfwd), a host client to 127.0.0.1:PORT (the relay, then hostfwd).
+# No lib_uc_pingpong: here the host learns the VM's MAC from the first RoCE packet's ARP (the out-of-band TCP
+# does not cross the link), and uroce's L2 transport holds 3 packets per unresolved neighbour
+# (emulator/net/src/link/mod.rs HELD_PER_DESTINATION; Linux holds unres_qlen_bytes, 212992 bytes), so the FIRST of
+# a 4-packet UC message is dropped, UC never retransmits, and ibv_uc_pingpong waits for ever (u2r).
 c lib_rc_pingpong  1500 -    30   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          lib                                                  "$(pp 100)"       "=1024"
 c lib_write_bw     1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096"              lib                                                  "$(pt 4096 100)"  "=1024"
 c lib_ud_pingpong  1500 -    30   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 512 -c"           lib                                                  "$(pp 100)"       "<=1024"
@@ -391,7 +395,7 @@ run_boot() {
   fi
   if [ ${#listen[@]} -gt 0 ]; then
     # the host tool (client) connects to 127.0.0.1:PORT: the relay passes it on to the VM's hostfwd
-    timeout -k 5 "$budget" "$PY" "$HERE/oob-relay.py" --log "$relaylog" "${listen[@]}" 2>> "$relaylog" &
+    timeout -k 5 "$budget" "$PY" "$HERE/oob-relay.py" --log "$relaylog" "${listen[@]}" >> "$relaylog" 2>&1 &
     relaypid=$!
   fi
   local t0; t0=$(now)
