@@ -5,6 +5,7 @@
 #
 #   qemu-system-x86  the VM (qemu-system-x86_64, TCG)        cpio, gzip, kmod  vm/build.sh packs the initramfs
 #   gcc, libc6-dev   vm/build.sh compiles rxe-opcodes.c        iproute2          `ip`, for matrix.sh's own netns
+#   ibverbs-utils, perftest  the host side of the lib_ rows     python3-minimal   oob-relay.py (lib_ rows)
 set -euo pipefail
 
 # tool or file -> package
@@ -18,6 +19,9 @@ NEEDS=(
   "ip iproute2"
   "unshare util-linux"
   "timeout coreutils"
+  "ibv_rc_pingpong ibverbs-utils"
+  "ib_write_bw perftest"
+  "python3 python3-minimal"
 )
 missing=()
 for need in "${NEEDS[@]}"; do
@@ -31,7 +35,7 @@ done
 lists=0; compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null && lists=1
 
 if [ ${#missing[@]} -eq 0 ] && [ $lists = 1 ]; then
-  echo "install.sh: nothing to do (qemu, cpio, gzip, kmod, gcc, libc6-dev, iproute2 present; apt lists present)"
+  echo "install.sh: nothing to do (qemu, cpio, gzip, kmod, gcc, libc6-dev, iproute2, ibverbs-utils, perftest, python3 present; apt lists present)"
   exit 0
 fi
 command -v apt-get >/dev/null || { echo "install.sh: no apt-get: the interop VM needs a Debian bookworm host" >&2; exit 1; }

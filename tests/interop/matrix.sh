@@ -18,6 +18,9 @@
 # inside the guest and framed by MATRIX-BEGIN/MATRIX-END markers on the console); the uroce side of each row
 # starts when the VM's console shows the row's BEGIN marker. Each row gets its own TCP port, so a row that
 # hangs on one side can never be answered by the next row's tool.
+# lib_* rows run the SAME Debian tool on both sides: on the host it runs on uroce's libibverbs.so.1 (`uroce run
+# --link ... -- TOOL`), and its out-of-band TCP (kernel sockets) reaches the VM through QEMU's user network on a
+# second NIC (eth1: hostfwd for a VM server, guestfwd for a VM client) and oob-relay.py; RoCE stays on eth0.
 #
 # Checks per row: both sides exit 0; both outputs show that data moved (pingpong's "N iters in", perftest's
 # result row, rxe-opcodes' OK); the row's slice of the qemu capture (`uroce decode --format tsv`) has RoCEv2
@@ -36,6 +39,8 @@ export RXEVM_BUILD=$B
 BASEPORT=${MATRIX_BASEPORT:-47200}
 VM_IP=169.254.0.1 UROCE_IP=169.254.0.2
 VM_MAC=525400000001             # run-vm.sh derives the MAC from the IPv4 address's last octet
+OOB_HOST=10.0.2.100             # lib rows: the host as a VM client sees it (QEMU guestfwd, see oob_rules)
+OOB_SHIFT=10000                 # lib rows: the host port of a VM server's hostfwd is its TCP port + this
 
 usage() { sed -n '2,14p' "$0"; }
 ORIG_ARGS=("$@")
@@ -92,20 +97,44 @@ c write_bw_4k      4200 -    45   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 16384 -
 c ud_pingpong_4k   4200 -    45   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          "pingpong --ud -g 1 -n 100 -s 4096 -c"               "$(pp 100)"       "=4096"
 c opcodes_4k       4200 -    45   "rxe-opcodes -g 1 -m 4096"                                "opcodes -g 1 -m 4096"                               "$OPC"            "<=4096"
 c read_bw_4k       4200 -    45   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 16384 -m 4096"      "perftest read_bw -x 1 -F -n 100 -s 16384 -m 4096"   "$(pt 16384 100)" "=4096"
+# lib_*: the SAME Debian binary on both sides: in the VM on rxe, on the host on uroce's libibverbs.so.1
+# (`uroce run --link ... --addr ... --mtu ... [--faults ...] -- TOOL`, the VM command with -d uroce0 for -d rxe0:
+# uroce command "lib"). Their out-of-band TCP goes through QEMU's user network (eth1) and oob-relay.py: a VM
+# client connects to 10.0.2.100:PORT (guestfwd), a host client to 127.0.0.1:PORT (the relay, then hostfwd).
+# No lib_uc_pingpong: here the host learns the VM's MAC from the first RoCE packet's ARP (the out-of-band TCP
+# does not cross the link), and uroce's L2 transport holds 3 packets per unresolved neighbour
+# (emulator/net/src/link/mod.rs HELD_PER_DESTINATION; Linux holds unres_qlen_bytes, 212992 bytes), so the FIRST of
+# a 4-packet UC message is dropped, UC never retransmits, and ibv_uc_pingpong waits for ever (u2r).
+c lib_rc_pingpong  1500 -    30   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          lib                                                  "$(pp 100)"       "=1024"
+c lib_write_bw     1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096"              lib                                                  "$(pt 4096 100)"  "=1024"
+c lib_ud_pingpong  1500 -    30   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 512 -c"           lib                                                  "$(pp 100)"       "<=1024"
+c lib_read_bw      1500 -    30   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 4096"               lib                                                  "$(pt 4096 100)"  "=1024"
+c lib_srq_pingpong 1500 -    30   "ibv_srq_pingpong -d rxe0 -g 1 -n 100 -s 4096 -q 4 -c"    lib                                                  "$(pp 100)"       "=1024"
+c lib_send_bw      1500 -    30   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096"               lib                                                  "$(pt 4096 100)"  "=1024"
+c lib_atomic_bw    1500 -    30   "ib_atomic_bw -d rxe0 -x 1 -F -n 100 -A FETCH_AND_ADD"    lib                                                  "$(pt 8 100)"     "<=1024"
+c lib_send_lat     1500 -    30   "ib_send_lat -d rxe0 -x 1 -F -n 100 -s 4096"              lib                                                  "$(pt 4096 100)"  "=1024"
+c lib_rc_pingpong_loss 1500 13 60 "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c"           lib                                                  "$(pp 50)"        "=1024"
 
 # Expand the cases into rows (arrays indexed by row number).
-R_ID=() R_DIR=() R_LINK=() R_LOSS=() R_SECS=() R_VM=() R_U=() R_CHECK=() R_PMTU=() R_PORT=()
+R_ID=() R_DIR=() R_LINK=() R_LOSS=() R_SECS=() R_VM=() R_U=() R_CHECK=() R_PMTU=() R_PORT=() R_LIB=()
 n=0
 for dir in u2r r2u; do
   for entry in "${CASES[@]}"; do
     IFS=$'\x1f' read -r name link loss secs vm u check pmtu <<< "$entry"
     R_ID[n]=$name/$dir R_DIR[n]=$dir R_LINK[n]=$link R_LOSS[n]=$loss R_SECS[n]=$secs R_VM[n]=$vm R_U[n]=$u
-    R_CHECK[n]=$check R_PMTU[n]=$pmtu R_PORT[n]=$((19000 + n))
+    R_CHECK[n]=$check R_PMTU[n]=$pmtu R_PORT[n]=$((19000 + n)) R_LIB[n]=0
+    # a lib row: the host runs the VM's tool on uroce's library (the uroce field is the host tool's command)
+    [ "$u" = lib ] && R_LIB[n]=1 R_U[n]=${vm//-d rxe0/-d uroce0}
     n=$((n + 1))
   done
 done
 ROWS_ALL=$n
 dirname_of() { [ "$1" = u2r ] && echo "uroce->rxe" || echo "rxe->uroce"; }
+tail_file() { echo "   -- $2, last lines:"; tail -n 15 "$1" 2>/dev/null | sed 's/^/   | /'; }
+record() {  # ROW RESULT SECS REASON: one line of results/ROW.tsv, and a progress line
+  printf '%s\t%s\t%s\t%s\t%s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4" > "$OUT/results/row$(printf %03d "$1").tsv"
+  printf '  %-24s %-11s %-4s %5ss  %s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4"
+}
 
 SEL=()
 for ((i = 0; i < ROWS_ALL; i++)); do
@@ -116,8 +145,9 @@ done
 if [ "$LIST" = 1 ]; then
   printf '%-24s %-11s %-5s %-5s %s\n' row direction link loss 'VM command  |  uroce command'
   for i in "${SEL[@]}"; do
-    printf '%-24s %-11s %-5s %-5s %s\n%47s| uroce %s\n' "${R_ID[i]}" "$(dirname_of "${R_DIR[i]}")" "${R_LINK[i]}" \
-      "${R_LOSS[i]}" "${R_VM[i]}" '' "${R_U[i]}"
+    u="uroce ${R_U[i]}"; [ "${R_LIB[i]}" = 1 ] && u="uroce run -- ${R_U[i]}"
+    printf '%-24s %-11s %-5s %-5s %s\n%47s| %s\n' "${R_ID[i]}" "$(dirname_of "${R_DIR[i]}")" "${R_LINK[i]}" \
+      "${R_LOSS[i]}" "${R_VM[i]}" '' "$u"
   done
   exit 0
 fi
@@ -170,13 +200,29 @@ guest_line() {   # ROW ROLE(server|client): the rxevm-row line that runs ROW's V
     echo "rxevm-row ${R_ID[i]} ${R_SECS[i]} ${R_VM[i]} -p ${R_PORT[i]}"
   else
     local host=$UROCE_IP; [ "${R_DIR[i]}" = r2u ] || host=$VM_IP
+    [ "${R_LIB[i]}" = 1 ] && host=$OOB_HOST      # the host (lib rows: through QEMU's guestfwd)
     echo "rxevm-row --client ${R_ID[i]} ${R_SECS[i]} ${R_VM[i]} -p ${R_PORT[i]} $host"
   fi
 }
+# lib rows need the Debian tool on the host (and python3 for oob-relay.py): without it they fail here, unrun
+PY=/usr/bin/python3; [ -x "$PY" ] || PY=$(command -v python3 || true)
+RUNSEL=()
+for i in "${SEL[@]}"; do
+  if [ "${R_LIB[i]}" = 1 ] && [ "$SELF" = 0 ]; then
+    tool=${R_U[i]%% *} miss=
+    command -v "$tool" >/dev/null || miss="no $tool on the host (apt-get install ibverbs-utils perftest)"
+    [ -n "$PY" ] || miss="${miss:+$miss; }no python3 on the host (oob-relay.py)"
+    if [ -n "$miss" ]; then record "$i" FAIL 0 "not run: $miss"; continue; fi
+  fi
+  RUNSEL+=("$i")
+done
+[ "$SELF" = 1 ] && [ -z "$PY" ] && { echo "matrix.sh: no python3 on the host (oob-relay.py, the lib rows)" >&2; exit 2; }
+case "$HERE$OUT" in *,*) echo "matrix.sh: a comma in $HERE or $OUT: QEMU's forwarding rules cannot name it" >&2; exit 2 ;; esac
+
 BOOTS=()      # each: space-separated row numbers
 cur= curlen=0 curkey=
-for i in "${SEL[@]}"; do
-  key=${R_DIR[i]}-${R_LINK[i]}
+for i in "${RUNSEL[@]}"; do
+  key=${R_DIR[i]}-${R_LINK[i]}-${R_LIB[i]}
   len=$(( $(guest_line "$i" client | wc -c) ))
   if [ -n "$cur" ] && { [ "$key" != "$curkey" ] || [ $((curlen + len)) -gt $SCRIPT_BUDGET ]; }; then
     BOOTS+=("$cur"); cur= curlen=0
@@ -294,6 +340,25 @@ judge() {
   fi
 }
 
+# oob_rules ROLE LOG ROW...: the --oob-fwd options of run-vm.sh that give the lib rows among ROW... their
+# out-of-band TCP path, for a VM in ROLE (server|client). A VM server gets hostfwd=tcp:127.0.0.1:PORT+OOB_SHIFT-:PORT;
+# a VM client reaches 10.0.2.100:PORT, where QEMU's guestfwd runs oob-relay.py for each connection, relaying it to
+# 127.0.0.1:PORT (the host tool, on uroce) or, in self-check mode, to 127.0.0.1:PORT+OOB_SHIFT (the other VM's
+# hostfwd). The relay tries again while nothing listens behind its target (see oob-relay.py).
+oob_rules() {
+  local role=$1 log=$2 i p t; shift 2
+  for i in "$@"; do
+    [ "${R_LIB[i]}" = 1 ] || continue
+    p=${R_PORT[i]}
+    if [ "$role" = server ]; then
+      echo "--oob-fwd"; echo "hostfwd=tcp:127.0.0.1:$((p + OOB_SHIFT))-:$p"
+    else
+      t=$p; [ "$SELF" = 1 ] && t=$((p + OOB_SHIFT))
+      echo "--oob-fwd"; echo "guestfwd=tcp:$OOB_HOST:$p-cmd:'$PY' '$HERE/oob-relay.py' --log '$log' --to 127.0.0.1:$t"
+    fi
+  done
+}
+
 # run_boot TAG SLOT ROW...: boots one VM (plus a second one in self-check mode) and runs these rows (one
 # direction, one link MTU). With uroce, a row whose VM side still waits when uroce has given up ends the boot
 # (that is quicker than the row's guest timeout): the rows after it are left in REMAINING for a fresh boot.
@@ -319,14 +384,28 @@ run_boot() {
     for i in "${rows[@]}"; do record "$i" SKIP 0 "not run: $(cat "$OUT/.dead-link")"; done; return
   fi
   rm -f "$con" "$peercon" "$pcap"
+  # lib rows: the out-of-band TCP path (QEMU user network forwards; a relay for host clients)
+  local fwd=() pfwd=() listen=() relaypid= relaylog=$OUT/boots/$tag.relay.log
+  mapfile -t fwd < <(oob_rules $vmrole "$relaylog" "${rows[@]}")
+  [ "$SELF" = 1 ] && mapfile -t pfwd < <(oob_rules $peerrole "$relaylog" "${rows[@]}")
+  if [ "$SELF" = 0 ] && [ "$vmrole" = server ]; then
+    for i in "${rows[@]}"; do
+      [ "${R_LIB[i]}" = 1 ] && listen+=(--listen "${R_PORT[i]}=$((R_PORT[i] + OOB_SHIFT))")
+    done
+  fi
+  if [ ${#listen[@]} -gt 0 ]; then
+    # the host tool (client) connects to 127.0.0.1:PORT: the relay passes it on to the VM's hostfwd
+    timeout -k 5 "$budget" "$PY" "$HERE/oob-relay.py" --log "$relaylog" "${listen[@]}" >> "$relaylog" 2>&1 &
+    relaypid=$!
+  fi
   local t0; t0=$(now)
   timeout -k 5 "$budget" "$VMDIR/run-vm.sh" --name rxe --ip $VM_IP/16 --lport $lport --rport $rport --mtu "$link" \
-    --pcap "$pcap" --log "$con" --cmd "$script" > "$OUT/boots/$tag.qemu.err" 2>&1 &
+    "${fwd[@]}" --pcap "$pcap" --log "$con" --cmd "$script" > "$OUT/boots/$tag.qemu.err" 2>&1 &
   local vmpid=$! peerpid=
   if [ "$SELF" = 1 ]; then
     # the second VM stands where uroce stands: 169.254.0.2, on the other end of the same link
     timeout -k 5 "$budget" "$VMDIR/run-vm.sh" --name peer --ip $UROCE_IP/16 --lport $rport --rport $lport --mtu "$link" \
-      --log "$peercon" --cmd "$pscript" > "$OUT/boots/$tag.peer.qemu.err" 2>&1 &
+      "${pfwd[@]}" --log "$peercon" --cmd "$pscript" > "$OUT/boots/$tag.peer.qemu.err" 2>&1 &
     peerpid=$!
   fi
   local active= pos=24 abandon= stop= r ran=() n=0
@@ -355,7 +434,17 @@ run_boot() {
     rt0=$(now)
     # 2. the uroce side (or nothing: the peer VM runs its own script)
     local upid= ustatus= note= ut0=
-    if [ "$SELF" = 0 ]; then
+    if [ "$SELF" = 0 ] && [ "${R_LIB[r]}" = 1 ]; then
+      # the VM's tool on uroce's library; a client connects to 127.0.0.1 (oob-relay.py, then the VM's hostfwd)
+      local host=; [ "$dir" = u2r ] && host=127.0.0.1
+      local run=(run --link "127.0.0.1:$rport,127.0.0.1:$lport" --addr "$UROCE_IP/16" --mtu "$link")
+      [ "${R_LOSS[r]}" != - ] && run+=(--faults "loss=0.05,seed=${R_LOSS[r]}")
+      echo "+ uroce ${run[*]} -- ${R_U[r]} -p ${R_PORT[r]}${host:+ $host}" > "$rlog.uroce.log"
+      ut0=$(now)
+      timeout -k 5 $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE -u UROCE_LINK -u UROCE_TAP \
+        "$UROCE" "${run[@]}" -- ${R_U[r]} -p "${R_PORT[r]}" $host >> "$rlog.uroce.log" 2>&1 &
+      upid=$!
+    elif [ "$SELF" = 0 ]; then
       local host=; [ "$dir" = u2r ] && host=$VM_IP
       local env=(UROCE_LINK=127.0.0.1:$rport,127.0.0.1:$lport UROCE_ADDR=$UROCE_IP/16 UROCE_MTU=$link)
       [ "${R_LOSS[r]}" != - ] && env+=(UROCE_FAULTS=loss=0.05,seed=${R_LOSS[r]})
@@ -419,17 +508,11 @@ run_boot() {
   while [ -z "$abandon$stop" ] && [ $w -lt 100 ] && { kill -0 $vmpid 2>/dev/null || { [ -n "$peerpid" ] && kill -0 "$peerpid" 2>/dev/null; }; }; do
     sleep 0.2; w=$((w + 1))
   done
-  kill_tree $vmpid; [ -n "$peerpid" ] && kill_tree "$peerpid"
-  wait $vmpid 2>/dev/null; [ -n "$peerpid" ] && wait "$peerpid" 2>/dev/null
+  kill_tree $vmpid; [ -n "$peerpid" ] && kill_tree "$peerpid"; [ -n "$relaypid" ] && kill_tree "$relaypid"
+  wait $vmpid 2>/dev/null; [ -n "$peerpid" ] && wait "$peerpid" 2>/dev/null; [ -n "$relaypid" ] && wait "$relaypid" 2>/dev/null
   # 5. self-check: judge once the VMs are gone (judging takes time, and the VMs do not wait for it)
   if [ "$SELF" = 1 ]; then for r in "${ran[@]}"; do judge "$r"; done; fi
 }
-tail_file() { echo "   -- $2, last lines:"; tail -n 15 "$1" 2>/dev/null | sed 's/^/   | /'; }
-record() {  # ROW RESULT SECS REASON: one line of results/ROW.tsv, and a progress line
-  printf '%s\t%s\t%s\t%s\t%s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4" > "$OUT/results/row$(printf %03d "$1").tsv"
-  printf '  %-22s %-11s %-4s %5ss  %s\n' "${R_ID[$1]}" "$(dirname_of "${R_DIR[$1]}")" "$2" "$3" "$4"
-}
-
 # ---- run: JOBS workers, worker w takes boots w, w+JOBS, ... on UDP slot w ------------------------------------
 echo "matrix: ${#BOOTS[@]} VM boots, $JOBS at a time, UDP ports $BASEPORT-$((BASEPORT + 2 * JOBS - 1))"
 WORKERS=()
@@ -465,9 +548,9 @@ boots=$(for f in "$OUT"/results/*.active_s; do [ -f "$f" ] && cat "$f"; done | t
 nboots=$(ls "$OUT"/boots/*.vm.log 2>/dev/null | wc -l)
 echo
 echo "==== interop matrix ($MODE): uroce $UROCE"
-printf '%-22s %-11s %-6s %7s  %s\n' row direction result seconds detail
+printf '%-24s %-11s %-6s %7s  %s\n' row direction result seconds detail
 tail -n +2 "$SUM" | while IFS=$'\t' read -r id d res s detail; do
-  printf '%-22s %-11s %-6s %7s  %s\n' "$id" "$d" "$res" "$s" "$detail"
+  printf '%-24s %-11s %-6s %7s  %s\n' "$id" "$d" "$res" "$s" "$detail"
 done
 echo "matrix: ${#SEL[@]} rows: $pass PASS, $fail FAIL, $skip SKIP; $nboots VM boots (seconds to the first row: ${boots:-none}); image build ${BUILD_S} s; total ${TOTAL_S} s"
 echo "matrix: summary $SUM; per row: $OUT/rows/ (ROW.vm.log, ROW.uroce.log, ROW.pcap, ROW.tsv); consoles: $OUT/boots/"
