@@ -101,11 +101,11 @@ c read_bw_4k       4200 -    45   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 16384 -m
 # (`uroce run --link ... --addr ... --mtu ... [--faults ...] -- TOOL`, the VM command with -d uroce0 for -d rxe0:
 # uroce command "lib"). Their out-of-band TCP goes through QEMU's user network (eth1) and oob-relay.py: a VM
 # client connects to 10.0.2.100:PORT (guestfwd), a host client to 127.0.0.1:PORT (the relay, then hostfwd).
-# No lib_uc_pingpong: here the host learns the VM's MAC from the first RoCE packet's ARP (the out-of-band TCP
-# does not cross the link), and uroce's L2 transport holds 3 packets per unresolved neighbour
-# (emulator/net/src/link/mod.rs HELD_PER_DESTINATION; Linux holds unres_qlen_bytes, 212992 bytes), so the FIRST of
-# a 4-packet UC message is dropped, UC never retransmits, and ibv_uc_pingpong waits for ever (u2r).
+# lib_uc_pingpong: here the host learns the VM's MAC from the first RoCE packet's ARP (the out-of-band TCP does not
+# cross the link); the L2 transport holds Linux's unres_qlen_bytes meanwhile, so the first 4-packet UC message
+# survives it (UC never resends: with a hold of 3 packets, as before, the row hung).
 c lib_rc_pingpong  1500 -    30   "ibv_rc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          lib                                                  "$(pp 100)"       "=1024"
+c lib_uc_pingpong  1500 -    30   "ibv_uc_pingpong -d rxe0 -g 1 -n 100 -s 4096 -c"          lib                                                  "$(pp 100)"       "=1024"
 c lib_write_bw     1500 -    30   "ib_write_bw -d rxe0 -x 1 -F -n 100 -s 4096"              lib                                                  "$(pt 4096 100)"  "=1024"
 c lib_ud_pingpong  1500 -    30   "ibv_ud_pingpong -d rxe0 -g 1 -n 100 -s 512 -c"           lib                                                  "$(pp 100)"       "<=1024"
 c lib_read_bw      1500 -    30   "ib_read_bw -d rxe0 -x 1 -F -n 100 -s 4096"               lib                                                  "$(pt 4096 100)"  "=1024"

@@ -19,8 +19,9 @@
 //!   snooping every received frame (ARP senders, NDP link-layer options,
 //!   the source MAC of on-link IP traffic). On a miss the host asks (ARP
 //!   request or neighbour solicitation, at most once a second, three
-//!   tries) and holds a few packets per destination meanwhile, as Linux
-//!   does (`unres_qlen`); RC retransmission covers what is dropped.
+//!   tries) and holds up to 212,992 bytes of packets per destination
+//!   meanwhile, as Linux does (`unres_qlen_bytes`); RC retransmission
+//!   covers what is dropped, and a UC message survives its first ARP.
 //! - **Frames out** ([`LinkHost::encapsulate`]): the HCA's IP packet behind
 //!   a 14-byte Ethernet header, unpadded, as rxe and smoltcp send on this
 //!   link.
@@ -42,8 +43,11 @@ use uroce_hca::time::Instant;
 use uroce_wire::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6};
 use uroce_wire::{arp, ipv4, ipv6, ndp, udp, ROCEV2_UDP_PORT};
 
-/// Packets held per unresolved destination (Linux's `unres_qlen` is 3).
-const HELD_PER_DESTINATION: usize = 3;
+/// Bytes of packets held per unresolved destination: Linux's default
+/// `unres_qlen_bytes` (212,992; what `unres_qlen` reads, 101, is derived
+/// from it). A UC message of a few packets must survive its first ARP: UC
+/// never resends what was dropped.
+const HELD_BYTES_PER_DESTINATION: usize = 212_992;
 /// Between two resolution requests for one destination.
 const RESOLVE_INTERVAL_NS: u64 = 1_000_000_000;
 /// Requests before the held packets are dropped.
@@ -79,9 +83,11 @@ pub enum Egress {
     Dropped,
 }
 
-/// A packet held for its destination's MAC.
+/// Packets held for their destination's MAC.
 struct Unresolved {
     packets: VecDeque<Vec<u8>>,
+    /// The bytes of `packets`.
+    held_bytes: usize,
     last_request_ns: u64,
     requests: u32,
 }
@@ -293,16 +299,19 @@ impl LinkHost {
         let now_ns = now.as_nanos();
         let entry = self.unresolved.entry(destination).or_insert(Unresolved {
             packets: VecDeque::new(),
+            held_bytes: 0,
             last_request_ns: 0,
             requests: 0,
         });
         let mut verdict = Egress::Held;
-        if entry.packets.len() >= HELD_PER_DESTINATION {
-            entry.packets.pop_front();
+        entry.held_bytes += packet.len();
+        entry.packets.push_back(packet.to_vec());
+        while entry.held_bytes > HELD_BYTES_PER_DESTINATION {
+            let Some(oldest) = entry.packets.pop_front() else { break };
+            entry.held_bytes -= oldest.len();
             self.stats.tx_unresolved += 1;
             verdict = Egress::Dropped;
         }
-        entry.packets.push_back(packet.to_vec());
         if entry.requests == 0 {
             entry.requests = 1;
             entry.last_request_ns = now_ns;
