@@ -27,7 +27,7 @@
 //! | file | what |
 //! | --- | --- |
 //! | `context.rs` | [`Context`]: open, query, and the driver's one link to the HCA (commands, doorbells) |
-//! | `events.rs` | [`CompChannel`], [`Context::next_event`]: completion channels, asynchronous events |
+//! | `events.rs` | [`CompChannel`], [`Context::next_event`], [`Context::async_fd`]: completion channels, asynchronous events |
 //! | `pd.rs` | [`Pd`], [`Ah`] |
 //! | `mr.rs` | [`Mr`], [`Mw`]: registration, and every access to registered memory; `mr/rereg.rs`: re-registration ([`Rereg`]) |
 //! | `cq.rs` | [`Cq`]: create, poll, arm, destroy |

@@ -381,7 +381,9 @@ pub unsafe extern "C" fn get_async_event(
                         return -1;
                     }
                     ctx.shared.sleeping();
-                    wait_readable(ctx.vctx.context.async_fd, 20);
+                    // Readable once an event is queued; the bound only keeps
+                    // a missed wake-up from becoming a hang.
+                    wait_readable(ctx.vctx.context.async_fd, WAIT_BOUND_MS);
                 }
             }
         }
