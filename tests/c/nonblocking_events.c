@@ -2,7 +2,11 @@
  * libibverbs.so.1: each case prints `case <name> <result>`. A completion
  * channel and the async descriptor made O_NONBLOCK answer EAGAIN while
  * nothing waits; after a completion, poll() sees the channel readable and
- * ibv_get_cq_event returns the event. */
+ * ibv_get_cq_event returns the event. The async descriptor is readable
+ * exactly while an asynchronous event waits: poll() times out on it with
+ * none, sees it readable once an SRQ limit event is raised (by the
+ * device's own thread, while this one sleeps in poll()), and times out
+ * again once ibv_get_async_event took the event. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -106,10 +110,69 @@ int main(void)
 	got = ibv_get_cq_event(ch, &ev_cq, &ev_ctx);
 	CASE("cq_event_eagain_again", "%d %d", got, errno);
 
+	/* The async descriptor, still blocking: readable while the events
+	 * raised so far wait (the port's PORT_ACTIVE), then not readable while
+	 * none does, even with an SRQ limit armed. */
+	struct pollfd apfd = { .fd = ctx->async_fd, .events = POLLIN };
+	int early = 0, port_active = 0;
+	while (early < 100 && poll(&apfd, 1, 0) == 1) {
+		struct ibv_async_event ev;
+		if (ibv_get_async_event(ctx, &ev))
+			break;
+		port_active |= ev.event_type == IBV_EVENT_PORT_ACTIVE;
+		ibv_ack_async_event(&ev);
+		early++;
+	}
+	int idle = poll(&apfd, 1, 200);
+	CASE("async_fd_idle", "%d %d", port_active, idle);
+	struct ibv_srq_init_attr sinit = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sinit);
+	struct ibv_qp_init_attr qinit = {
+		.send_cq = cq, .recv_cq = cq, .srq = srq, .qp_type = IBV_QPT_RC,
+		.cap = { .max_send_wr = 4, .max_send_sge = 1 },
+	};
+	struct ibv_qp *sqp = srq ? ibv_create_qp(pd, &qinit) : NULL;
+	if (!sqp || connect_to_itself(ctx, sqp)) { printf("srq setup failed %d\n", errno); return 1; }
+	rc = 0;
+	struct ibv_sge rsge[2];
+	for (int i = 0; i < 2; i++) {
+		rsge[i] = (struct ibv_sge){ .addr = (uintptr_t)buf + 1024 + 64 * i, .length = 64,
+					    .lkey = mr->lkey };
+		struct ibv_recv_wr rwr = { .wr_id = 100 + i, .sg_list = &rsge[i], .num_sge = 1 };
+		struct ibv_recv_wr *rbad = NULL;
+		rc |= ibv_post_srq_recv(srq, &rwr, &rbad);
+	}
+	/* Two receives posted, limit 2: the first SEND leaves one, below it. */
+	struct ibv_srq_attr limit = { .srq_limit = 2 };
+	rc |= ibv_modify_srq(srq, &limit, IBV_SRQ_LIMIT);
+	idle = poll(&apfd, 1, 100);
+	CASE("async_fd_armed_idle", "%d %d", rc, idle);
+
+	/* A SEND to itself takes one: the device raises the event while this
+	 * thread sleeps in poll(), which returns with the descriptor
+	 * readable; the event is the SRQ's limit. */
+	struct ibv_send_wr swr = { .wr_id = 8, .sg_list = &sge, .num_sge = 1,
+				   .opcode = IBV_WR_SEND, .send_flags = IBV_SEND_SIGNALED };
+	rc = ibv_post_send(sqp, &swr, &bad);
+	apfd.revents = 0;
+	ready = poll(&apfd, 1, 10000);
+	int readable = !!(apfd.revents & POLLIN);
+	struct ibv_async_event aev;
+	memset(&aev, 0, sizeof aev);
+	got = ibv_get_async_event(ctx, &aev);
+	CASE("async_fd_srq_limit", "%d %d %d %d %s %s", rc, ready, readable, got,
+	     aev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED ? "srq_limit" : "other",
+	     aev.element.srq == srq ? "srq" : "other");
+	ibv_ack_async_event(&aev);
+
+	/* Taken: not readable any more. */
+	apfd.revents = 0;
+	int after = poll(&apfd, 1, 200);
+	CASE("async_fd_drained", "%d %d", after, apfd.revents);
+
 	/* The async descriptor made non-blocking: the events raised so far,
 	 * then EAGAIN while no event waits. */
 	rc = set_nonblocking(ctx->async_fd);
-	struct ibv_async_event aev;
 	int drained = 0;
 	errno = 0;
 	while ((got = ibv_get_async_event(ctx, &aev)) == 0 && drained < 100) {
@@ -121,6 +184,8 @@ int main(void)
 	CASE("async_event_eagain", "%d %d %d", rc, got, errno);
 
 	rc = ibv_destroy_qp(qp);
+	rc |= ibv_destroy_qp(sqp);
+	rc |= ibv_destroy_srq(srq);
 	rc |= ibv_dereg_mr(mr);
 	rc |= ibv_destroy_cq(cq);
 	rc |= ibv_destroy_comp_channel(ch);

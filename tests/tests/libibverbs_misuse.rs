@@ -93,6 +93,15 @@ fn nonblocking_event_descriptors_answer_eagain() {
     assert_eq!(case("cq_event_after_poll"), "0 1 0 cq ctx");
     assert_eq!(case("completion"), "1 0 7");
     assert_eq!(case("cq_event_eagain_again"), "-1 11");
+    // The async descriptor is readable exactly while an asynchronous event
+    // waits: while the port's PORT_ACTIVE does, not once it is taken (an
+    // SRQ limit armed included), readable when the device raises the SRQ's
+    // limit event while the program sleeps in poll(), ibv_get_async_event
+    // then returns it, and not readable after.
+    assert_eq!(case("async_fd_idle"), "1 0");
+    assert_eq!(case("async_fd_armed_idle"), "0 0");
+    assert_eq!(case("async_fd_srq_limit"), "0 1 1 0 srq_limit srq");
+    assert_eq!(case("async_fd_drained"), "0 0");
     // The async descriptor made O_NONBLOCK: EAGAIN while no event waits.
     assert_eq!(case("async_event_eagain"), "0 -1 11");
     assert_eq!(case("teardown"), "0");

@@ -46,6 +46,12 @@ impl Context {
         Context { device, events, limits }
     }
 
+    /// Whether `other` is a context of the same device (objects of one
+    /// may be used with the other).
+    pub(crate) fn same_device(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.events, &other.events)
+    }
+
     /// Sends a command to the device (the control path).
     pub(crate) fn command(&self, command: Command) -> Result<Reply> {
         Ok(self.device.command(command)?)

@@ -7,6 +7,7 @@ use crate::ring::CqRing;
 use crate::WorkCompletion;
 use uroce_device::command::{Command, Reply};
 use uroce_device::ring::cq_ring_shape;
+use uroce_device::types::Qpn;
 use uroce_device::Doorbell;
 
 impl Context {
@@ -68,6 +69,15 @@ impl Cq {
         }
         self.ctx.progress();
         self.ring.poll(self.ctx.host().as_ref(), max)
+    }
+
+    /// Removes the completions of QP `qpn` not yet polled, keeping the
+    /// others in order; returns how many went. What a provider does to the
+    /// CQs of a QP it moves to RESET (libmlx5's `mlx5_cq_clean`): the QP's
+    /// next life must not poll the last one's completions (the library's
+    /// `ibv_modify_qp` calls it).
+    pub fn discard_completions_of(&self, qpn: Qpn) -> Result<u32> {
+        self.ring.discard(self.ctx.host().as_ref(), qpn)
     }
 
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one)

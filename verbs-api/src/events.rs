@@ -3,12 +3,17 @@
 //!
 //! The HCA queues events; the context sorts them as they come: completion
 //! events of CQs that have a channel go to that channel (whose eventfd
-//! becomes readable), everything else waits for [`Context::next_event`].
+//! becomes readable), everything else waits for [`Context::next_event`]
+//! (and [`Context::async_fd`] is readable while an asynchronous event
+//! does). Events are sorted whenever the device says it has some, from
+//! whatever thread it says so (the runtime's own, while the application
+//! sleeps in `poll`).
 
 use crate::context::Context;
 use crate::error::{Error, Result};
+use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use uroce_device::link::DeviceLink;
 use uroce_device::mem::DriverMemory;
 use uroce_device::Event;
@@ -19,7 +24,10 @@ pub(crate) struct EventState {
     /// The channel of each CQ that has one.
     channels: Mutex<BTreeMap<u32, Weak<ChannelInner>>>,
     /// Events for [`Context::next_event`].
-    other: Mutex<VecDeque<Event>>,
+    other: Mutex<Pending>,
+    /// [`Context::async_fd`]: readable while `other` holds an asynchronous
+    /// event. Made (and signalled, and drained) under `other`'s lock.
+    async_fd: OnceLock<OwnedFd>,
     /// The device's host memory (fixed for its life): reached without
     /// locking the HCA on every poll and post.
     pub(crate) host: Arc<dyn DriverMemory>,
@@ -32,7 +40,8 @@ impl EventState {
         let events = Arc::new(EventState {
             device: device.clone(),
             channels: Mutex::new(BTreeMap::new()),
-            other: Mutex::new(VecDeque::new()),
+            other: Mutex::new(Pending::default()),
+            async_fd: OnceLock::new(),
             host: device.memory(),
         });
         let weak = Arc::downgrade(&events);
@@ -66,9 +75,94 @@ impl EventState {
             };
             match (channel, event) {
                 (Some(channel), Event::Completion { cq }) => channel.signal(cq),
-                _ => locked(&self.other).push_back(event),
+                _ => self.queue(event),
             }
         }
+    }
+
+    /// Queues an event for [`Context::next_event`]; the first asynchronous
+    /// one waiting makes the descriptor readable.
+    fn queue(&self, event: Event) {
+        let mut other = locked(&self.other);
+        other.events.push_back(event);
+        if matches!(event, Event::Async { .. }) {
+            other.asynchronous += 1;
+            if other.asynchronous == 1 {
+                if let Some(fd) = self.async_fd.get() {
+                    signal(fd);
+                }
+            }
+        }
+    }
+
+    /// The next event for [`Context::next_event`]; taking the last
+    /// asynchronous one waiting drains the descriptor.
+    fn take(&self) -> Option<Event> {
+        let mut other = locked(&self.other);
+        let event = other.events.pop_front()?;
+        if matches!(event, Event::Async { .. }) {
+            other.asynchronous -= 1;
+            if other.asynchronous == 0 {
+                if let Some(fd) = self.async_fd.get() {
+                    drain(fd);
+                }
+            }
+        }
+        Some(event)
+    }
+
+    /// The asynchronous events' descriptor, made at the first call.
+    fn async_fd(&self) -> Result<BorrowedFd<'_>> {
+        if let Some(fd) = self.async_fd.get() {
+            return Ok(fd.as_fd());
+        }
+        let other = locked(&self.other);
+        if self.async_fd.get().is_none() {
+            let fd = new_eventfd()?;
+            if other.asynchronous > 0 {
+                signal(&fd);
+            }
+            let _ = self.async_fd.set(fd);
+        }
+        drop(other);
+        Ok(self.async_fd.get().expect("set above, under the lock").as_fd())
+    }
+}
+
+/// The events waiting for [`Context::next_event`].
+#[derive(Default)]
+struct Pending {
+    events: VecDeque<Event>,
+    /// How many of them are asynchronous events (the others are completion
+    /// events of CQs without a channel).
+    asynchronous: usize,
+}
+
+/// A non-blocking eventfd (the program may make it blocking: the driver
+/// reads it only when it is readable).
+fn new_eventfd() -> Result<OwnedFd> {
+    rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+    )
+    .map_err(|_| Error::NoMemory("eventfd"))
+}
+
+/// Makes an eventfd readable. An eventfd counter: a write cannot block or
+/// fail short of a counter overflow, which 2^64 - 2 pending events cannot
+/// reach.
+fn signal(fd: &OwnedFd) {
+    let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+}
+
+/// Makes an eventfd unreadable: its counter is read, only when it is
+/// readable, as a program (libibverbs) may have made it blocking. Callers
+/// serialise, so none races another's read.
+fn drain(fd: &OwnedFd) {
+    let mut pfd = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+    if matches!(rustix::event::poll(&mut pfd, Some(&NO_WAIT)), Ok(n) if n > 0) {
+        let mut counter = [0u8; 8];
+        let _ = rustix::io::read(fd, &mut counter);
     }
 }
 
@@ -84,11 +178,7 @@ impl Context {
     /// [`Cq::req_notify`](crate::Cq::req_notify)). Wait on it with epoll,
     /// poll or tokio's `AsyncFd`, then call [`CompChannel::get_cq_event`].
     pub fn create_comp_channel(&self) -> Result<CompChannel> {
-        let fd = rustix::event::eventfd(
-            0,
-            rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
-        )
-        .map_err(|_| Error::NoMemory("eventfd"))?;
+        let fd = new_eventfd()?;
         Ok(CompChannel {
             inner: Arc::new(ChannelInner { fd, ready: Mutex::new(VecDeque::new()) }),
             ctx: self.clone(),
@@ -99,7 +189,20 @@ impl Context {
     /// events of CQs without a channel).
     pub fn next_event(&self) -> Option<Event> {
         self.events.dispatch();
-        locked(&self.events.other).pop_front()
+        self.events.take()
+    }
+
+    /// `ibv_context.async_fd`: a descriptor (an eventfd) readable while an
+    /// asynchronous event waits for [`Context::next_event`], and not
+    /// otherwise: it becomes readable when the device raises one (from the
+    /// runtime's thread too, while the application sleeps in `poll`), and
+    /// stops being readable when [`Context::next_event`] takes the last
+    /// one. Completion events of CQs without a channel do not count. Wait
+    /// on it with epoll, poll or tokio's `AsyncFd`; it is non-blocking
+    /// (the driver never blocks on it, whatever a program makes it).
+    pub fn async_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.events.dispatch();
+        self.events.async_fd()
     }
 }
 
@@ -110,10 +213,11 @@ struct ChannelInner {
 
 impl ChannelInner {
     fn signal(&self, cq: u32) {
-        locked(&self.ready).push_back(cq);
-        // An eventfd counter: a write cannot block or fail short of a
-        // counter overflow, which 2^64 - 2 pending events cannot reach.
-        let _ = rustix::io::write(&self.fd, &1u64.to_ne_bytes());
+        // Under the lock, so that a reader who takes the last event before
+        // this write cannot leave the descriptor readable with none ready.
+        let mut ready = locked(&self.ready);
+        ready.push_back(cq);
+        signal(&self.fd);
     }
 }
 
@@ -136,15 +240,9 @@ impl CompChannel {
         let mut ready = locked(&self.inner.ready);
         let cq = ready.pop_front();
         if ready.is_empty() {
-            // Drain the counter so the descriptor stops being readable; only
-            // when it is readable, as a program (libibverbs) may have made
-            // it blocking. (Readers take `ready` first, so none races this.)
-            let mut pfd =
-                [rustix::event::PollFd::new(&self.inner.fd, rustix::event::PollFlags::IN)];
-            if matches!(rustix::event::poll(&mut pfd, Some(&NO_WAIT)), Ok(n) if n > 0) {
-                let mut counter = [0u8; 8];
-                let _ = rustix::io::read(&self.inner.fd, &mut counter);
-            }
+            // The descriptor stops being readable. (Readers take `ready`
+            // first, so none races this.)
+            drain(&self.inner.fd);
         }
         cq
     }

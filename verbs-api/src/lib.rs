@@ -27,9 +27,9 @@
 //! | file | what |
 //! | --- | --- |
 //! | `context.rs` | [`Context`]: open, query, and the driver's one link to the HCA (commands, doorbells) |
-//! | `events.rs` | [`CompChannel`], [`Context::next_event`]: completion channels, asynchronous events |
+//! | `events.rs` | [`CompChannel`], [`Context::next_event`], [`Context::async_fd`]: completion channels, asynchronous events |
 //! | `pd.rs` | [`Pd`], [`Ah`] |
-//! | `mr.rs` | [`Mr`], [`Mw`]: registration, and every access to registered memory |
+//! | `mr.rs` | [`Mr`], [`Mw`]: registration, and every access to registered memory; `mr/rereg.rs`: re-registration ([`Rereg`]) |
 //! | `cq.rs` | [`Cq`]: create, poll, arm, destroy |
 //! | `qp.rs` | [`Qp`], [`QpInitAttr`]: create, modify, post send and receive chains |
 //! | `srq.rs` | [`Srq`] |
@@ -54,7 +54,7 @@ pub use context::Context;
 pub use cq::Cq;
 pub use error::{Error, PostResult, Result};
 pub use events::CompChannel;
-pub use mr::{Mr, Mw};
+pub use mr::{Mr, Mw, Rereg};
 pub use pd::{Ah, Pd};
 pub use qp::{Qp, QpInitAttr};
 pub use srq::Srq;

@@ -12,6 +12,9 @@ use uroce_device::command::{Command, Reply};
 use uroce_device::types::{Access, Lkey, Rkey};
 use uroce_device::wqe::Sge;
 
+mod rereg;
+pub use rereg::Rereg;
+
 impl Pd {
     /// Registers `length` bytes of fresh, zeroed memory with `access`
     /// (`ibv_reg_mr` on a buffer the library allocates). The application
@@ -19,25 +22,20 @@ impl Pd {
     pub fn alloc_mr(&self, length: u64, access: Access) -> Result<Mr> {
         let host = self.ctx.host();
         let addr = host.allocate(length.max(1), 4096).map_err(|_| Error::NoMemory("MR memory"))?;
-        self.register(addr, length, access, true).inspect_err(|_| {
+        self.register_at(addr, length, addr, access, Backing::Owned).inspect_err(|_| {
             host.free(addr);
         })
     }
 
-    /// Registers host memory at `addr` as an MR (`owned`: the MR frees it
-    /// when deregistered). The caller undoes its own allocation on error.
-    fn register(&self, addr: u64, length: u64, access: Access, owned: bool) -> Result<Mr> {
-        self.register_at(addr, length, addr, access, owned)
-    }
-
-    /// [`Pd::register`] with the region at virtual address `iova`.
+    /// Registers host memory at `addr` as an MR, its first byte at virtual
+    /// address `iova`. The caller undoes its own allocation on error.
     fn register_at(
         &self,
         addr: u64,
         length: u64,
         iova: u64,
         access: Access,
-        owned: bool,
+        backing: Backing,
     ) -> Result<Mr> {
         let command = Command::RegMr { pd: self.index, addr, length, iova, access };
         match self.ctx.command(command)? {
@@ -47,7 +45,7 @@ impl Pd {
                 length,
                 lkey: Lkey(lkey),
                 rkey: Rkey(rkey),
-                owned,
+                backing,
             }),
             _ => unreachable!("RegMr answers Mr"),
         }
@@ -84,11 +82,12 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         let host = self.ctx.host();
+        let backing = Backing::External { ptr: ptr.expose_provenance(), len: length };
         // SAFETY: the caller's contract above is the one register_external
         // asks for.
         let addr = unsafe { host.register_external(ptr, length) }
             .map_err(|_| Error::Invalid("this device cannot register external memory"))?;
-        self.register_at(addr, length as u64, iova, access, false).inspect_err(|_| {
+        self.register_at(addr, length as u64, iova, access, backing).inspect_err(|_| {
             host.unregister_external(addr);
         })
     }
@@ -111,9 +110,25 @@ pub struct Mr {
     length: u64,
     lkey: Lkey,
     rkey: Rkey,
-    /// The library allocated the memory (else the application registered
-    /// its own with [`Pd::reg_mr_raw`]).
-    owned: bool,
+    /// Whose memory it is.
+    backing: Backing,
+}
+
+/// Whose memory a region covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// The library allocated it ([`Pd::alloc_mr`]): freed with the region.
+    Owned,
+    /// The application's own ([`Pd::reg_mr_raw`]): handed back with the
+    /// region. `ptr` is the address of the application's pointer, its
+    /// provenance exposed, so that a re-registration that fails can give
+    /// the device the range again.
+    External {
+        /// The pointer's address.
+        ptr: usize,
+        /// Its length.
+        len: usize,
+    },
 }
 
 impl Mr {
@@ -171,15 +186,24 @@ impl Mr {
     pub fn dereg(self) -> core::result::Result<(), (Mr, Error)> {
         match self.ctx.command(Command::DeregMr { lkey: self.lkey.0 }) {
             Ok(_) => {
-                let host = self.ctx.host();
-                if self.owned {
-                    host.free(self.addr);
-                } else {
-                    host.unregister_external(self.addr);
-                }
+                self.release_memory();
                 Ok(())
             }
             Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Gives back the memory the region covered: freed if the library
+    /// allocated it, handed back to the application otherwise.
+    fn release_memory(&self) {
+        let host = self.ctx.host();
+        match self.backing {
+            Backing::Owned => {
+                host.free(self.addr);
+            }
+            Backing::External { .. } => {
+                host.unregister_external(self.addr);
+            }
         }
     }
 }

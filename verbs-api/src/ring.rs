@@ -14,6 +14,7 @@ use std::cell::{Cell, RefCell};
 use uroce_device::cqe::{Cqe, CQE_LEN};
 use uroce_device::mem::{DriverMemory, HostMemory, MemFault};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET};
+use uroce_device::types::Qpn;
 
 /// Allocates host memory for a ring of `shape` (its `base` is ignored).
 pub(crate) fn alloc(host: &dyn DriverMemory, shape: RingDesc) -> Result<RingDesc> {
@@ -211,13 +212,45 @@ impl CqRing {
         }
         Ok(out)
     }
+
+    /// Removes the completions of QP `qpn` not yet polled, keeping the
+    /// others in order (libmlx5's `mlx5_cq_clean`): from the newest down,
+    /// each kept CQE moves up past the removed ones, then the consumer
+    /// index moves past the slots freed at the bottom. Only entries below
+    /// the producer index are touched: the HCA writes above it, and never
+    /// into a slot until the consumer index hands it back. Returns how many
+    /// were removed.
+    pub(crate) fn discard(&self, host: &dyn HostMemory, qpn: Qpn) -> Result<u32> {
+        let desc = self.desc();
+        let producer = load(host, desc, PRODUCER_OFFSET)?;
+        let consumer = self.consumer.get();
+        let mut removed = 0u32;
+        let mut index = producer;
+        while index != consumer {
+            index = index.wrapping_sub(1);
+            let mut bytes = [0u8; CQE_LEN];
+            host.read(desc.entry_addr(index), &mut bytes)?;
+            let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
+            if cqe.qp_num == qpn {
+                removed += 1;
+            } else if removed > 0 {
+                host.write(desc.entry_addr(index.wrapping_add(removed)), &bytes)?;
+            }
+        }
+        if removed > 0 {
+            let consumer = consumer.wrapping_add(removed);
+            self.consumer.set(consumer);
+            publish(host, desc, CONSUMER_OFFSET, consumer)?;
+        }
+        Ok(removed)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use uroce_device::mem::SimMemory;
-    use uroce_device::types::{Qpn, WcOpcode, WcStatus};
+    use uroce_device::types::{WcOpcode, WcStatus};
 
     fn ring(host: &SimMemory, entries: u32, stride: u32) -> RingDesc {
         alloc(host, RingDesc { base: 0, entries, stride }).unwrap()
@@ -301,5 +334,31 @@ mod tests {
         assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 2);
         assert_eq!(cq.poll(&host, 4).unwrap()[0].wr_id, 2);
         assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 3);
+    }
+
+    #[test]
+    fn a_qps_completions_are_discarded_and_the_others_kept_in_order() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        // Indices from 2, so that the six CQEs wrap the four slots.
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 2).unwrap();
+        publish(&host, cq.desc(), CONSUMER_OFFSET, 2).unwrap();
+        cq.consumer.set(2);
+        let write = |n: u32, qpn: u32| {
+            let cqe = Cqe::new(u64::from(n), WcStatus::WrFlushErr, WcOpcode::Recv, Qpn::new(qpn));
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
+        };
+        for (n, qpn) in [(2, 17), (3, 16), (4, 17), (5, 16)] {
+            write(n, qpn);
+        }
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 6).unwrap();
+        assert_eq!(cq.discard(&host, Qpn::new(17)).unwrap(), 2);
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 4, "two slots handed back");
+        assert_eq!(cq.discard(&host, Qpn::new(17)).unwrap(), 0);
+        // The HCA goes on writing above its producer index.
+        write(6, 16);
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 7).unwrap();
+        let got = cq.poll(&host, 8).unwrap();
+        assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 5, 6]);
     }
 }

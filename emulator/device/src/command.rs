@@ -252,6 +252,18 @@ pub struct PortAttr {
     pub link_layer: u8,
 }
 
+/// The memory a region covers: what `RegMr` takes and `ReregMr` may
+/// change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MrTranslation {
+    /// Host address.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// Virtual address keys see.
+    pub iova: u64,
+}
+
 /// A control-path command.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum Command {
@@ -283,6 +295,19 @@ pub enum Command {
         iova: u64,
         /// Rights.
         access: Access,
+    },
+    /// Change a region in place (`ibv_rereg_mr`): its translation, its
+    /// protection domain, its rights, any of them (`None`: kept, and at
+    /// least one is given). Its keys stay the same: the reply carries them.
+    ReregMr {
+        /// The region's key.
+        lkey: u32,
+        /// The new protection domain (`IBV_REREG_MR_CHANGE_PD`).
+        pd: Option<u32>,
+        /// The new memory (`IBV_REREG_MR_CHANGE_TRANSLATION`).
+        translation: Option<MrTranslation>,
+        /// The new rights (`IBV_REREG_MR_CHANGE_ACCESS`).
+        access: Option<Access>,
     },
     /// Deregister.
     DeregMr {

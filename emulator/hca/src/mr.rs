@@ -225,18 +225,8 @@ impl MemoryTables {
         access: Access,
     ) -> Result<u32, RegisterError> {
         check_region_access(access)?;
-        // A zero-based region is addressed by offsets from its start.
-        let iova = if access.contains(Access::ZERO_BASED) { 0 } else { iova };
-        if length == 0 || length > self.max_region_len || iova.checked_add(length).is_none() {
-            return Err(RegisterError::BadArgument);
-        }
-        let page = 1u64 << self.page_shift;
-        let first_page = host_addr & !(page - 1);
-        let first_page_offset = host_addr - first_page;
-        let end = host_addr.checked_add(length).ok_or(RegisterError::BadArgument)?;
-        let page_count = (end - first_page).div_ceil(page);
-        let pages: Box<[u64]> = (0..page_count).map(|i| first_page + i * page).collect();
-        let mtt = self.mtt.insert_with(|_| Mtt { pages, first_page_offset })?;
+        let (iova, page_list) = self.translate(host_addr, length, iova, access)?;
+        let mtt = self.mtt.insert_with(|_| page_list)?;
         let key = self.fresh_key();
         let entry = MptEntry {
             kind: MptKind::Region { mtt, bound_windows: 0 },
@@ -254,6 +244,30 @@ impl MemoryTables {
                 Err(full.into())
             }
         }
+    }
+
+    /// The virtual start and the page list of `length` bytes of host
+    /// memory at `host_addr` seen from `iova` with `access` (zero-based:
+    /// from 0), if the range is one a region may cover.
+    fn translate(
+        &self,
+        host_addr: u64,
+        length: u64,
+        iova: u64,
+        access: Access,
+    ) -> Result<(u64, Mtt), RegisterError> {
+        // A zero-based region is addressed by offsets from its start.
+        let iova = if access.contains(Access::ZERO_BASED) { 0 } else { iova };
+        if length == 0 || length > self.max_region_len || iova.checked_add(length).is_none() {
+            return Err(RegisterError::BadArgument);
+        }
+        let page = 1u64 << self.page_shift;
+        let first_page = host_addr & !(page - 1);
+        let first_page_offset = host_addr - first_page;
+        let end = host_addr.checked_add(length).ok_or(RegisterError::BadArgument)?;
+        let page_count = (end - first_page).div_ceil(page);
+        let pages: Box<[u64]> = (0..page_count).map(|i| first_page + i * page).collect();
+        Ok((iova, Mtt { pages, first_page_offset }))
     }
 
     /// Deregisters a region.
@@ -462,7 +476,9 @@ fn check_region_access(access: Access) -> Result<(), RegisterError> {
 }
 
 mod dma;
+mod rereg;
 pub use dma::WordOp;
+pub use rereg::Reregistration;
 
 #[cfg(test)]
 mod tests;

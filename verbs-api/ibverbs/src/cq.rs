@@ -97,6 +97,17 @@ impl Cq {
         unsafe { cq.cast::<Cq>().as_ref() }.ok_or(EINVAL)
     }
 
+    /// Removes the completions of QP `qpn` not yet polled (a QP moved to
+    /// RESET), locked as a poller is.
+    pub fn discard_completions_of(&self, qpn: uroce_verbs::Qpn) {
+        let _one_poller = locked(&self.events);
+        if let Some(cq) = locked(&self.cq).as_ref() {
+            // A ring that cannot be read keeps what it has: polling it
+            // reports that.
+            let _ = cq.discard_completions_of(qpn);
+        }
+    }
+
     /// Creates a CQ of at least `cqe` entries on `context` (checked by the
     /// caller), with its C face.
     pub fn create(
@@ -370,7 +381,9 @@ pub unsafe extern "C" fn get_async_event(
                         return -1;
                     }
                     ctx.shared.sleeping();
-                    wait_readable(ctx.vctx.context.async_fd, 20);
+                    // Readable once an event is queued; the bound only keeps
+                    // a missed wake-up from becoming a hang.
+                    wait_readable(ctx.vctx.context.async_fd, WAIT_BOUND_MS);
                 }
             }
         }

@@ -7,7 +7,7 @@
 
 use crate::abi::{ibv_context, ibv_context_ops, ibv_device, verbs_context, SYSFS_NAME_MAX};
 use crate::abi::{SYSFS_PATH_MAX, VERBS_ABI_IS_EXTENDED};
-use crate::ffi::{guard, guard_errno, guard_ptr, set_errno, EINVAL, ENOENT, ENOMEM};
+use crate::ffi::{errno, guard, guard_errno, guard_ptr, set_errno, EINVAL, EIO, ENOENT, ENOMEM};
 use crate::{cq, cq_ex, dm, mw, pd, post, qp_ex, query};
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -220,8 +220,11 @@ fn open_shared() -> Result<Arc<Shared>, c_int> {
 pub struct Ctx {
     pub vctx: verbs_context,
     pub shared: Arc<Shared>,
-    /// `ibv_context.async_fd` (an eventfd; asynchronous events are
-    /// polled from the device when asked for).
+    /// `ibv_context.async_fd`: the driver's asynchronous-event descriptor
+    /// (`uroce_verbs::Context::async_fd`), duplicated, so readable while
+    /// an asynchronous event waits. Every context of the process shares
+    /// the device's events, and so the descriptor's state (`O_NONBLOCK`
+    /// included: one open file description).
     pub async_fd: OwnedFd,
     /// `ibv_context.cmd_fd`: there is no kernel to command, but programs
     /// duplicate it (to import the context elsewhere, which uroce refuses).
@@ -272,11 +275,14 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
             return Err(EINVAL);
         }
         let shared = open_shared()?;
-        let eventfd = || {
-            rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
-                .map_err(|e| e.raw_os_error())
-        };
-        let (async_fd, cmd_fd) = (eventfd()?, eventfd()?);
+        let cmd_fd = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+            .map_err(|e| e.raw_os_error())?;
+        let async_fd = shared.verbs.async_fd().map_err(errno)?;
+        let async_fd =
+            async_fd.try_clone_to_owned().map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
+        // It starts blocking, as rdma-core's (the driver only reads it when
+        // it is readable).
+        set_blocking(&async_fd)?;
         // SAFETY: verbs_context is NULL-able pointers, integers and
         // all-zero pthread objects (their static initializer): all zero is
         // valid; the fields that matter are set below.
@@ -303,6 +309,18 @@ pub unsafe extern "C" fn open_device(device: *mut ibv_device) -> *mut ibv_contex
         let ctx = Box::leak(Box::new(Ctx { vctx, shared, async_fd, cmd_fd }));
         Ok(ctx.as_ptr())
     })
+}
+
+/// Clears `O_NONBLOCK` on `fd`.
+fn set_blocking(fd: &OwnedFd) -> Result<(), c_int> {
+    let fd = fd.as_raw_fd();
+    // SAFETY: fcntl F_GETFL/F_SETFL on a descriptor this library owns.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(EIO));
+    }
+    Ok(())
 }
 
 /// `ibv_close_device`. The device closes with its last context.

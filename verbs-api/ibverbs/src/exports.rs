@@ -10,7 +10,7 @@
 //! `.symver` directive; an alias is never exported under its own name (the
 //! map's `local: *`).
 
-use crate::{cq, device, pd, qp, qp_ex, query, strings, unsupported};
+use crate::{cq, device, pd, qp, qp_ex, query, rereg, strings, unsupported};
 
 /// Defines the function `$label` as a jump to `$f` (a symbol of this
 /// object file, whatever codegen unit holds `$f`: `.set` to a symbol of
@@ -158,7 +158,7 @@ export! {
     "ibv_node_type_str" => strings::node_type_str,
     "ibv_port_state_str" => strings::port_state_str,
     "ibv_rate_to_mbps" => strings::rate_to_mbps,
-    "ibv_rereg_mr" => unsupported::int,
+    "ibv_rereg_mr" => rereg::rereg_mr,
     "ibv_resolve_eth_l2_from_gid" => unsupported::int,
     "ibv_wc_status_str" => strings::wc_status_str,
     "mbps_to_ibv_rate" => strings::mbps_to_rate,

@@ -17,6 +17,7 @@
 //! | `device.rs` | the device list, open and close, the device's sysfs files |
 //! | `query.rs` | `ibv_query_device`, `_port`, `_gid`, `_pkey` and their kin |
 //! | `pd.rs` | protection and parent domains, memory regions (`ibv_advise_mr` too), address handles |
+//! | `rereg.rs` | `ibv_rereg_mr`: rdma-core's input checks, the driver's re-registration, the `ibv_mr` updated |
 //! | `dm.rs` | device memory: host memory the library allocates, copies and registers zero-based |
 //! | `mw.rs` | memory windows: allocate, bind (type 1 and the type-2 WR), deallocate |
 //! | `cq.rs` | completion queues and channels, polling, events |
@@ -40,5 +41,6 @@ mod post;
 mod qp;
 mod qp_ex;
 mod query;
+mod rereg;
 mod strings;
 mod unsupported;

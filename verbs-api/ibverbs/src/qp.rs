@@ -191,14 +191,42 @@ pub unsafe extern "C" fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask
         let (q, a) = unsafe { (Qp::from_ptr(qp)?, attr.as_ref().ok_or(EINVAL)?) };
         let mask = AttrMask(mask as u32);
         let converted = qp_attr_from_c(a, mask)?;
-        let guard = locked(&q.qp);
-        guard.as_ref().ok_or(EINVAL)?.modify(&converted, mask).map_err(errno)?;
+        let qpn = {
+            let guard = locked(&q.qp);
+            let inner = guard.as_ref().ok_or(EINVAL)?;
+            inner.modify(&converted, mask).map_err(errno)?;
+            inner.qpn()
+        };
         if let Some(s) = converted.qp_state {
             // SAFETY: the pointer create_qp handed out; C reads `state`.
             unsafe { (*qp).state = c_int::from(s.raw()) };
         }
+        if converted.qp_state == Some(QpState::Reset) {
+            // SAFETY: the QP's CQs outlive it (destroying them is EBUSY
+            // while it exists).
+            unsafe { discard_completions(qp, qpn) };
+        }
         Ok(())
     })
+}
+
+/// A QP moved to RESET starts a new life: the completions of the last
+/// one still in its CQs go, as rdma-core's providers clean them (libmlx5's
+/// `mlx5_modify_qp`). Each CQ is locked as a poller locks it.
+///
+/// # Safety
+///
+/// `qp` is live, and so are its CQs.
+unsafe fn discard_completions(qp: *mut ibv_qp, qpn: uroce_verbs::Qpn) {
+    // SAFETY: the caller's contract.
+    let (send, recv) = unsafe { ((*qp).send_cq, (*qp).recv_cq) };
+    let recv = if recv == send { std::ptr::null_mut() } else { recv };
+    for cq in [send, recv] {
+        // SAFETY: the caller's contract: NULL or a live CQ of this library.
+        if let Ok(c) = unsafe { Cq::from_ptr(cq) } {
+            c.discard_completions_of(qpn);
+        }
+    }
 }
 
 /// `ibv_query_qp`: an errno.

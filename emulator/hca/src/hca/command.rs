@@ -5,7 +5,7 @@
 use super::{AhContext, Hca, PdContext, SrqContext};
 use crate::cq::CqContext;
 use crate::handles::{AhIndex, CqIndex, PdIndex, SrqIndex};
-use crate::mr::RegisterError;
+use crate::mr::{RegisterError, Reregistration};
 use crate::qp::Path;
 use crate::ring::{ConsumerRing, ProducerRing, CONSUMER_OFFSET, PRODUCER_OFFSET};
 use crate::tables::Table;
@@ -37,6 +37,14 @@ impl Hca {
             Command::DeallocPd { pd } => self.dealloc_pd(PdIndex(pd)),
             Command::RegMr { pd, addr, length, iova, access } => {
                 self.reg_mr(PdIndex(pd), addr, length, iova, access)
+            }
+            Command::ReregMr { lkey, pd, translation, access } => {
+                let change = Reregistration {
+                    pd: pd.map(PdIndex),
+                    translation: translation.map(|t| (t.addr, t.length, t.iova)),
+                    access,
+                };
+                self.rereg_mr(lkey, change)
             }
             Command::DeregMr { lkey } => self.dereg_mr(lkey),
             Command::AllocMw { pd, mw_type } => self.alloc_mw(PdIndex(pd), mw_type),
@@ -90,6 +98,23 @@ impl Hca {
         let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
         self.pd_use(pd, 1);
         Ok(Reply::Mr { lkey: key, rkey: key })
+    }
+
+    /// `ibv_rereg_mr`: the region changes in place and keeps its keys
+    /// (the reply repeats them, as the kernel's does).
+    fn rereg_mr(&mut self, lkey: u32, change: Reregistration) -> Result<Reply, CmdError> {
+        if change == Reregistration::default() {
+            return Err(CmdError::Invalid("a re-registration that changes nothing"));
+        }
+        if let Some(pd) = change.pd {
+            self.pd_exists(pd)?;
+        }
+        let old_pd = self.mem.reregister(lkey, change).map_err(reg_error)?;
+        if let Some(pd) = change.pd {
+            self.pd_use(old_pd, -1);
+            self.pd_use(pd, 1);
+        }
+        Ok(Reply::Mr { lkey, rkey: lkey })
     }
 
     fn dereg_mr(&mut self, lkey: u32) -> Result<Reply, CmdError> {
@@ -377,5 +402,42 @@ mod tests {
             assert_eq!(Cqe::decode(&bytes).unwrap().wr_id, id);
         }
         assert!(hca.command(now, Command::ResizeCq { cq: cq + 1, ring: ring(&host, 8) }).is_err());
+    }
+
+    #[test]
+    fn rereg_keeps_the_keys_and_moves_the_pd_use() {
+        let host = Arc::new(SimMemory::strict(1 << 20));
+        let gids = vec![Gid::from_ip(core::net::IpAddr::from([10, 0, 0, 1]))];
+        let mut hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
+        let now = Instant::ZERO;
+        let mut pd = || match hca.command(now, Command::AllocPd) {
+            Ok(Reply::Index(pd)) => pd,
+            other => panic!("AllocPd: {other:?}"),
+        };
+        let (old, new) = (pd(), pd());
+        let buf = host.allocate(4096, 4096).unwrap();
+        let reg = Command::RegMr {
+            pd: old,
+            addr: buf,
+            length: 4096,
+            iova: buf,
+            access: Access::LOCAL_WRITE,
+        };
+        let Ok(Reply::Mr { lkey, .. }) = hca.command(now, reg) else { panic!("RegMr") };
+        let rereg = |pd, access| Command::ReregMr { lkey, pd, translation: None, access };
+        assert_eq!(
+            hca.command(now, rereg(None, None)),
+            Err(CmdError::Invalid("a re-registration that changes nothing"))
+        );
+        assert!(matches!(hca.command(now, rereg(Some(99), None)), Err(CmdError::NotFound(_))));
+        let bad = Some(Access::REMOTE_WRITE);
+        assert!(matches!(hca.command(now, rereg(None, bad)), Err(CmdError::Invalid(_))));
+        assert_eq!(hca.command(now, rereg(Some(new), None)), Ok(Reply::Mr { lkey, rkey: lkey }));
+        // The region now keeps the new PD in use, not the old one.
+        let busy = hca.command(now, Command::DeallocPd { pd: new });
+        assert!(matches!(busy, Err(CmdError::Busy(_))));
+        assert_eq!(hca.command(now, Command::DeallocPd { pd: old }), Ok(Reply::Done));
+        assert_eq!(hca.command(now, Command::DeregMr { lkey }), Ok(Reply::Done));
+        assert_eq!(hca.command(now, Command::DeallocPd { pd: new }), Ok(Reply::Done));
     }
 }

@@ -148,3 +148,73 @@ fn a_multi_page_access_that_faults_counts_once() {
     assert!(t.read(&range, &mut vec![0; 3 * 4096]).is_err());
     assert_eq!(t.dma_faults(), 1);
 }
+
+#[test]
+fn reregistration_keeps_the_key_and_changes_what_it_allows() {
+    let (mut t, host, buf) = setup();
+    let remote = Origin::Remote { qpn: Qpn::new(20) };
+    let rw = Access::LOCAL_WRITE | Access::REMOTE_WRITE;
+    let key = t.register(PdIndex(1), buf, 4096, buf, rw).unwrap();
+    // A new translation: the old range is out of bounds, the new one is
+    // written where its MTT says.
+    let moved = buf + 2 * 4096 + 100;
+    let change = Reregistration { translation: Some((moved, 64, 0x9000)), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Ok(PdIndex(1)));
+    assert_eq!(
+        t.check(key, PdIndex(1), buf, 8, Access::REMOTE_WRITE, remote),
+        Err(AccessError::OutOfBounds)
+    );
+    let range = t.check(key, PdIndex(1), 0x9000 + 8, 4, Access::REMOTE_WRITE, remote).unwrap();
+    t.write(&range, &[1, 2, 3, 4]).unwrap();
+    let mut landed = [0u8; 4];
+    host.read(moved + 8, &mut landed).unwrap();
+    assert_eq!(landed, [1, 2, 3, 4]);
+    // Another PD: the old one's QPs are refused.
+    let change = Reregistration { pd: Some(PdIndex(2)), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Ok(PdIndex(1)));
+    assert_eq!(
+        t.check(key, PdIndex(1), 0x9000, 8, Access::EMPTY, Origin::Local),
+        Err(AccessError::WrongPd)
+    );
+    // Rights taken away, and rights the rules refuse (nothing changes).
+    let change = Reregistration { access: Some(Access::LOCAL_WRITE), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Ok(PdIndex(2)));
+    assert_eq!(
+        t.check(key, PdIndex(2), 0x9000, 8, Access::REMOTE_WRITE, remote),
+        Err(AccessError::NotPermitted)
+    );
+    let change = Reregistration { access: Some(Access::REMOTE_WRITE), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Err(RegisterError::AccessNeedsLocalWrite));
+    let zero_based = Access::LOCAL_WRITE | Access::ZERO_BASED;
+    let change = Reregistration { access: Some(zero_based), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Err(RegisterError::BadArgument));
+    let change = Reregistration { translation: Some((buf, 0, buf)), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Err(RegisterError::BadArgument));
+    assert!(t.check(key, PdIndex(2), 0x9000, 64, Access::LOCAL_WRITE, Origin::Local).is_ok());
+    // A stale key, and a window's key, are no region.
+    let change = Reregistration { access: Some(RW), ..Default::default() };
+    assert_eq!(t.reregister(key ^ 1, change), Err(RegisterError::NotFound));
+    let mw = t.alloc_window(PdIndex(2), 1).unwrap();
+    assert_eq!(t.reregister(mw, change), Err(RegisterError::NotFound));
+    // An invalidated region is valid again under the same key.
+    assert!(t.invalidate(key));
+    assert_eq!(t.reregister(key, change), Ok(PdIndex(2)));
+    assert!(t.check(key, PdIndex(2), 0x9000, 8, Access::REMOTE_READ, remote).is_ok());
+}
+
+#[test]
+fn reregistration_is_refused_while_windows_are_bound() {
+    let (mut t, _, buf) = setup();
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::MW_BIND;
+    let key = t.register(PdIndex(1), buf, 4096, buf, access).unwrap();
+    let mw = t.alloc_window(PdIndex(1), 1).unwrap();
+    let qpn = Qpn::new(20);
+    let rkey =
+        t.bind_window(mw, None, key, buf, 64, Access::REMOTE_WRITE, PdIndex(1), qpn).unwrap();
+    let change = Reregistration { access: Some(Access::LOCAL_WRITE), ..Default::default() };
+    assert_eq!(t.reregister(key, change), Err(RegisterError::Busy));
+    let remote = Origin::Remote { qpn };
+    assert!(t.check(rkey, PdIndex(1), buf, 64, Access::REMOTE_WRITE, remote).is_ok());
+    t.dealloc_window(rkey).unwrap();
+    assert_eq!(t.reregister(key, change), Ok(PdIndex(1)));
+}
