@@ -33,8 +33,10 @@
 # binaries `cargo test` built): UROCE (the uroce command), UROCE_PERF (the
 # uroce-perf program), UROCE_LIBIBVERBS (the library `uroce run` loads),
 # VS_PEERS_NO_BUILD=1 (build only the baseline), SHARED (default ../shared),
-# BASELINE_FLAGS (default "--tries 2 --guard-wait 15": the baseline's guard
-# against other processes' load), VS_PEERS_QUICK=1 (same as --quick).
+# BASELINE_FLAGS (default "--tries 1": measure at once; the header counts the
+# baseline's measurements taken while other processes used the machine; on an
+# idle machine "--tries 4" retries those), VS_PEERS_LOG=DIR (keep every run's
+# raw output there), VS_PEERS_QUICK=1 (same as --quick).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -57,7 +59,7 @@ if [ "$quick" = 1 ]; then
   many_qps=100; many_iters=5; tool_iters=200; engine_scale=1
 else
   limit=180
-  read -r -a blast_flags <<< "${BASELINE_FLAGS:---tries 2 --guard-wait 15}"
+  read -r -a blast_flags <<< "${BASELINE_FLAGS:---tries 1}"
   pingpong_iters=20000
   ucx_bw_iters=20000; ucx_lat_iters=20000; ucx_warmup=1000
   write_iters=20000; lat_iters=20000; rate_iters=1000000; one_qp_iters=20000
@@ -109,6 +111,7 @@ cleanup() {
   local pid
   for pid in "${bg_pids[@]}"; do kill "$pid" 2> /dev/null || true; done
   for pid in "${bg_pids[@]}"; do wait "$pid" 2> /dev/null || true; done
+  if [ -n "${VS_PEERS_LOG:-}" ]; then mkdir -p "$VS_PEERS_LOG" && cp -r "$tmp"/. "$VS_PEERS_LOG"/; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -134,6 +137,15 @@ med() {
   [ -e "${files[0]}" ] || return 0
   metric "$2" "${files[@]}" | median
 }
+# Each run's value of metric NAME in measurement KEY, for the record.
+each() {
+  local files=("$tmp/$1".*)
+  [ -e "${files[0]}" ] || return 0
+  metric "$2" "${files[@]}" | while read -r v; do printf '%s ' "$(fig "$v")"; done
+}
+# A figure for people: three significant digits (whole numbers from 1000 on).
+fig() { awk -v v="$1" 'BEGIN { if (v == "") print "n/a"; else if (v >= 1000) printf "%.0f\n", v;
+  else printf "%.3g\n", v }'; }
 # $1 / $2 (blank when either is missing), and $1 * $2.
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.2f", a / b }'; }
 times() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "") printf "%.6g", a * b }'; }
@@ -212,17 +224,17 @@ uroce_tool() {
 # live in this shell.)
 perftest_lat() {
   local rc=0
-  uroce_tool ib_send_lat -x 1 -s 64 -n "$tool_iters" > "$tmp/tool.out" 2>&1 || rc=$?
-  cat "$tmp/tool.out"
-  awk '$1 == 64 && NF >= 5 { print "metric=ib_send_lat_64 value=" $5 " unit=us" }' "$tmp/tool.out"
+  uroce_tool ib_send_lat -x 1 -s 64 -n "$tool_iters" > "$tmp/_tool.out" 2>&1 || rc=$?
+  cat "$tmp/_tool.out"
+  awk '$1 == 64 && NF >= 5 { print "metric=ib_send_lat_64 value=" $5 " unit=us" }' "$tmp/_tool.out"
   return $rc
 }
 rc_pingpong() {
   local rc=0
-  uroce_tool ibv_rc_pingpong -g 1 -s 64 -n "$tool_iters" > "$tmp/tool.out" 2>&1 || rc=$?
-  cat "$tmp/tool.out"
+  uroce_tool ibv_rc_pingpong -g 1 -s 64 -n "$tool_iters" > "$tmp/_tool.out" 2>&1 || rc=$?
+  cat "$tmp/_tool.out"
   sed -n 's/.* iters in .* = \([0-9.]*\) usec\/iter.*/metric=rc_pingpong_64 value=\1 unit=us/p' \
-    "$tmp/tool.out"
+    "$tmp/_tool.out"
   return $rc
 }
 # ucx_perftest TEST SIZE ITERS as a server and a client process over TCP on
@@ -252,16 +264,16 @@ udp_pingpong() {
 # Bytes beyond the rings per QP and the retry-exceeded count of a many-QP run.
 many_qps() {
   local rc=0
-  uroce_bench write bw -s 4096 -n "$many_iters" --qps "$many_qps" --counters > "$tmp/many.out" 2>&1 ||
+  uroce_bench write bw -s 4096 -n "$many_iters" --qps "$many_qps" --counters > "$tmp/_many.out" 2>&1 ||
     rc=$?
-  cat "$tmp/many.out"
+  cat "$tmp/_many.out"
   [ $rc = 0 ] || return $rc
   awk '/HCA memory\/QP/ { sub(/.*: */, ""); sub(/\[B\].*/, ""); rings = $0 }
        /^metric=hca_bytes_per_qp / { sub(/.*value=/, ""); rss = $1 }
        /^counter .* retry_exceeded_err / { retry += $4 }
        END { if (rss != "" && rings != "")
                printf "metric=qp_bytes_beyond_rings value=%d unit=B\n", rss - rings
-             printf "metric=retry_exceeded_err value=%d unit=errors\n", retry }' "$tmp/many.out"
+             printf "metric=retry_exceeded_err value=%d unit=errors\n", retry }' "$tmp/_many.out"
 }
 
 # --- measure ----------------------------------------------------------------
@@ -312,56 +324,87 @@ e_write=$(med engine engine_write_64k_mtu4096_goodput_nodigest)
 e_send_swarm=$(med engine engine_send_8b_pps)
 e_write_swarm=$(med engine engine_write_64k_mtu4096_goodput)
 
-# print NAME VALUE UNIT NOTE: one metric line (n/a when a run gave nothing).
+# emit NAME VALUE UNIT NOTE: one metric line (n/a when a run gave nothing).
 missing=0
 emit() {
   if [ -z "$2" ]; then missing=$((missing + 1)); fi
   echo "metric=$1 value=${2:-n/a} unit=$3  # $4"
 }
+# Shorthands for the notes: the figure for people, with its unit.
+f() { echo "$(fig "$1") $2"; }
+contaminated=$(cat "$tmp"/blast.* "$tmp"/udp.* 2> /dev/null | grep -c '^# CONTAMINATED' || true)
 echo
-echo "# vs-peers $(date -u +%FT%TZ), $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo '?')," \
-  "$runs run(s) each, median; load $(cut -d' ' -f1-3 /proc/loadavg)$([ "$quick" = 1 ] && echo ', QUICK: not a measurement')"
+echo "# vs-peers $(date -u +%FT%TZ) at $(git -C "$root" rev-parse --short HEAD 2> /dev/null || echo '?'):" \
+  "median of $runs run(s) each; load average $(cut -d' ' -f1-3 /proc/loadavg);" \
+  "$contaminated baseline measurement(s) while other processes ran$([ "$quick" = 1 ] && echo '; QUICK: not a measurement')"
 echo "# P1 bandwidth: RC WRITE 64 KiB, two processes, default settings"
-emit ratio_write_bw_64KiB_to_ucx_am_bw "$(ratio "$write" "$ucx_bw")" x "$write GB/s vs UCX ucp_am_bw $ucx_bw GB/s; target >= 1.0"
-emit ratio_write_bw_64KiB_to_gso_gro "$(ratio "$write" "$gro_4124")" x "vs udp_blast_gso_gro_4124B $gro_4124 GB/s; target >= 0.5"
-emit ratio_write_bw_64KiB_to_plain "$(ratio "$write" "$plain_4124")" x "vs udp_blast_plain_4124B $plain_4124 GB/s"
-emit ratio_write_bw_64KiB_offload_to_plain "$(ratio "$offload" "$plain_4124")" x "--offload: $offload GB/s"
-echo "# P2 latency: RC SEND 64 B"
-emit ratio_send_lat_64B_to_ucx_tag_lat "$(ratio "$lat" "$ucx_lat")" x "uroce bench t_typical $lat us one way vs UCX tag_lat median $ucx_lat us; target <= 1.0"
-emit ratio_ib_send_lat_64B_to_ucx_tag_lat "$(ratio "$ib_lat" "$ucx_lat")" x "ib_send_lat on uroce's library t_typical $ib_lat us; target <= 1.0"
-emit ratio_send_rtt_64B_to_uroce_style_udp "$(ratio "$rtt" "$raw_rtt")" x "RTT 2 x $lat us vs raw UDP in uroce's socket style $raw_rtt us; target <= 1.5"
-emit ratio_send_rtt_64B_to_busy_udp "$(ratio "$rtt" "$busy_rtt")" x "vs udp_pingpong_busy_median (connected sockets) $busy_rtt us"
-emit ratio_rc_pingpong_64B_to_uroce_style_udp "$(ratio "$pingpong" "$raw_rtt")" x "ibv_rc_pingpong -s 64 on uroce's library $pingpong us/iter; must not grow"
-echo "# P3 message rate: 8 B RDMA WRITE, batched posts"
-emit ratio_write_msgrate_8B_to_mmsg32_fc "$(ratio "$rate" "$mmsg_fc_64")" x "$rate msg/s vs udp_blast_mmsg32_fc_64B $mmsg_fc_64 datagrams/s; target >= 1.0"
-echo "# P4 scale: $many_qps RC QPs, 4 KiB WRITEs"
-emit ratio_write_bw_many_qps_to_1qp "$(ratio "$many_bw" "$one_qp")" x "$many_bw GB/s aggregate vs one QP $one_qp GB/s; target >= 0.8"
-emit ratio_qp_bytes_beyond_rings_to_2KiB "$(ratio "$beyond" 2048)" x "process RSS per QP beyond its rings: $beyond B; target <= 1.0 (stretch 0.5)"
-emit many_qps_retry_exceeded_err "$retry" errors "retry-exceeded completions of the client's device; target 0"
-echo "# P4: the slowest QP's share is not measured: uroce bench reports only the aggregate"
-echo "# P5 engine: two HCAs on the simulated fabric, one thread (trace_packet_digests off)"
-emit ratio_engine_send_8B_to_2Mpps "$(ratio "$e_send" 2000000)" x "$e_send packets/s (with the swarm's packet digests: $e_send_swarm); target >= 1.0"
-emit ratio_engine_write_64KiB_to_2GBps "$(ratio "$e_write" 2)" x "$e_write GB/s goodput (with digests: $e_write_swarm); target >= 1.0"
+emit ratio_write_bw_64KiB_to_ucx_am_bw "$(ratio "$write" "$ucx_bw")" x \
+  "$(f "$write" GB/s) vs UCX/tcp ucp_am_bw 64 KiB $(f "$ucx_bw" GB/s); target >= 1.0"
+emit ratio_write_bw_64KiB_to_gso_gro "$(ratio "$write" "$gro_4124")" x \
+  "vs udp_blast_gso_gro_4124B $(f "$gro_4124" GB/s); target >= 0.5"
+emit ratio_write_bw_64KiB_to_plain "$(ratio "$write" "$plain_4124")" x \
+  "vs udp_blast_plain_4124B $(f "$plain_4124" GB/s)"
+emit ratio_write_bw_64KiB_offload_to_plain "$(ratio "$offload" "$plain_4124")" x \
+  "with --offload $(f "$offload" GB/s)"
+echo "# P2 latency: RC SEND 64 B, two processes"
+emit ratio_send_lat_64B_to_ucx_tag_lat "$(ratio "$lat" "$ucx_lat")" x \
+  "uroce bench t_typical $(f "$lat" us) one way vs UCX/tcp tag_lat 64 B median $(f "$ucx_lat" us); target <= 1.0"
+emit ratio_ib_send_lat_64B_to_ucx_tag_lat "$(ratio "$ib_lat" "$ucx_lat")" x \
+  "ib_send_lat on uroce's libibverbs t_typical $(f "$ib_lat" us); target <= 1.0"
+emit ratio_send_rtt_64B_to_uroce_style_udp "$(ratio "$rtt" "$raw_rtt")" x \
+  "RTT 2 x t_typical $(f "$rtt" us) vs raw UDP in uroce's socket style $(f "$raw_rtt" us); target <= 1.5"
+emit ratio_send_rtt_64B_to_busy_udp "$(ratio "$rtt" "$busy_rtt")" x \
+  "vs udp_pingpong_busy_median, connected sockets $(f "$busy_rtt" us)"
+emit ratio_rc_pingpong_64B_to_uroce_style_udp "$(ratio "$pingpong" "$raw_rtt")" x \
+  "ibv_rc_pingpong -s 64 on uroce's libibverbs $(f "$pingpong" us/iter); must not grow"
+echo "# P3 message rate: 8 B RDMA WRITE, batched posts, two processes"
+emit ratio_write_msgrate_8B_to_mmsg32_fc "$(ratio "$rate" "$mmsg_fc_64")" x \
+  "$(f "$rate" msg/s) vs udp_blast_mmsg32_fc_64B $(f "$mmsg_fc_64" datagrams/s); target >= 1.0"
+echo "# P4 scale: $many_qps RC QPs, 4 KiB WRITEs, two processes"
+emit ratio_write_bw_many_qps_to_1qp "$(ratio "$many_bw" "$one_qp")" x \
+  "$many_qps QPs $(f "$many_bw" GB/s) aggregate vs 1 QP $(f "$one_qp" GB/s); target >= 0.8"
+emit ratio_qp_bytes_beyond_rings_to_2KiB "$(ratio "$beyond" 2048)" x \
+  "process RSS per QP beyond its rings $(f "$beyond" B); target <= 1.0 (stretch 0.5)"
+emit many_qps_retry_exceeded_err "$retry" errors \
+  "retry-exceeded completions on the client's device; target 0"
+echo "# P4: the slowest QP's share is not measured (uroce bench reports the aggregate only)"
+echo "# P5 engine: two HCAs on the simulated fabric, one thread, trace_packet_digests off"
+emit ratio_engine_send_8B_to_2Mpps "$(ratio "$e_send" 2000000)" x \
+  "8 B SEND $(f "$e_send" packets/s) (the swarm's fabric, digests on: $(f "$e_send_swarm" packets/s)); target >= 1.0"
+emit ratio_engine_write_64KiB_to_2GBps "$(ratio "$e_write" 2)" x \
+  "64 KiB WRITE $(f "$e_write" GB/s) goodput (digests on: $(f "$e_write_swarm" GB/s)); target >= 1.0"
 
 row() { printf '| %s | %s | %s | %s | %s |\n' "$@"; }
 echo
-row "target" "uroce" "reference (same run)" "ratio" "goal"
+row "target" "uroce" "reference, same run" "ratio" "goal"
 row "---" "---" "---" "---" "---"
-row "P1 WRITE 64 KiB bw" "$write GB/s" "UCX tcp ucp_am_bw $ucx_bw GB/s" "$(ratio "$write" "$ucx_bw")" ">= 1.0"
-row "P1 WRITE 64 KiB bw" "$write GB/s" "UDP gso_gro 4124 B $gro_4124 GB/s" "$(ratio "$write" "$gro_4124")" ">= 0.5"
-row "P1 same, --offload" "$offload GB/s" "UDP plain 4124 B $plain_4124 GB/s" "$(ratio "$offload" "$plain_4124")" "-"
-row "P2 SEND 64 B one way (uroce bench)" "$lat us" "UCX tcp tag_lat $ucx_lat us" "$(ratio "$lat" "$ucx_lat")" "<= 1.0"
-row "P2 SEND 64 B one way (ib_send_lat)" "$ib_lat us" "UCX tcp tag_lat $ucx_lat us" "$(ratio "$ib_lat" "$ucx_lat")" "<= 1.0"
-row "P2 SEND 64 B RTT" "$rtt us" "raw UDP, uroce's sockets $raw_rtt us" "$(ratio "$rtt" "$raw_rtt")" "<= 1.5"
-row "P2 SEND 64 B RTT" "$rtt us" "raw UDP, connected $busy_rtt us" "$(ratio "$rtt" "$busy_rtt")" "-"
-row "P2 ibv_rc_pingpong 64 B" "$pingpong us/iter" "raw UDP, uroce's sockets $raw_rtt us" "$(ratio "$pingpong" "$raw_rtt")" "no slower"
-row "P3 WRITE 8 B msg rate" "$rate msg/s" "UDP mmsg32 fc 64 B $mmsg_fc_64 /s" "$(ratio "$rate" "$mmsg_fc_64")" ">= 1.0"
-row "P4 $many_qps QPs, 4 KiB WRITE" "$many_bw GB/s" "1 QP $one_qp GB/s" "$(ratio "$many_bw" "$one_qp")" ">= 0.8"
-row "P4 bytes/QP beyond rings" "$beyond B" "2 KiB" "$(ratio "$beyond" 2048)" "<= 1.0"
-row "P4 retry exceeded" "$retry" "-" "-" "0"
+row "P1 WRITE 64 KiB" "$(f "$write" GB/s)" "UCX/tcp ucp_am_bw $(f "$ucx_bw" GB/s)" "$(ratio "$write" "$ucx_bw")" ">= 1.0"
+row "P1 WRITE 64 KiB" "$(f "$write" GB/s)" "UDP gso_gro 4124 B $(f "$gro_4124" GB/s)" "$(ratio "$write" "$gro_4124")" ">= 0.5"
+row "P1 WRITE 64 KiB --offload" "$(f "$offload" GB/s)" "UDP plain 4124 B $(f "$plain_4124" GB/s)" "$(ratio "$offload" "$plain_4124")" "-"
+row "P2 SEND 64 B one way, uroce bench" "$(f "$lat" us)" "UCX/tcp tag_lat $(f "$ucx_lat" us)" "$(ratio "$lat" "$ucx_lat")" "<= 1.0"
+row "P2 SEND 64 B one way, ib_send_lat" "$(f "$ib_lat" us)" "UCX/tcp tag_lat $(f "$ucx_lat" us)" "$(ratio "$ib_lat" "$ucx_lat")" "<= 1.0"
+row "P2 SEND 64 B RTT" "$(f "$rtt" us)" "raw UDP, uroce's sockets $(f "$raw_rtt" us)" "$(ratio "$rtt" "$raw_rtt")" "<= 1.5"
+row "P2 SEND 64 B RTT" "$(f "$rtt" us)" "raw UDP, connected $(f "$busy_rtt" us)" "$(ratio "$rtt" "$busy_rtt")" "-"
+row "P2 ibv_rc_pingpong 64 B" "$(f "$pingpong" us/iter)" "raw UDP, uroce's sockets $(f "$raw_rtt" us)" "$(ratio "$pingpong" "$raw_rtt")" "no slower"
+row "P3 WRITE 8 B rate" "$(f "$rate" msg/s)" "UDP mmsg32 fc 64 B $(f "$mmsg_fc_64" /s)" "$(ratio "$rate" "$mmsg_fc_64")" ">= 1.0"
+row "P4 $many_qps QPs, WRITE 4 KiB" "$(f "$many_bw" GB/s)" "1 QP $(f "$one_qp" GB/s)" "$(ratio "$many_bw" "$one_qp")" ">= 0.8"
+row "P4 memory per QP beyond rings" "$(f "$beyond" B)" "2 KiB" "$(ratio "$beyond" 2048)" "<= 1.0"
+row "P4 retry exceeded" "${retry:-n/a}" "-" "-" "0"
 row "P4 slowest QP's share" "not reported" "-" "-" "-"
-row "P5 engine 8 B SEND" "$e_send pkt/s" "2 M pkt/s" "$(ratio "$e_send" 2000000)" ">= 1.0"
-row "P5 engine 64 KiB WRITE" "$e_write GB/s" "2 GB/s" "$(ratio "$e_write" 2)" ">= 1.0"
+row "P5 engine 8 B SEND" "$(f "$e_send" pkt/s)" "2 M pkt/s" "$(ratio "$e_send" 2000000)" ">= 1.0"
+row "P5 engine 64 KiB WRITE" "$(f "$e_write" GB/s)" "2 GB/s" "$(ratio "$e_write" 2)" ">= 1.0"
+
 echo
+echo "# each run:"
+for m in "blast udp_blast_plain_4124B_rx_GBps" "blast udp_blast_gso_gro_4124B_rx_GBps" \
+  "blast udp_blast_mmsg32_fc_64B_rx_pps" "udp udp_pingpong_busy_median_us" \
+  "rawudp udp_pingpong_uroce_style_median_us" "ucx_bw ucx_bw" "ucx_lat ucx_p50_us" \
+  "write write_bw_65536" "offload write_bw_65536" "lat send_lat_64" "rate write_msgrate_8" \
+  "ib_send_lat ib_send_lat_64" "rc_pingpong rc_pingpong_64" "one_qp write_bw_4096" \
+  "many write_bw_4096" "many qp_bytes_beyond_rings" "engine engine_send_8b_pps_nodigest" \
+  "engine engine_write_64k_mtu4096_goodput_nodigest"; do
+  read -r key name <<< "$m"
+  echo "#   $key $name: $(each "$key" "$name")"
+done
 say "done in $(($(date +%s) - start)) s; $missing figure(s) missing"
 [ "$missing" = 0 ]
