@@ -261,19 +261,26 @@ udp_pingpong() {
   next_slot
   bounded "$perf" udp-pingpong --addrs "127.141.$slot.1,127.141.$slot.2" --iters "$pingpong_iters"
 }
-# Bytes beyond the rings per QP and the retry-exceeded count of a many-QP run.
+# Bytes beyond the rings per QP and the retry-exceeded count of a many-QP
+# run (ARGS: more flags); the count is printed after a failed run too.
 many_qps() {
   local rc=0
-  uroce_bench write bw -s 4096 -n "$many_iters" --qps "$many_qps" --counters > "$tmp/_many.out" 2>&1 ||
-    rc=$?
+  uroce_bench write bw -s 4096 -n "$many_iters" --qps "$many_qps" --counters "$@" \
+    > "$tmp/_many.out" 2>&1 || rc=$?
   cat "$tmp/_many.out"
-  [ $rc = 0 ] || return $rc
   awk '/HCA memory\/QP/ { sub(/.*: */, ""); sub(/\[B\].*/, ""); rings = $0 }
        /^metric=hca_bytes_per_qp / { sub(/.*value=/, ""); rss = $1 }
        /^counter .* retry_exceeded_err / { retry += $4 }
        END { if (rss != "" && rings != "")
                printf "metric=qp_bytes_beyond_rings value=%d unit=B\n", rss - rings
              printf "metric=retry_exceeded_err value=%d unit=errors\n", retry }' "$tmp/_many.out"
+  return $rc
+}
+# The same with every WR posted at once (--max-inflight 0, as perftest
+# does): P4 wants no retry-exceeded errors from the device's own bursts. Its
+# figure is the count, so a run that ends in RetryExcErr is no failure here.
+many_qps_open() {
+  many_qps --max-inflight 0 || true
 }
 
 # --- measure ----------------------------------------------------------------
@@ -294,6 +301,7 @@ repeat lat uroce_bench send lat -s 64 -n "$lat_iters"
 repeat rate uroce_bench write bw -s 8 -n "$rate_iters"
 repeat one_qp uroce_bench write bw -s 4096 -n "$one_qp_iters" --qps 1
 repeat many many_qps
+repeat many_open many_qps_open
 say "Debian's perftest and ibv_rc_pingpong on uroce's libibverbs.so.1"
 repeat ib_send_lat perftest_lat
 repeat rc_pingpong rc_pingpong
@@ -319,6 +327,7 @@ one_qp=$(med one_qp write_bw_4096)
 many_bw=$(med many write_bw_4096)
 beyond=$(med many qp_bytes_beyond_rings)
 retry=$(med many retry_exceeded_err)
+retry_open=$(med many_open retry_exceeded_err)
 e_send=$(med engine engine_send_8b_pps_nodigest)
 e_write=$(med engine engine_write_64k_mtu4096_goodput_nodigest)
 e_send_swarm=$(med engine engine_send_8b_pps)
@@ -366,7 +375,9 @@ emit ratio_write_bw_many_qps_to_1qp "$(ratio "$many_bw" "$one_qp")" x \
 emit ratio_qp_bytes_beyond_rings_to_2KiB "$(ratio "$beyond" 2048)" x \
   "process RSS per QP beyond its rings $(f "$beyond" B); target <= 1.0 (stretch 0.5)"
 emit many_qps_retry_exceeded_err "$retry" errors \
-  "retry-exceeded completions on the client's device; target 0"
+  "retry-exceeded completions on the client's device, uroce bench's default --max-inflight 1024"
+emit many_qps_open_loop_retry_exceeded_err "$retry_open" errors \
+  "the same with --max-inflight 0 (every WR posted at once, as perftest): the device's own bursts; target 0"
 echo "# P4: the slowest QP's share is not measured (uroce bench reports the aggregate only)"
 echo "# P5 engine: two HCAs on the simulated fabric, one thread, trace_packet_digests off"
 emit ratio_engine_send_8B_to_2Mpps "$(ratio "$e_send" 2000000)" x \
@@ -389,7 +400,7 @@ row "P2 ibv_rc_pingpong 64 B" "$(f "$pingpong" us/iter)" "raw UDP, uroce's socke
 row "P3 WRITE 8 B rate" "$(f "$rate" msg/s)" "UDP mmsg32 fc 64 B $(f "$mmsg_fc_64" /s)" "$(ratio "$rate" "$mmsg_fc_64")" ">= 1.0"
 row "P4 $many_qps QPs, WRITE 4 KiB" "$(f "$many_bw" GB/s)" "1 QP $(f "$one_qp" GB/s)" "$(ratio "$many_bw" "$one_qp")" ">= 0.8"
 row "P4 memory per QP beyond rings" "$(f "$beyond" B)" "2 KiB" "$(ratio "$beyond" 2048)" "<= 1.0"
-row "P4 retry exceeded" "${retry:-n/a}" "-" "-" "0"
+row "P4 retry exceeded, --max-inflight 1024 / 0" "${retry:-n/a} / ${retry_open:-n/a}" "-" "-" "0 / 0"
 row "P4 slowest QP's share" "not reported" "-" "-" "-"
 row "P5 engine 8 B SEND" "$(f "$e_send" pkt/s)" "2 M pkt/s" "$(ratio "$e_send" 2000000)" ">= 1.0"
 row "P5 engine 64 KiB WRITE" "$(f "$e_write" GB/s)" "2 GB/s" "$(ratio "$e_write" 2)" ">= 1.0"
@@ -401,7 +412,7 @@ for m in "blast udp_blast_plain_4124B_rx_GBps" "blast udp_blast_gso_gro_4124B_rx
   "rawudp udp_pingpong_uroce_style_median_us" "ucx_bw ucx_bw" "ucx_lat ucx_p50_us" \
   "write write_bw_65536" "offload write_bw_65536" "lat send_lat_64" "rate write_msgrate_8" \
   "ib_send_lat ib_send_lat_64" "rc_pingpong rc_pingpong_64" "one_qp write_bw_4096" \
-  "many write_bw_4096" "many qp_bytes_beyond_rings" "engine engine_send_8b_pps_nodigest" \
+  "many write_bw_4096" "many qp_bytes_beyond_rings" "many_open retry_exceeded_err" "engine engine_send_8b_pps_nodigest" \
   "engine engine_write_64k_mtu4096_goodput_nodigest"; do
   read -r key name <<< "$m"
   echo "#   $key $name: $(each "$key" "$name")"

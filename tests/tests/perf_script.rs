@@ -22,7 +22,7 @@ use uroce_tests::ibverbs::{library, require};
 const CHILD_ENV: &str = "UROCE_PERF_SCRIPT_CHILD";
 
 /// Every figure the script prints, each as `metric=<name> value=<number>`.
-const METRICS: [&str; 15] = [
+const METRICS: [&str; 16] = [
     "ratio_write_bw_64KiB_to_ucx_am_bw",
     "ratio_write_bw_64KiB_to_gso_gro",
     "ratio_write_bw_64KiB_to_plain",
@@ -36,6 +36,7 @@ const METRICS: [&str; 15] = [
     "ratio_write_bw_many_qps_to_1qp",
     "ratio_qp_bytes_beyond_rings_to_2KiB",
     "many_qps_retry_exceeded_err",
+    "many_qps_open_loop_retry_exceeded_err",
     "ratio_engine_send_8B_to_2Mpps",
     "ratio_engine_write_64KiB_to_2GBps",
 ];
@@ -107,5 +108,5 @@ fn vs_peers_quick_prints_every_figure() {
     assert!(ended.status.success(), "vs-peers.sh --quick failed ({}):\n{out}\n{err}", ended.status);
     let missing: Vec<&str> = METRICS.iter().copied().filter(|m| value(&out, m).is_none()).collect();
     assert!(missing.is_empty(), "no numeric value for {missing:?} in:\n{out}");
-    assert!(out.contains("| target | uroce | reference (same run) | ratio | goal |"), "{out}");
+    assert!(out.contains("| target | uroce | reference, same run | ratio | goal |"), "{out}");
 }
