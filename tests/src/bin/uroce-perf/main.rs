@@ -1,0 +1,57 @@
+//! `uroce-perf`: the programs `tests/perf/vs-peers.sh` runs beside `uroce`
+//! and the peers (a [[bin]] of the tests crate, so that the script's short
+//! mode in `cargo test` finds it built):
+//!
+//! - `uroce-perf engine [--scale N]`: the engine cases of
+//!   `cargo bench --bench engine` (two HCAs on the simulated fabric, one
+//!   thread); scale 20 is what `cargo bench` runs, 1 the quick check.
+//! - `uroce-perf udp-pingpong [...]`: a raw UDP ping-pong in uroce's own
+//!   socket style (see `pingpong.rs`).
+
+mod pingpong;
+
+const USAGE: &str = "usage: uroce-perf engine [--scale N]\n       ";
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = match args.first().map(String::as_str) {
+        Some("engine") => match engine_scale(&args[1..]) {
+            Ok(scale) => {
+                uroce_tests::engine_bench::run(scale, &[]);
+                0
+            }
+            Err(e) => fail(&e),
+        },
+        Some("udp-pingpong") => match pingpong::parse(&args[1..]) {
+            Ok(options) => match pingpong::run(&options) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("uroce-perf udp-pingpong: {e}");
+                    1
+                }
+            },
+            Err(e) => fail(&e),
+        },
+        Some("-h" | "--help") => {
+            println!("{USAGE}{}", pingpong::usage());
+            0
+        }
+        _ => fail("which program?"),
+    };
+    std::process::exit(code);
+}
+
+fn engine_scale(args: &[String]) -> Result<u64, String> {
+    match args {
+        [] => Ok(20),
+        [flag, n] if flag == "--scale" => {
+            n.parse().ok().filter(|&s| s > 0).ok_or(format!("--scale {n}: a positive integer"))
+        }
+        _ => Err(format!("engine: unexpected {args:?}")),
+    }
+}
+
+fn fail(why: &str) -> i32 {
+    eprintln!("uroce-perf: {why}\n{USAGE}{}", pingpong::usage());
+    2
+}

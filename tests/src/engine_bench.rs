@@ -1,0 +1,130 @@
+//! Engine speed: simulated packets per second through two HCAs on the
+//! lossless simulated fabric (requester, responder and completer work,
+//! ICRC on every packet, the fabric's bookkeeping), single thread.
+//!
+//! `cargo bench -p uroce-tests --bench engine` (`benches/engine.rs`) and
+//! `uroce-perf engine` (what `tests/perf/vs-peers.sh` runs) print one line
+//! per case: `metric=<name> value=<number> unit=<unit>`. Each case runs twice: as the
+//! swarm runs the fabric (the trace digests every packet's bytes,
+//! `uroce_sim::packet_digest`) and, suffixed `_nodigest`, with
+//! `FabricConfig::trace_packet_digests` off: the engine alone.
+
+use crate::world::{cap, tuning, World, ALL_ACCESS};
+use std::time::Instant as WallClock;
+use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_sim::FabricConfig;
+use uroce_verbs::{Mtu, RecvWr, RemoteTarget, SendWr, WcStatus};
+
+fn total_packets(w: &World) -> u64 {
+    w.nodes.iter().map(|n| n.hca.borrow().counters().sent_pkts).sum()
+}
+
+fn fabric(seed: u64, digests: bool) -> FabricConfig {
+    FabricConfig { trace_packet_digests: digests, ..FabricConfig::new(seed) }
+}
+
+fn suffix(digests: bool) -> &'static str {
+    if digests {
+        ""
+    } else {
+        "_nodigest"
+    }
+}
+
+fn write_stream(messages: u64, digests: bool) {
+    let mut w = World::new(2, fabric(1, digests));
+    let a = w.qp(0, QpType::Rc, cap(256, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(256, 1, 0));
+    let mut t = tuning();
+    t.mtu = Mtu::Mtu4096;
+    w.connect(0, &a, 1, &b, &t);
+    let len = 64 * 1024u32;
+    let mr_a = w.nodes[0].pd.alloc_mr(u64::from(len), ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(u64::from(len), ALL_ACCESS).unwrap();
+    let start = WallClock::now();
+    let mut posted = 0u64;
+    let mut completed = 0u64;
+    let batch = 32u64;
+    while completed < messages {
+        while posted < messages && posted - completed < 128 {
+            let wrs: Vec<SendWr> = (0..batch.min(messages - posted))
+                .map(|i| {
+                    let mut wr = SendWr::new(posted + i, WrOpcode::RdmaWrite);
+                    wr.sg_list = vec![mr_a.sge(0, len)];
+                    wr.remote = RemoteTarget { addr: mr_b.addr(), rkey: mr_b.rkey() };
+                    wr.flags = SendFlags::SIGNALED;
+                    wr
+                })
+                .collect();
+            posted += wrs.len() as u64;
+            a.post_send(&wrs).unwrap();
+        }
+        for wc in w.wait(0, 64, 1_000_000_000) {
+            assert_eq!(wc.status, WcStatus::Success);
+            completed += 1;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let packets = total_packets(&w);
+    let s = suffix(digests);
+    println!("metric=engine_write_64k_mtu4096_pps{s} value={:.0} unit=pps", packets as f64 / secs);
+    println!(
+        "metric=engine_write_64k_mtu4096_goodput{s} value={:.3} unit=GB/s",
+        (messages * u64::from(len)) as f64 / secs / 1e9
+    );
+}
+
+fn small_sends(messages: u64, digests: bool) {
+    let mut w = World::new(2, fabric(2, digests));
+    let a = w.qp(0, QpType::Rc, cap(512, 1, 64));
+    let b = w.qp(1, QpType::Rc, cap(512, 1, 64));
+    w.connect(0, &a, 1, &b, &tuning());
+    let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let start = WallClock::now();
+    let (mut posted, mut received) = (0u64, 0u64);
+    let batch = 32u64;
+    while received < messages {
+        while posted < messages && posted - received < 256 {
+            let n = batch.min(messages - posted);
+            let recvs: Vec<RecvWr> = (0..n)
+                .map(|i| RecvWr { wr_id: posted + i, sg_list: vec![mr_b.sge(0, 8)] })
+                .collect();
+            b.post_recv(&recvs).unwrap();
+            let sends: Vec<SendWr> = (0..n)
+                .map(|i| {
+                    let mut wr = SendWr::new(posted + i, WrOpcode::Send);
+                    wr.sg_list = vec![mr_a.sge(0, 8)];
+                    wr.flags = if i + 1 == n { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+                    wr
+                })
+                .collect();
+            a.post_send(&sends).unwrap();
+            posted += n;
+        }
+        received += w.wait(1, 64, 1_000_000_000).len() as u64;
+        w.nodes[0].cq.poll(64).unwrap();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let packets = total_packets(&w);
+    let s = suffix(digests);
+    println!("metric=engine_send_8b_pps{s} value={:.0} unit=pps", packets as f64 / secs);
+    println!("metric=engine_send_8b_msg_rate{s} value={:.0} unit=msg/s", messages as f64 / secs);
+}
+
+/// Runs the cases `filter` names (all when it is empty: a case runs when
+/// its name, `write_digest`, `write_nodigest`, `send_digest` or
+/// `send_nodigest`, contains one of the words), `scale` times the quick
+/// size (`cargo bench` runs 20).
+pub fn run(scale: u64, filter: &[String]) {
+    let wanted = |case: &str| filter.is_empty() || filter.iter().any(|f| case.contains(f.as_str()));
+    for digests in [true, false] {
+        let s = if digests { "digest" } else { "nodigest" };
+        if wanted(&format!("write_{s}")) {
+            write_stream(200 * scale, digests);
+        }
+        if wanted(&format!("send_{s}")) {
+            small_sends(5_000 * scale, digests);
+        }
+    }
+}
