@@ -15,8 +15,8 @@
 #              flow-controlled; udp-pingpong (connected sockets)
 #   UCX 1.13   ucx_perftest server and client processes, UCX_TLS=tcp
 #              UCX_NET_DEVICES=lo: ucp_am_bw 64 KiB, tag_lat 64 B
-#   uroce      `uroce bench` as two processes (WRITE 64 KiB with and without
-#              --offload, SEND 64 B latency, 8 B WRITE message rate, 1 and
+#   uroce      `uroce bench` as two processes (WRITE 64 KiB with the default
+#              segmentation offload and with --no-offload, SEND 64 B latency, 8 B WRITE message rate, 1 and
 #              10,000 QPs); Debian's ib_send_lat and ibv_rc_pingpong on uroce's
 #              libibverbs.so.1 (`uroce run`), two processes each
 #   raw UDP    `uroce-perf udp-pingpong`: unconnected sockets, one per source
@@ -296,7 +296,7 @@ repeat ucx_bw ucx ucp_am_bw 65536 "$ucx_bw_iters"
 repeat ucx_lat ucx tag_lat 64 "$ucx_lat_iters"
 say "uroce bench, two processes"
 repeat write uroce_bench write bw -s 65536 -n "$write_iters"
-repeat offload uroce_bench write bw -s 65536 -n "$((write_iters * 2))" --offload
+repeat plain uroce_bench write bw -s 65536 -n "$write_iters" --no-offload
 repeat lat uroce_bench send lat -s 64 -n "$lat_iters"
 repeat rate uroce_bench write bw -s 8 -n "$rate_iters"
 repeat one_qp uroce_bench write bw -s 4096 -n "$one_qp_iters" --qps 1
@@ -317,7 +317,7 @@ raw_rtt=$(med rawudp udp_pingpong_uroce_style_median_us)
 ucx_bw=$(med ucx_bw ucx_bw)
 ucx_lat=$(med ucx_lat ucx_p50_us)
 write=$(med write write_bw_65536)
-offload=$(med offload write_bw_65536)
+no_offload=$(med plain write_bw_65536)
 lat=$(med lat send_lat_64)
 rtt=$(times "$lat" 2)
 rate=$(times "$(med rate write_msgrate_8)" 1e6)
@@ -353,8 +353,8 @@ emit ratio_write_bw_64KiB_to_gso_gro "$(ratio "$write" "$gro_4124")" x \
   "vs udp_blast_gso_gro_4124B $(f "$gro_4124" GB/s); target >= 0.5"
 emit ratio_write_bw_64KiB_to_plain "$(ratio "$write" "$plain_4124")" x \
   "vs udp_blast_plain_4124B $(f "$plain_4124" GB/s)"
-emit ratio_write_bw_64KiB_offload_to_plain "$(ratio "$offload" "$plain_4124")" x \
-  "with --offload $(f "$offload" GB/s)"
+emit ratio_write_bw_64KiB_no_offload_to_plain "$(ratio "$no_offload" "$plain_4124")" x \
+  "with --no-offload $(f "$no_offload" GB/s)"
 echo "# P2 latency: RC SEND 64 B, two processes"
 emit ratio_send_lat_64B_to_ucx_tag_lat "$(ratio "$lat" "$ucx_lat")" x \
   "uroce bench t_typical $(f "$lat" us) one way vs UCX/tcp tag_lat 64 B median $(f "$ucx_lat" us); target <= 1.0"
@@ -391,7 +391,7 @@ row "target" "uroce" "reference, same run" "ratio" "goal"
 row "---" "---" "---" "---" "---"
 row "P1 WRITE 64 KiB" "$(f "$write" GB/s)" "UCX/tcp ucp_am_bw $(f "$ucx_bw" GB/s)" "$(ratio "$write" "$ucx_bw")" ">= 1.0"
 row "P1 WRITE 64 KiB" "$(f "$write" GB/s)" "UDP gso_gro 4124 B $(f "$gro_4124" GB/s)" "$(ratio "$write" "$gro_4124")" ">= 0.5"
-row "P1 WRITE 64 KiB --offload" "$(f "$offload" GB/s)" "UDP plain 4124 B $(f "$plain_4124" GB/s)" "$(ratio "$offload" "$plain_4124")" "-"
+row "P1 WRITE 64 KiB --no-offload" "$(f "$no_offload" GB/s)" "UDP plain 4124 B $(f "$plain_4124" GB/s)" "$(ratio "$no_offload" "$plain_4124")" "-"
 row "P2 SEND 64 B one way, uroce bench" "$(f "$lat" us)" "UCX/tcp tag_lat $(f "$ucx_lat" us)" "$(ratio "$lat" "$ucx_lat")" "<= 1.0"
 row "P2 SEND 64 B one way, ib_send_lat" "$(f "$ib_lat" us)" "UCX/tcp tag_lat $(f "$ucx_lat" us)" "$(ratio "$ib_lat" "$ucx_lat")" "<= 1.0"
 row "P2 SEND 64 B RTT" "$(f "$rtt" us)" "raw UDP, uroce's sockets $(f "$raw_rtt" us)" "$(ratio "$rtt" "$raw_rtt")" "<= 1.5"
@@ -410,7 +410,7 @@ echo "# each run:"
 for m in "blast udp_blast_plain_4124B_rx_GBps" "blast udp_blast_gso_gro_4124B_rx_GBps" \
   "blast udp_blast_mmsg32_fc_64B_rx_pps" "udp udp_pingpong_busy_median_us" \
   "rawudp udp_pingpong_uroce_style_median_us" "ucx_bw ucx_bw" "ucx_lat ucx_p50_us" \
-  "write write_bw_65536" "offload write_bw_65536" "lat send_lat_64" "rate write_msgrate_8" \
+  "write write_bw_65536" "plain write_bw_65536" "lat send_lat_64" "rate write_msgrate_8" \
   "ib_send_lat ib_send_lat_64" "rc_pingpong rc_pingpong_64" "one_qp write_bw_4096" \
   "many write_bw_4096" "many qp_bytes_beyond_rings" "many_open retry_exceeded_err" "engine engine_send_8b_pps_nodigest" \
   "engine engine_write_64k_mtu4096_goodput_nodigest"; do

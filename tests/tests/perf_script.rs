@@ -26,7 +26,7 @@ const METRICS: [&str; 16] = [
     "ratio_write_bw_64KiB_to_ucx_am_bw",
     "ratio_write_bw_64KiB_to_gso_gro",
     "ratio_write_bw_64KiB_to_plain",
-    "ratio_write_bw_64KiB_offload_to_plain",
+    "ratio_write_bw_64KiB_no_offload_to_plain",
     "ratio_send_lat_64B_to_ucx_tag_lat",
     "ratio_ib_send_lat_64B_to_ucx_tag_lat",
     "ratio_send_rtt_64B_to_uroce_style_udp",
