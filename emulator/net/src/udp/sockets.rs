@@ -139,17 +139,12 @@ impl UdpSockets {
     ) {
         let to = |ip: IpAddr| SocketAddr::new(ip, ROCEV2_UDP_PORT);
         let UdpSockets { main, by_port, offload, gso_refused, .. } = self;
-        if *offload {
-            // Grouped by port, each group in its order (GSO runs need the
-            // packets back to back).
-            batch.packets.sort_by_key(|p| p.source_port);
-        } else {
-            // Grouped by port; in each, requests before responses (each
-            // class in its own order: they are separate PSN streams): a
-            // request an application posted in reaction to a completion
-            // must not wait behind the ACK of the packet that completed.
-            batch.packets.sort_by_key(|p| (p.source_port, p.kind == PacketKind::Response));
-        }
+        // Grouped by port; in each, requests before responses (each class
+        // in its own order: they are separate PSN streams, and a GSO run,
+        // the packets of one message, is all of one class): a request an
+        // application posted in reaction to a completion must not wait
+        // behind the ACK of the packet that completed.
+        batch.packets.sort_by_key(|p| (p.source_port, p.kind == PacketKind::Response));
         let (bytes, packets) = (&batch.bytes, &batch.packets);
         let mut group = 0;
         while group < packets.len() {
@@ -163,28 +158,33 @@ impl UdpSockets {
             let mut i = group;
             while i < group_end {
                 let first = packets[i];
-                let (start, segment) = (first.start, first.len);
+                let segment = first.len;
                 let mut j = i + 1;
-                let mut end = start + segment;
+                let mut run_bytes = segment;
                 if *offload && !*gso_refused {
                     // Every packet of a GSO run but the last has the run's
-                    // size.
+                    // size (so a request and the smaller ACK behind it, to
+                    // one peer, go as one: the peer takes both with one
+                    // receive).
                     while j < group_end
-                        && packets[j].start == end
-                        && j - i < GSO_MAX_SEGMENTS
+                        && j - i < GSO_MAX_SEGMENTS.min(sys::MAX_SEGMENT_PARTS)
                         && packets[j].destination == first.destination
                         && packets[j].len <= segment
                         && packets[j - 1].len == segment
-                        && packets[j].start + packets[j].len - start <= GSO_MAX_BYTES
+                        && run_bytes + packets[j].len <= GSO_MAX_BYTES
                     {
-                        end = packets[j].start + packets[j].len;
+                        run_bytes += packets[j].len;
                         j += 1;
                     }
                 }
                 let mut gso_sent = false;
                 if j - i > 1 {
                     stats.tx_calls += 1;
-                    let run = &bytes[start..end];
+                    let mut parts = [&bytes[..0]; sys::MAX_SEGMENT_PARTS];
+                    for (part, p) in parts.iter_mut().zip(&packets[i..j]) {
+                        *part = &bytes[p.start..p.start + p.len];
+                    }
+                    let run = &parts[..j - i];
                     match sys::send_segmented(socket, run, to(first.destination), segment as u16) {
                         Ok(_) => gso_sent = true,
                         // Refused (no checksum offload on the way out, or a

@@ -282,23 +282,35 @@ fn describe(scratch: &ReceiveScratch, i: usize) -> Received {
     Received { len, source, truncated, segment_size }
 }
 
-/// Sends `payload` to `destination` as datagrams of `segment_size` bytes
-/// each (the last may be shorter) with one call: UDP GSO.
+/// Most parts one [`send_segmented`] call gathers (the kernel's UDP GSO
+/// takes at most 64 segments).
+pub(crate) const MAX_SEGMENT_PARTS: usize = 64;
+
+/// Sends the bytes of `parts`, one after the other, to `destination` as
+/// datagrams of `segment_size` bytes each (the last may be shorter) with
+/// one call: UDP GSO. The parts need not be the segments: the kernel
+/// gathers them (an iovec each) and cuts the whole.
 pub(crate) fn send_segmented(
     socket: &UdpSocket,
-    payload: &[u8],
+    parts: &[&[u8]],
     destination: SocketAddr,
     segment_size: u16,
 ) -> io::Result<usize> {
+    if parts.is_empty() || parts.len() > MAX_SEGMENT_PARTS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
     let (name, name_len) = sockaddr(destination);
-    let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
+    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_SEGMENT_PARTS];
+    for (iov, part) in iovs.iter_mut().zip(parts) {
+        *iov = libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() };
+    }
     let mut control = [0u64; CONTROL_LEN / 8];
     // SAFETY: all-zero bytes are a valid msghdr.
     let mut hdr: libc::msghdr = unsafe { zeroed() };
     hdr.msg_name = (&name as *const libc::sockaddr_storage) as *mut _;
     hdr.msg_namelen = name_len;
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
+    hdr.msg_iov = iovs.as_mut_ptr();
+    hdr.msg_iovlen = parts.len() as _;
     hdr.msg_control = control.as_mut_ptr().cast();
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
