@@ -10,8 +10,8 @@
 
 use crate::error::{Error, Result};
 use crate::events::EventState;
-use crate::ring;
-use std::sync::Arc;
+use crate::ring_pool::RingPool;
+use std::sync::{Arc, Mutex};
 use uroce_device::command::{Command, DeviceAttr, Gid, PortAttr, Reply};
 use uroce_device::link::DeviceLink;
 use uroce_device::mem::DriverMemory;
@@ -26,6 +26,8 @@ pub struct Context {
     /// The device's limits, read once at open (they never change): queue
     /// sizes are checked against them before any ring memory is taken.
     pub(crate) limits: Arc<DeviceAttr>,
+    /// Ring memory: small rings share pages.
+    rings: Arc<Mutex<RingPool>>,
 }
 
 impl Context {
@@ -43,7 +45,7 @@ impl Context {
             Ok(Reply::Device(attr)) => Arc::new(attr),
             other => unreachable!("QueryDevice answers Device, not {other:?}"),
         };
-        Context { device, events, limits }
+        Context { device, events, limits, rings: Arc::default() }
     }
 
     /// Whether `other` is a context of the same device (objects of one
@@ -101,12 +103,18 @@ impl Context {
 
     /// Allocates a ring of `shape` in host memory.
     pub(crate) fn alloc_ring(&self, shape: RingDesc) -> Result<RingDesc> {
-        ring::alloc(self.host().as_ref(), shape)
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let base = rings
+            .allocate(self.host().as_ref(), shape.bytes())
+            .map_err(|_| Error::NoMemory("ring memory"))?;
+        Ok(RingDesc { base, ..shape })
     }
 
-    /// Frees a ring the HCA no longer uses.
+    /// Frees a ring the HCA no longer uses (its queue was destroyed, or its
+    /// creation refused).
     pub(crate) fn free_ring(&self, desc: RingDesc) {
-        ring::free(self.host().as_ref(), desc);
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        rings.release(self.host().as_ref(), desc.base);
     }
 
     /// `ibv_query_device`.

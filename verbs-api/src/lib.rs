@@ -47,6 +47,7 @@ mod mr;
 mod pd;
 mod qp;
 mod ring;
+mod ring_pool;
 mod srq;
 mod wr;
 

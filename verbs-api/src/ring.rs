@@ -4,29 +4,17 @@
 //! `ProducerRing`); the layout both follow is the device interface's,
 //! [`uroce_device::ring`] (`docs/device-interface.md`, section 2).
 //!
-//! Every access the driver makes to ring memory is in this file: allocate
-//! and free a ring ([`alloc`], [`free`]), write or read an entry, load or
+//! Every access the driver makes to ring memory is in this file (a ring's
+//! memory comes from `ring_pool.rs`): write or read an entry, load or
 //! publish an index. As on the HCA's side, the host memory is handed to
 //! each call rather than kept in the ring.
 
 use crate::error::{Error, PostResult, Result};
 use std::cell::{Cell, RefCell};
 use uroce_device::cqe::{Cqe, CQE_LEN};
-use uroce_device::mem::{DriverMemory, HostMemory, MemFault};
+use uroce_device::mem::{HostMemory, MemFault};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET};
 use uroce_device::types::Qpn;
-
-/// Allocates host memory for a ring of `shape` (its `base` is ignored).
-pub(crate) fn alloc(host: &dyn DriverMemory, shape: RingDesc) -> Result<RingDesc> {
-    let base = host.allocate(shape.bytes(), 4096).map_err(|_| Error::NoMemory("ring memory"))?;
-    Ok(RingDesc { base, ..shape })
-}
-
-/// Hands a ring's memory back, once the HCA no longer uses the ring (its
-/// queue was destroyed, or its creation refused).
-pub(crate) fn free(host: &dyn DriverMemory, ring: RingDesc) {
-    host.free(ring.base);
-}
 
 /// Loads one of the ring's indices (acquire: what it covers is visible).
 fn load(host: &dyn HostMemory, ring: RingDesc, offset: u64) -> core::result::Result<u32, MemFault> {
@@ -253,7 +241,9 @@ mod tests {
     use uroce_device::types::{WcOpcode, WcStatus};
 
     fn ring(host: &SimMemory, entries: u32, stride: u32) -> RingDesc {
-        alloc(host, RingDesc { base: 0, entries, stride }).unwrap()
+        let shape = RingDesc { base: 0, entries, stride };
+        let base = crate::ring_pool::RingPool::default().allocate(host, shape.bytes()).unwrap();
+        RingDesc { base, ..shape }
     }
 
     fn index(host: &SimMemory, ring: RingDesc, offset: u64) -> u32 {
