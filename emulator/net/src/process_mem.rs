@@ -129,8 +129,13 @@ impl Registry {
         if lowest > addr {
             return None;
         }
-        let candidates = self.ranges.range((lowest, 0)..=(addr, u64::MAX)).rev();
+        // Back from `addr`, stopping below `lowest` (one search, for the
+        // upper end: the lower end is the tree's first leaf).
+        let candidates = self.ranges.range(..=(addr, u64::MAX)).rev();
         for (&(start, range_len), registration) in candidates {
+            if start < lowest {
+                break;
+            }
             // `start <= addr <= end`; does the registration reach `end`?
             if end - start <= range_len {
                 // `addr - start <= range_len <= isize::MAX`: the cast is
