@@ -69,6 +69,12 @@ fn misuse_from_c_gets_the_documented_errors() {
     assert_eq!(case("bind_mw"), "0 1 0 new_rkey");
     assert_eq!(case("write_through_mw"), "0 1 0 x");
     assert_eq!(case("dealloc_mw"), "0");
+    // One buffer registered twice (ibv_reg_mr, other rights): two
+    // regions, each usable (a SEND to itself gathers through one and
+    // scatters through the other); deregistering one leaves the other.
+    assert_eq!(case("reg_mr_twice"), "mr new_lkey");
+    assert_eq!(case("send_through_both"), "0 2 0 twice");
+    assert_eq!(case("dereg_one_of_two"), "0 2 0 again");
     // ibv_create_srq_ex: a basic SRQ; an XRC one is refused.
     assert_eq!(case("create_srq_ex"), "srq 0");
     assert_eq!(case("create_srq_ex_xrc"), "null 95");

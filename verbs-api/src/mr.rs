@@ -82,13 +82,13 @@ impl Pd {
         access: Access,
     ) -> Result<Mr> {
         let host = self.ctx.host();
-        let backing = Backing::External { ptr: ptr.expose_provenance(), len: length };
         // SAFETY: the caller's contract above is the one register_external
-        // asks for.
+        // asks for. Other regions over the same memory are no obstacle:
+        // each region is a registration of its own.
         let addr = unsafe { host.register_external(ptr, length) }
             .map_err(|_| Error::Invalid("this device cannot register external memory"))?;
-        self.register_at(addr, length as u64, iova, access, backing).inspect_err(|_| {
-            host.unregister_external(addr);
+        self.register_at(addr, length as u64, iova, access, Backing::External).inspect_err(|_| {
+            host.unregister_external(addr, length);
         })
     }
 
@@ -120,15 +120,9 @@ enum Backing {
     /// The library allocated it ([`Pd::alloc_mr`]): freed with the region.
     Owned,
     /// The application's own ([`Pd::reg_mr_raw`]): handed back with the
-    /// region. `ptr` is the address of the application's pointer, its
-    /// provenance exposed, so that a re-registration that fails can give
-    /// the device the range again.
-    External {
-        /// The pointer's address.
-        ptr: usize,
-        /// Its length.
-        len: usize,
-    },
+    /// region (its registration of the range, `[addr, addr + length)`,
+    /// removed; other regions' registrations of the same memory stay).
+    External,
 }
 
 impl Mr {
@@ -201,8 +195,10 @@ impl Mr {
             Backing::Owned => {
                 host.free(self.addr);
             }
-            Backing::External { .. } => {
-                host.unregister_external(self.addr);
+            Backing::External => {
+                // `length` came from a `usize` (`reg_mr_raw`, `rereg_raw`):
+                // the cast is exact.
+                host.unregister_external(self.addr, self.length as usize);
             }
         }
     }

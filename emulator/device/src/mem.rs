@@ -92,21 +92,29 @@ pub trait DriverMemory: HostMemory {
     /// not pointers of this process (the simulated arena, a mapping shared
     /// with a device in another process) refuse.
     ///
+    /// Registrations may overlap or repeat one another (a buffer
+    /// registered twice, a region per sub-buffer and one over the whole):
+    /// each is removed by its own [`DriverMemory::unregister_external`],
+    /// and an access must lie inside one of them.
+    ///
     /// # Safety
     ///
     /// The range must stay allocated and writable until
-    /// [`DriverMemory::unregister_external`] removes it, and while it is
-    /// registered the caller must not hold references into it nor race
-    /// non-atomic accesses with the device, which may read and write it at
-    /// any time (DMA semantics).
+    /// [`DriverMemory::unregister_external`] removes this registration,
+    /// and while it is registered the caller must not hold references into
+    /// it nor race non-atomic accesses with the device, which may read and
+    /// write it at any time (DMA semantics).
     unsafe fn register_external(&self, ptr: *mut u8, len: usize) -> Result<u64, AllocError> {
         let _ = (ptr, len);
         Err(AllocError::BadRequest)
     }
 
-    /// Removes a range registered with [`DriverMemory::register_external`].
-    fn unregister_external(&self, addr: u64) -> bool {
-        let _ = addr;
+    /// Removes one registration of `len` bytes at `addr` made with
+    /// [`DriverMemory::register_external`] (the address it returned, the
+    /// length it was given); returns whether there was one. Other
+    /// registrations, of the same range or overlapping it, stay.
+    fn unregister_external(&self, addr: u64, len: usize) -> bool {
+        let _ = (addr, len);
         false
     }
 }

@@ -23,14 +23,38 @@
 //! What follows is about the external ranges; the shared memory's own
 //! rules are in [`crate::shm`].
 //!
+//! # Registrations
+//!
+//! Every memory region over the application's memory is one registration,
+//! and registrations may overlap or repeat, as on real hardware: a buffer
+//! registered twice (other rights, another PD), a region per sub-buffer
+//! and one over the whole. The registry keeps each of them, by start and
+//! length (the very same range registered twice is counted twice), and
+//! `unregister_external(addr, len)` removes one: the others stay usable.
+//! They are never merged: an access is allowed when it lies inside *one*
+//! registration (the HCA has already checked it against the region it
+//! goes through, which is one), so an access never spans two allocations
+//! that merely happen to be adjacent.
+//!
+//! The lookup runs on every access, under the lock. A registration that
+//! contains `[addr, addr + len)` starts at or below `addr` and at or
+//! above `addr + len - longest` (the longest registration's length); the
+//! registry scans those back from `addr` and takes the first that
+//! contains the access. When ranges do not overlap, the first one looked
+//! at is the answer: one `O(log n)` step. Registering and unregistering
+//! are rare, and may cost `O(n)` (finding the next longest).
+//!
 //! # How accesses stay sound
 //!
 //! - The registry lock is held across the range check *and* the access,
-//!   and a range only leaves the registry while that lock is held, so a
-//!   concurrent `unregister_external` cannot pull memory away mid-access.
-//! - Each range keeps the pointer it came from, and an access uses that
-//!   pointer offset inside its bounds, so accesses carry the provenance of
-//!   the allocation they touch.
+//!   and a registration only leaves the registry while that lock is held,
+//!   so a concurrent `unregister_external` cannot pull memory away
+//!   mid-access.
+//! - Each registration keeps the pointer it came from (the first one's,
+//!   when the same range is registered again), and an access uses the
+//!   pointer of the registration that contains it, offset inside its
+//!   bounds, so accesses carry the provenance of the allocation they
+//!   touch.
 //! - Byte copies go through raw pointers (`copy_nonoverlapping`, or
 //!   `copy` when the caller's buffer overlaps the range); no `&`/`&mut`
 //!   reference into host memory is ever created, since the application may
@@ -52,56 +76,106 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use uroce_device::mem::{AllocError, DriverMemory, HostMemory, MemFault};
 
-/// One known range of process memory.
+/// One registration of the application's memory (or several of exactly
+/// the same range).
 #[derive(Debug)]
-struct Range {
-    /// Its first byte; the pointer it was allocated or registered with.
+struct Registration {
+    /// Its first byte: the pointer it was registered with (the first
+    /// one's, when the same range is registered again).
     base: NonNull<u8>,
-    /// Its length in bytes (at least 1, at most `isize::MAX`).
-    len: usize,
+    /// How many times `[start, start + len)` is registered: each
+    /// `unregister_external` of it takes one away.
+    count: usize,
 }
 
-// SAFETY: a `Range` is a description of memory (a pointer and a length),
-// not a borrow of it. The pointer is only dereferenced by `ProcessMemory`
-// while the registry lock is held, after the range check, with raw-pointer
+// SAFETY: a `Registration` is a description of memory (a pointer), not a
+// borrow of it. The pointer is only dereferenced by `ProcessMemory` while
+// the registry lock is held, after the range check, with raw-pointer
 // copies and atomic instructions that are valid from any thread; the
-// memory it points to is guaranteed by the caller of `register_external`
-// to stay valid for device access until unregistered.
-unsafe impl Send for Range {}
+// memory it points to is guaranteed by the callers of `register_external`
+// to stay valid for device access until their registrations are removed.
+unsafe impl Send for Registration {}
 
 struct Registry {
-    /// External ranges by start address; they never overlap.
-    ranges: BTreeMap<u64, Range>,
-    /// Bytes of external ranges currently registered.
+    /// Every external registration by (start address, length). Ranges may
+    /// overlap or repeat; they are never merged.
+    ranges: BTreeMap<(u64, u64), Registration>,
+    /// The length of the longest registration (0 when there is none): a
+    /// registration containing `[addr, addr + len)` starts at
+    /// `addr + len - longest` or later, which bounds the lookup's scan.
+    longest: u64,
+    /// Bytes of external registrations (a range registered twice counts
+    /// twice).
     external_bytes: u64,
+    /// How many registrations there are (a range registered twice counts
+    /// twice).
+    registrations: u64,
 }
 
 impl Registry {
-    /// The pointer to `[addr, addr + len)` if it lies inside one range.
+    /// The pointer to `[addr, addr + len)` if it lies inside one
+    /// registration, from that registration's pointer.
+    ///
+    /// The candidates start at or below `addr`, and at or above
+    /// `addr + len - longest`; they are scanned from the one starting
+    /// last (the longest first among those with the same start), and the
+    /// first that contains the access wins. With disjoint ranges that is
+    /// the first one looked at: one `O(log n)` step.
     fn find(&self, addr: u64, len: u64) -> Option<NonNull<u8>> {
-        let (&start, range) = self.ranges.range(..=addr).next_back()?;
-        let offset = addr - start;
-        let end = offset.checked_add(len)?;
-        if end > range.len as u64 {
+        let end = addr.checked_add(len)?;
+        // No registration is long enough for an access longer than
+        // `longest`; otherwise `lowest <= addr`.
+        let lowest = end.saturating_sub(self.longest);
+        if lowest > addr {
             return None;
         }
-        // `offset <= end <= range.len <= isize::MAX`, so the cast is exact.
-        let offset = offset as usize;
-        // SAFETY: `offset <= range.len`, so the result is inside the range's
-        // allocation or one past its end, and `range.len <= isize::MAX`.
-        Some(unsafe { range.base.add(offset) })
+        // Back from `addr`, stopping below `lowest` (one search, for the
+        // upper end: the lower end is the tree's first leaf).
+        let candidates = self.ranges.range(..=(addr, u64::MAX)).rev();
+        for (&(start, range_len), registration) in candidates {
+            if start < lowest {
+                break;
+            }
+            // `start <= addr <= end`; does the registration reach `end`?
+            if end - start <= range_len {
+                // `addr - start <= range_len <= isize::MAX`: the cast is
+                // exact.
+                let offset = (addr - start) as usize;
+                // SAFETY: `offset <= range_len`, so the result is inside
+                // the registration's allocation or one past its end, and
+                // `range_len <= isize::MAX`.
+                return Some(unsafe { registration.base.add(offset) });
+            }
+        }
+        None
     }
 
-    /// Whether `[start, start + len)` overlaps a known range (`len > 0`,
-    /// no overflow).
-    fn overlaps(&self, start: u64, len: u64) -> bool {
-        let end = start + len;
-        // Ranges are disjoint, so the one starting last before `end` is the
-        // one reaching furthest among those starting before `end`.
+    /// Adds one registration of `[start, start + len)` from `base`.
+    fn insert(&mut self, start: u64, len: u64, base: NonNull<u8>) {
         self.ranges
-            .range(..end)
-            .next_back()
-            .is_some_and(|(&other, range)| other + range.len as u64 > start)
+            .entry((start, len))
+            .and_modify(|registration| registration.count += 1)
+            .or_insert(Registration { base, count: 1 });
+        self.longest = self.longest.max(len);
+        self.external_bytes += len;
+        self.registrations += 1;
+    }
+
+    /// Removes one registration of `[start, start + len)`; whether there
+    /// was one.
+    fn remove(&mut self, start: u64, len: u64) -> bool {
+        let Some(registration) = self.ranges.get_mut(&(start, len)) else { return false };
+        registration.count -= 1;
+        if registration.count == 0 {
+            self.ranges.remove(&(start, len));
+            if len == self.longest {
+                // Rare, and O(n): the next longest.
+                self.longest = self.ranges.keys().map(|&(_, len)| len).max().unwrap_or(0);
+            }
+        }
+        self.external_bytes -= len;
+        self.registrations -= 1;
+        true
     }
 }
 
@@ -124,7 +198,12 @@ impl ProcessMemory {
     pub fn new(budget_bytes: u64) -> Result<ProcessMemory, ShmError> {
         Ok(ProcessMemory {
             arena: SharedMemory::create(budget_bytes)?,
-            registry: Mutex::new(Registry { ranges: BTreeMap::new(), external_bytes: 0 }),
+            registry: Mutex::new(Registry {
+                ranges: BTreeMap::new(),
+                longest: 0,
+                external_bytes: 0,
+                registrations: 0,
+            }),
             faults: AtomicU64::new(0),
         })
     }
@@ -146,22 +225,35 @@ impl ProcessMemory {
         &self.arena
     }
 
-    /// Bytes of application memory currently registered.
+    /// Bytes of application memory currently registered, every
+    /// registration counted (a range registered twice counts twice).
     pub fn external_bytes(&self) -> u64 {
         self.lock().external_bytes
+    }
+
+    /// How many registrations of application memory there are.
+    pub fn external_registrations(&self) -> u64 {
+        self.lock().registrations
     }
 
     /// Lets the device read and write the application's memory
     /// `[ptr, ptr + len)`; returns its address (`ptr` as a `u64`).
     ///
+    /// Registrations may overlap or repeat one another, as memory regions
+    /// over the same buffer do (`ibv_reg_mr` twice on one buffer, a region
+    /// per sub-buffer and one over the whole): each is a registration of
+    /// its own, removed by its own [`ProcessMemory::unregister_external`],
+    /// and an access must lie inside one of them.
+    ///
     /// Fails with [`AllocError::BadRequest`] for a null pointer, a zero
     /// length, a range that wraps or is longer than `isize::MAX`, or a
-    /// range that overlaps one already known (an own allocation or another
-    /// external range).
+    /// range that overlaps the library's own allocations (the shared
+    /// memory, reachable already).
     ///
     /// # Safety
     ///
-    /// Until [`ProcessMemory::unregister_external`] removes it (or this
+    /// Until [`ProcessMemory::unregister_external`] removes this
+    /// registration (or this
     /// `ProcessMemory` is dropped):
     /// - the whole range must stay valid for reads and writes: allocated
     ///   (not freed, not reallocated, for a `Vec` not grown or dropped) and
@@ -183,29 +275,29 @@ impl ProcessMemory {
         if start.checked_add(len64).is_none() {
             return Err(AllocError::BadRequest);
         }
-        if self.arena.contains(start) || self.arena.contains(start + len64 - 1) {
+        // The shared memory is one mapping: the range overlaps it if it
+        // starts inside it or its first byte lies inside the range.
+        let arena = self.arena.addr_base();
+        if self.arena.contains(start)
+            || (self.arena.contains(arena) && start <= arena && arena - start < len64)
+        {
             // Memory the library allocated is reachable already.
             return Err(AllocError::BadRequest);
         }
-        let mut registry = self.lock();
-        if registry.overlaps(start, len64) {
-            return Err(AllocError::BadRequest);
-        }
-        registry.ranges.insert(start, Range { base, len });
-        registry.external_bytes += len64;
+        self.lock().insert(start, len64, base);
         Ok(start)
     }
 
-    /// Removes an external range registered at `addr`; returns whether
-    /// there was one. After it returns, the device no longer touches the
-    /// range (an access in progress holds the registry lock and finishes
-    /// first). Own allocations are not affected: free them with
+    /// Removes one registration of `len` bytes at `addr` (the address
+    /// [`ProcessMemory::register_external`] returned, and the length it
+    /// was given); returns whether there was one. Other registrations,
+    /// overlapping this one or of the very same range, stay. After it
+    /// returns, the device no longer touches the range through this
+    /// registration (an access in progress holds the registry lock and
+    /// finishes first). Own allocations are not affected: free them with
     /// [`HostMemory::free`].
-    pub fn unregister_external(&self, addr: u64) -> bool {
-        let mut registry = self.lock();
-        let Some(range) = registry.ranges.remove(&addr) else { return false };
-        registry.external_bytes -= range.len as u64;
-        true
+    pub fn unregister_external(&self, addr: u64, len: usize) -> bool {
+        self.lock().remove(addr, len as u64)
     }
 
     fn lock(&self) -> MutexGuard<'_, Registry> {
@@ -220,7 +312,7 @@ impl ProcessMemory {
     }
 
     /// Runs `f` on the pointer to `[addr, addr + len)` with the registry
-    /// locked, if the bytes lie inside one known range and `addr` is a
+    /// locked, if the bytes lie inside one registration and `addr` is a
     /// multiple of `align`. The pointer is valid for reads and writes of
     /// `len` bytes for as long as `f` runs.
     fn with_range<R>(
@@ -250,7 +342,7 @@ impl core::fmt::Debug for ProcessMemory {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let registry = self.lock();
         f.debug_struct("ProcessMemory")
-            .field("ranges", &registry.ranges.len())
+            .field("registrations", &registry.registrations)
             .field("allocated_bytes", &self.arena.allocated_bytes())
             .field("external_bytes", &registry.external_bytes)
             .field("faults", &self.faults())
@@ -419,8 +511,8 @@ impl DriverMemory for ProcessMemory {
         unsafe { ProcessMemory::register_external(self, ptr, len) }
     }
 
-    fn unregister_external(&self, addr: u64) -> bool {
-        ProcessMemory::unregister_external(self, addr)
+    fn unregister_external(&self, addr: u64, len: usize) -> bool {
+        ProcessMemory::unregister_external(self, addr, len)
     }
 
     fn allocate(&self, len: u64, align: u64) -> Result<u64, AllocError> {

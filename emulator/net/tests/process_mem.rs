@@ -131,8 +131,9 @@ fn external_ranges_are_the_applications_memory() {
     assert!(!mem.free(addr));
     mem.read(addr, &mut buf[..4]).unwrap();
 
-    assert!(mem.unregister_external(addr));
-    assert!(!mem.unregister_external(addr));
+    assert!(!mem.unregister_external(addr, 63), "not a registration: the length differs");
+    assert!(mem.unregister_external(addr, 64));
+    assert!(!mem.unregister_external(addr, 64));
     assert_eq!(mem.external_bytes(), 0);
     assert!(mem.read(addr, &mut buf).is_err(), "unregistered memory faults");
     drop(mem);
@@ -160,7 +161,7 @@ fn atomics_on_external_words() {
     assert_eq!(mem.fetch_add_u64(addr + 24, 1).unwrap(), u64::MAX);
     assert!(mem.fetch_add_u64(addr + 4, 1).is_err());
     assert_eq!(mem.load_acquire_u32(addr + 32).map_err(|f| f.len), Err(4));
-    assert!(mem.unregister_external(addr));
+    assert!(mem.unregister_external(addr, len));
     assert_eq!(words, [15, 21, 30, 0]);
 }
 
@@ -175,24 +176,154 @@ fn external_registration_is_checked() {
     unsafe {
         assert_eq!(mem.register_external(std::ptr::null_mut(), 8), Err(AllocError::BadRequest));
         assert_eq!(mem.register_external(ptr, 0), Err(AllocError::BadRequest));
+        assert_eq!(mem.register_external(ptr, usize::MAX), Err(AllocError::BadRequest));
         let addr = mem.register_external(ptr, 32).unwrap();
-        // Overlapping ranges are refused, adjacent ones are fine.
-        assert_eq!(mem.register_external(ptr, 32), Err(AllocError::BadRequest));
-        assert_eq!(mem.register_external(ptr.add(16), 32), Err(AllocError::BadRequest));
         let second = mem.register_external(ptr.add(32), 32).unwrap();
-        // An own allocation cannot be registered again as external memory.
+        // An own allocation cannot be registered again as external memory,
+        // nor a range reaching into it, nor one around it.
         let own_ptr = own as usize as *mut u8;
         assert_eq!(mem.register_external(own_ptr, 8), Err(AllocError::BadRequest));
-        // An access may not span two ranges, even adjacent ones.
+        let inside = (own + 8) as usize as *mut u8;
+        assert_eq!(mem.register_external(inside, 8), Err(AllocError::BadRequest));
+        let base = mem.arena().addr_base();
+        let before = (base - 16) as usize as *mut u8;
+        assert_eq!(mem.register_external(before, 32), Err(AllocError::BadRequest));
+        assert_eq!(mem.register_external(before, 1 << 40), Err(AllocError::BadRequest));
+        // An access may not span two registrations, even adjacent ones.
         assert!(mem.read(addr + 28, &mut [0u8; 8]).is_err());
         // `unregister_external` does not remove own allocations.
-        assert!(!mem.unregister_external(own));
-        assert!(mem.unregister_external(addr));
-        assert!(mem.unregister_external(second));
+        assert!(!mem.unregister_external(own, 64));
+        assert!(mem.unregister_external(addr, 32));
+        assert!(mem.unregister_external(second, 32));
     }
     assert_eq!(mem.external_bytes(), 0);
     assert!(mem.free(own));
     app[0] = 1;
+}
+
+#[test]
+fn overlapping_and_repeated_registrations_are_each_their_own() {
+    let mem = ProcessMemory::new(1 << 20).unwrap();
+    // 256 bytes, 8-byte aligned (a `Vec<u64>`'s buffer).
+    let mut app: Vec<u64> = vec![0; 32];
+    let ptr: *mut u8 = app.as_mut_ptr().cast();
+    let at = |offset: u64| ptr as u64 + offset;
+    let mut buf = [0u8; 8];
+    // SAFETY: `app` is neither touched, grown nor dropped until every range
+    // is unregistered below; meanwhile only `mem` accesses it.
+    let (whole, again, sub, straddle, head) = unsafe {
+        (
+            mem.register_external(ptr, 256).unwrap(),
+            mem.register_external(ptr, 256).unwrap(),
+            mem.register_external(ptr.add(64), 64).unwrap(),
+            mem.register_external(ptr.add(96), 128).unwrap(),
+            mem.register_external(ptr, 32).unwrap(),
+        )
+    };
+    assert_eq!((whole, again, sub, straddle, head), (at(0), at(0), at(64), at(96), at(0)));
+    assert_eq!(mem.external_bytes(), 256 + 256 + 64 + 128 + 32, "every registration counts");
+    assert_eq!(mem.external_registrations(), 5);
+
+    // Everything inside the whole buffer is reachable, across the
+    // sub-ranges' bounds too.
+    mem.write(at(0), &[1; 256]).unwrap();
+    mem.write(at(60), b"spanning").unwrap();
+    assert_eq!(mem.fetch_add_u64(at(96), 5).unwrap(), 0x0101_0101_0101_0101);
+    mem.read(at(248), &mut buf).unwrap();
+    assert!(mem.read(at(252), &mut buf).is_err(), "past the end of the buffer");
+
+    // Wrong lengths or addresses name no registration.
+    assert!(!mem.unregister_external(at(64), 63));
+    assert!(!mem.unregister_external(at(64), 128));
+    assert!(!mem.unregister_external(at(8), 256));
+    assert_eq!(mem.external_registrations(), 5);
+
+    // One of the two registrations of the whole buffer goes: the other
+    // still covers it.
+    assert!(mem.unregister_external(at(0), 256));
+    assert_eq!(mem.external_bytes(), 256 + 64 + 128 + 32);
+    mem.write(at(200), b"still ok").unwrap();
+    mem.read(at(0), &mut buf).unwrap();
+    // The second goes: what the others cover stays reachable, each access
+    // inside one of them.
+    assert!(mem.unregister_external(at(0), 256));
+    assert_eq!(mem.external_bytes(), 64 + 128 + 32);
+    mem.read(at(24), &mut buf).unwrap(); // head
+    mem.read(at(64), &mut buf).unwrap(); // sub
+    mem.read(at(100), &mut buf).unwrap(); // sub and straddle
+    mem.read(at(216), &mut buf).unwrap(); // straddle, up to its last byte
+    let mut long = [0u8; 128];
+    mem.read(at(96), &mut long).unwrap(); // the longest left, whole
+                                          // Accesses that no single registration contains fault: over the gap
+                                          // between head and sub, across two overlapping ones, across two
+                                          // adjacent ones, past straddle's end.
+    assert!(mem.read(at(28), &mut buf).is_err());
+    assert!(mem.read(at(40), &mut buf).is_err());
+    assert!(mem.read(at(64), &mut long[..96]).is_err(), "sub + straddle: no one contains it");
+    assert!(mem.read(at(220), &mut buf).is_err());
+    // SAFETY: as above.
+    let tail = unsafe { mem.register_external(ptr.add(32), 32) }.unwrap();
+    assert!(mem.read(at(28), &mut buf).is_err(), "head and tail are adjacent, not merged");
+    mem.read(at(32), &mut buf).unwrap();
+
+    assert!(mem.unregister_external(straddle, 128));
+    assert!(mem.read(at(100), &mut buf).is_ok(), "sub still covers it");
+    assert!(mem.read(at(120), &mut buf).is_ok());
+    assert!(mem.read(at(124), &mut buf).is_err(), "straddle is gone");
+    assert!(mem.unregister_external(sub, 64));
+    assert!(mem.unregister_external(head, 32));
+    assert!(mem.unregister_external(tail, 32));
+    assert!(!mem.unregister_external(tail, 32));
+    assert_eq!((mem.external_bytes(), mem.external_registrations()), (0, 0));
+    assert!(mem.read(at(64), &mut buf).is_err());
+    drop(mem);
+
+    let bytes: Vec<u8> = app.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    assert_eq!(&bytes[60..68], b"spanning");
+    assert_eq!(&bytes[200..208], b"still ok");
+    assert_eq!(app[12], 0x0101_0101_0101_0106, "the FETCH_ADD landed");
+}
+
+#[test]
+fn accesses_through_one_registration_while_another_over_it_comes_and_goes() {
+    let mem = Arc::new(ProcessMemory::new(1 << 20).unwrap());
+    let mut app: Vec<u64> = vec![0; 64];
+    let ptr: *mut u8 = app.as_mut_ptr().cast();
+    // SAFETY: `app` is not touched, grown or dropped until the threads are
+    // joined and every range unregistered; meanwhile only `mem` accesses
+    // it.
+    let addr = unsafe { mem.register_external(ptr, 512) }.unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (mem, stop) = (mem.clone(), stop.clone());
+        // The pointer's address: the thread registers sub-ranges of the
+        // same buffer (a raw pointer is not `Send`).
+        let base = ptr.expose_provenance();
+        thread::spawn(move || {
+            let ptr = std::ptr::with_exposed_provenance_mut::<u8>(base);
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) || rounds < 100 {
+                let offset = (rounds % 8) * 64;
+                // SAFETY: inside the buffer registered above, which stays
+                // valid until the threads are joined.
+                let sub = unsafe { mem.register_external(ptr.add(offset as usize), 64) }.unwrap();
+                // SAFETY: the buffer registered above, again.
+                let again = unsafe { mem.register_external(ptr, 512) }.unwrap();
+                assert!(mem.unregister_external(again, 512));
+                assert!(mem.unregister_external(sub, 64));
+                rounds += 1;
+            }
+        })
+    };
+    for i in 0..20_000u64 {
+        assert_eq!(mem.fetch_add_u64(addr + (i % 64) * 8, 1), Ok(i / 64));
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().unwrap();
+    assert_eq!(mem.external_registrations(), 1);
+    assert!(mem.unregister_external(addr, 512));
+    drop(mem);
+    assert_eq!(app.iter().sum::<u64>(), 20_000);
 }
 
 #[test]

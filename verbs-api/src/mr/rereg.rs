@@ -59,7 +59,9 @@ impl Mr {
     /// application's own memory, `length` bytes at `ptr` (seen at the
     /// address `ptr`, as rdma-core passes it), and whatever `change`
     /// changes too. The memory the region covered is given back once the
-    /// device covers the new one (the ranges may overlap).
+    /// device covers the new one (the ranges may overlap, or be the same:
+    /// each is a registration of its own, so the new one is registered
+    /// first and the old one removed after).
     ///
     /// # Safety
     ///
@@ -77,30 +79,18 @@ impl Mr {
         }
         self.check_pd(&change)?;
         let host = self.ctx.host().clone();
-        // Ranges of the application's memory never overlap: the old one
-        // goes first, as the new one may overlap it.
-        if let Backing::External { .. } = self.backing {
-            host.unregister_external(self.addr);
-        }
-        let backing = Backing::External { ptr: ptr.expose_provenance(), len: length };
         // SAFETY: the caller's contract is the one register_external asks
-        // for.
-        let addr = match unsafe { host.register_external(ptr, length) } {
-            Ok(addr) => addr,
-            Err(_) => {
-                self.restore_external();
-                return Err(Error::Invalid("this device cannot register this memory"));
-            }
-        };
+        // for. The old range, still registered, may overlap the new one or
+        // be the same: registrations are counted one by one.
+        let addr = unsafe { host.register_external(ptr, length) }
+            .map_err(|_| Error::Invalid("this device cannot register this memory"))?;
         if let Err(e) = self.rereg_command(Some((addr, length as u64)), change) {
-            host.unregister_external(addr);
-            self.restore_external();
+            // The region still covers the old range, registered all along.
+            host.unregister_external(addr, length);
             return Err(e);
         }
-        if self.backing == Backing::Owned {
-            host.free(self.addr);
-        }
-        (self.addr, self.length, self.backing) = (addr, length as u64, backing);
+        self.release_memory();
+        (self.addr, self.length, self.backing) = (addr, length as u64, Backing::External);
         Ok(())
     }
 
@@ -132,22 +122,6 @@ impl Mr {
                 Ok(())
             }
             _ => unreachable!("ReregMr answers Mr"),
-        }
-    }
-
-    /// Gives the device the application's range again after a failed
-    /// [`Mr::rereg_raw`] took it away.
-    fn restore_external(&self) {
-        if let Backing::External { ptr, len } = self.backing {
-            let ptr = std::ptr::with_exposed_provenance_mut::<u8>(ptr);
-            // SAFETY: the region still covers this range, which the caller
-            // of `reg_mr_raw` (or of the `rereg_raw` that moved the region
-            // onto it) keeps valid for the device until the region is
-            // deregistered or moved; its provenance was exposed when it was
-            // registered. Only a range registered meanwhile over it (by
-            // another thread) can make this fail: the device then faults on
-            // the region's accesses, which is safe.
-            let _ = unsafe { self.ctx.host().register_external(ptr, len) };
         }
     }
 }
