@@ -6,7 +6,7 @@ mod latency;
 use super::oob::Endpoint;
 use super::{Op, Params, Test};
 use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
-use crate::perftest::engine::{self, BwPlan, Requester};
+use crate::perftest::engine::{self, BwPlan, QpCompletion, Requester};
 use crate::perftest::report::Measured;
 use std::time::{Duration, Instant};
 use uroce_device::ring::{recv_ring_shape, send_ring_shape};
@@ -42,6 +42,70 @@ pub(crate) struct QpMemory {
     /// Growth of the process's resident memory per QP (creation and
     /// bring-up), when /proc tells it.
     pub rss_per_qp: Option<u64>,
+}
+
+/// How evenly the QPs of a bandwidth run progressed (`--qps` N > 1).
+///
+/// T is the run's wall time from the first post to the last completion.
+/// Each QP's messages completed in the first half of T are counted (a
+/// signaled completion counts every WR it retires, the unsignaled ones
+/// before it included).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct QpShare {
+    /// The smallest count divided by the mean count: 1.0 when every QP got
+    /// its fair part of the first half, 0 when some QP got nothing while
+    /// the others ran (1.0 as well when no QP completed anything in the
+    /// first half).
+    pub share: f64,
+    /// That slowest QP's last completion, from the first post, divided by
+    /// T (of the QPs with the smallest count, the one that finished last).
+    pub finish: f64,
+}
+
+impl QpShare {
+    /// The share of `nq` QPs from their completions (`per_qp`, times since
+    /// the loop started, as `first_post` and `last_completion`). `None`
+    /// with fewer than two QPs.
+    pub fn compute(
+        nq: usize,
+        first_post: u64,
+        last_completion: u64,
+        per_qp: &[QpCompletion],
+    ) -> Option<QpShare> {
+        if nq < 2 {
+            return None;
+        }
+        let span = last_completion.saturating_sub(first_post);
+        let half = first_post + span / 2;
+        let mut early = vec![0u64; nq];
+        let mut last = vec![first_post; nq];
+        for c in per_qp {
+            let q = c.qp as usize;
+            if q >= nq {
+                continue;
+            }
+            if c.ns <= half {
+                early[q] += u64::from(c.wrs);
+            }
+            last[q] = last[q].max(c.ns);
+        }
+        let mean = early.iter().sum::<u64>() as f64 / nq as f64;
+        let min = early.iter().copied().min().unwrap_or(0);
+        let slowest = (0..nq).filter(|&q| early[q] == min).max_by_key(|&q| last[q]).unwrap_or(0);
+        Some(QpShare {
+            share: if mean > 0.0 { min as f64 / mean } else { 1.0 },
+            finish: last[slowest].saturating_sub(first_post) as f64 / span.max(1) as f64,
+        })
+    }
+}
+
+/// One bandwidth run of the client: perftest's figures and, with more than
+/// one QP, how evenly the QPs progressed.
+pub(crate) struct BwResult {
+    /// perftest's measurement.
+    pub measured: Measured,
+    /// The slowest QP's share (`None` with one QP).
+    pub share: Option<QpShare>,
 }
 
 /// One side's resources.
@@ -258,7 +322,8 @@ impl Side {
     /// WR and its last one, and posts what its window allows as one chain;
     /// all QPs together keep at most `max_inflight_packets` packets' worth
     /// of WRs outstanding (0: no limit). Timed from the first post to the
-    /// last completion.
+    /// last completion. With more than one QP it also records each
+    /// completion's QP and time for [`QpShare`].
     pub fn client_bw(
         &self,
         p: &Params,
@@ -266,8 +331,16 @@ impl Side {
         peer: &Endpoint,
         record_posts: bool,
         max_inflight_packets: u32,
-    ) -> Result<Measured, String> {
+    ) -> Result<BwResult, String> {
         let iters = u64::from(p.iters);
+        let nq = self.qps.len() as u64;
+        // Signaled completions per QP: every cq_mod-th WR and the last (and
+        // where the cap cut a chain: the Vec grows if those are many).
+        let record_qps = if nq > 1 {
+            (nq * (iters.div_ceil(u64::from(p.cq_mod)) + 2)).min(nq * iters) as usize
+        } else {
+            0
+        };
         // Packets one WR puts on the wire (READ: its responses).
         let packets_per_wr = u64::from(size.max(1).div_ceil(p.mtu));
         let max_inflight = match max_inflight_packets {
@@ -280,6 +353,7 @@ impl Side {
             max_inflight,
             rotate: true,
             record_posts,
+            record_qps,
         };
         let mut client = ClientBw {
             side: self,
@@ -288,13 +362,15 @@ impl Side {
             cq_mod: u64::from(p.cq_mod),
         };
         let run = engine::bandwidth(&mut client, &plan)?;
-        Ok(Measured {
+        let share = QpShare::compute(nq as usize, run.first_post, run.last_completion, &run.per_qp);
+        let measured = Measured {
             size,
-            iters: self.qps.len() as u64 * iters,
+            iters: nq * iters,
             elapsed_ns: run.last_completion.saturating_sub(run.first_post),
             posted_ns: run.posted,
             completed_ns: run.completed,
-        })
+        };
+        Ok(BwResult { measured, share })
     }
 
     /// The SEND bandwidth target: keeps receives posted (up to `rx_depth`
@@ -388,5 +464,37 @@ impl Requester for ClientBw<'_> {
         } else {
             Err(format!("unexpected completion wr_id {:#x}", wc.wr_id))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(qp: u32, wrs: u32, ns: u64) -> QpCompletion {
+        QpCompletion { qp, wrs, ns }
+    }
+
+    #[test]
+    fn slowest_qp_share() {
+        // T = 100 - 10 = 90, first half up to 55. QP 0: 4 + 2 early; QP 1:
+        // 3 early; QP 2: none early, its last at 100. Mean 3, min 0.
+        let run = [c(0, 4, 20), c(1, 3, 30), c(0, 2, 55), c(2, 5, 70), c(1, 3, 80), c(2, 1, 100)];
+        let s = QpShare::compute(3, 10, 100, &run).unwrap();
+        assert_eq!(s.share, 0.0);
+        assert_eq!(s.finish, 1.0);
+        // Even: every QP 2 early, 2 late; all finish at 100.
+        let even = [c(0, 2, 40), c(1, 2, 50), c(0, 2, 90), c(1, 2, 100)];
+        let s = QpShare::compute(2, 0, 100, &even).unwrap();
+        assert_eq!(s.share, 1.0);
+        // QP 1 gets 1 of a mean of 2 early and finishes at 60 of 100.
+        let uneven = [c(0, 3, 30), c(1, 1, 40), c(1, 3, 60), c(0, 1, 100)];
+        let s = QpShare::compute(2, 0, 100, &uneven).unwrap();
+        assert_eq!(s.share, 0.5);
+        assert_eq!(s.finish, 0.6);
+        // Nothing early at all: no QP got less than another.
+        let late = [c(0, 5, 100), c(1, 5, 100)];
+        assert_eq!(QpShare::compute(2, 0, 100, &late).unwrap().share, 1.0);
+        assert!(QpShare::compute(1, 0, 100, &late).is_none());
     }
 }

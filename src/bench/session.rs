@@ -2,7 +2,7 @@
 //! the QPs, measures and prints perftest's report (plus one `metric=` line
 //! per value); the server follows the client's description.
 
-use super::engine::{QpMemory, Role, Side};
+use super::engine::{QpMemory, QpShare, Role, Side};
 use super::oob::{self, Channel, Endpoint};
 use super::{Op, Params, Test, SHOWN_QPS};
 use crate::app::Opened;
@@ -29,6 +29,15 @@ fn bw_metrics(op: &str, m: &Measured, r: &BwReport) -> String {
         m.gigabytes_per_second(),
         r.msg_rate,
         size = m.size
+    )
+}
+
+/// The `metric=` lines of the slowest QP's share (runs of more than one
+/// QP; see [`QpShare`]).
+fn share_metrics(s: &QpShare) -> String {
+    format!(
+        "metric=slowest_qp_share value={:.6} unit=x\nmetric=slowest_qp_finish value={:.6} unit=x",
+        s.share, s.finish
     )
 }
 
@@ -111,9 +120,15 @@ fn client_session(
         let text = match p.test {
             Test::Bw => {
                 let record = opts.peak && u64::from(p.qps) * u64::from(p.iters) <= 1 << 22;
-                let m = side.client_bw(p, size, &peer, record, opts.max_inflight)?;
+                let run = side.client_bw(p, size, &peer, record, opts.max_inflight)?;
+                let m = &run.measured;
                 let r = m.report_with_budget(Unit::MegaBytes, PEAK_BUDGET);
-                format!("{}\n{}", report::row(&r), bw_metrics(p.op.name(), &m, &r))
+                let mut text = format!("{}\n{}", report::row(&r), bw_metrics(p.op.name(), m, &r));
+                if let Some(share) = &run.share {
+                    text += "\n";
+                    text += &share_metrics(share);
+                }
+                text
             }
             Test::Lat => {
                 let posts = side.client_lat(p, size, &peer)?;

@@ -30,6 +30,10 @@ pub(crate) struct BwPlan {
     pub rotate: bool,
     /// Record every WR's post time (for the peak).
     pub record_posts: bool,
+    /// Record each completion's QP, WRs retired and time
+    /// ([`BwRun::per_qp`]), in a Vec with room for this many completions
+    /// reserved before the loop (0: not recorded).
+    pub record_qps: usize,
 }
 
 /// The tool's side of the loop.
@@ -70,6 +74,21 @@ pub(crate) struct BwRun {
     pub posted: Vec<u64>,
     /// Per completion: WRs completed so far over all QPs, and when.
     pub completed: Vec<(u64, u64)>,
+    /// Per completion (when [`BwPlan::record_qps`] asks): the QP's index,
+    /// the WRs it retired (a signaled completion retires the unsignaled
+    /// WRs before it), and when.
+    pub per_qp: Vec<QpCompletion>,
+}
+
+/// One completion of one QP ([`BwRun::per_qp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QpCompletion {
+    /// The QP's index.
+    pub qp: u32,
+    /// WRs the completion retired.
+    pub wrs: u32,
+    /// When, in nanoseconds since the loop started.
+    pub ns: u64,
 }
 
 /// Runs the loop until every QP's `iters` WRs completed.
@@ -81,6 +100,7 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
     if plan.record_posts {
         run.posted.reserve(total as usize);
     }
+    run.per_qp.reserve(plan.record_qps);
     let mut scnt = vec![0u64; nq];
     let mut ccnt = vec![0u64; nq];
     let mut inflight = 0u64;
@@ -141,6 +161,10 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
             }
             done += n - ccnt[q];
             inflight -= (n - ccnt[q]).min(inflight);
+            if plan.record_qps > 0 {
+                let wrs = (n - ccnt[q]) as u32;
+                run.per_qp.push(QpCompletion { qp: q as u32, wrs, ns: now });
+            }
             ccnt[q] = n;
             run.completed.push((done, now));
         }

@@ -44,6 +44,21 @@ fn metric(out: &str, name: &str, unit: &str) -> f64 {
     value
 }
 
+/// The value of `metric=<name>` with unit `x`, a fraction: between 0 and
+/// 1 inclusive.
+fn fraction(out: &str, name: &str) -> f64 {
+    let prefix = format!("metric={name} value=");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {name} metric in:\n{out}"));
+    let mut fields = line[prefix.len()..].split(' ');
+    let value: f64 = fields.next().unwrap().parse().unwrap();
+    assert_eq!(fields.next(), Some("unit=x"), "{line}");
+    assert!((0.0..=1.0).contains(&value), "{line}");
+    value
+}
+
 /// The table rows (lines starting with a size).
 fn rows(out: &str) -> Vec<&str> {
     out.lines()
@@ -78,6 +93,8 @@ fn check_bw(op: &str, net: u8, size: u32) {
     // MB/sec is 2^20 bytes/s, GB/s 10^9.
     assert!((average * 1_048_576.0 / 1e9 - gbs).abs() <= gbs * 0.01 + 1e-4, "{out}");
     metric(&out, &format!("{op}_msgrate_{size}"), "Mpps");
+    // One QP: no share to report.
+    assert!(!out.contains("metric=slowest_qp_share"), "{out}");
 }
 
 fn check_lat(op: &str, net: u8, size: u32) {
@@ -163,6 +180,23 @@ fn many_qps_add_up() {
     metric(&out, "hca_bytes_per_qp", "B");
     assert!(out.contains("Number of qps   : 64"), "{out}");
     assert!(out.contains("and 62 more local QPs"), "{out}");
+}
+
+#[test]
+fn a_few_qps_report_the_slowest_share() {
+    let out = loopback("write", "bw", 13, &["--qps", "4", "-n", "200", "-s", "4096", "-Q", "1"]);
+    let rows = rows(&out);
+    assert_eq!(rows.len(), 1, "{out}");
+    assert_eq!(rows[0].split_whitespace().nth(1), Some("800"), "{out}");
+    // The metric lines follow the row; perftest's table is unchanged.
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("metric=slowest_qp_share "))
+        .unwrap_or_else(|| panic!("no slowest_qp_share in:\n{out}"));
+    assert!(lines[at - 1].starts_with("metric=write_msgrate_4096 "), "{out}");
+    fraction(&out, "slowest_qp_share");
+    fraction(&out, "slowest_qp_finish");
 }
 
 #[test]

@@ -22,7 +22,7 @@ use uroce_tests::ibverbs::{library, require};
 const CHILD_ENV: &str = "UROCE_PERF_SCRIPT_CHILD";
 
 /// Every figure the script prints, each as `metric=<name> value=<number>`.
-const METRICS: [&str; 16] = [
+const METRICS: [&str; 17] = [
     "ratio_write_bw_64KiB_to_ucx_am_bw",
     "ratio_write_bw_64KiB_to_gso_gro",
     "ratio_write_bw_64KiB_to_plain",
@@ -37,6 +37,7 @@ const METRICS: [&str; 16] = [
     "ratio_qp_bytes_beyond_rings_to_2KiB",
     "many_qps_retry_exceeded_err",
     "many_qps_open_loop_retry_exceeded_err",
+    "ratio_slowest_qp_share",
     "ratio_engine_send_8B_to_2Mpps",
     "ratio_engine_write_64KiB_to_2GBps",
 ];

@@ -138,6 +138,7 @@ impl Traffic for Rdma {
             max_inflight: u64::MAX,
             rotate: false,
             record_posts: record,
+            record_qps: 0,
         };
         let mut sender = Sender {
             rdma: self,
