@@ -55,6 +55,18 @@ pub use config::{
     TRACE_CAPACITY,
 };
 pub use link_tcp::{LinkTcpListener, LinkTcpStream};
+
+/// The runtime's own socket calls, without the HCA: for measuring uroce's
+/// socket style alone (`uroce-perf udp-pingpong`, the reference of issue
+/// 14's P2), with exactly the options and batching the runtime uses.
+pub mod raw {
+    pub use super::sockets::SOCKET_BUFFER_BYTES;
+    pub use super::sys::{
+        enable_gro, receive_batch, send_batch, set_dont_fragment, set_no_udp_checksum,
+        set_receive_buffer, set_send_buffer, ReceiveScratch, Received, SendScratch, RECEIVE_MAX,
+        SEND_MAX,
+    };
+}
 pub use stats::UdpStats;
 pub use uroce_faults::{FaultSpec, FaultSpecError};
 

@@ -15,7 +15,7 @@ use uroce_hca::PacketKind;
 use uroce_wire::ROCEV2_UDP_PORT;
 
 /// Socket buffer sizes asked for (the kernel caps them at rmem_max/wmem_max).
-pub(super) const SOCKET_BUFFER_BYTES: usize = 8 << 20;
+pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// GSO: at most this many segments per send (the kernel's limit is 64).
 const GSO_MAX_SEGMENTS: usize = 64;
 /// GSO: at most this many bytes per send (a UDP datagram's limit).

@@ -69,7 +69,7 @@ pub(crate) fn int_option(
 /// Sets "don't fragment" on every datagram (IPv4 DF; IPv6 never fragments
 /// in transit anyway): RoCE packets are never fragmented, and an
 /// unconnected socket then sends IPv4 ID 0, which the ICRC covers.
-pub(crate) fn set_dont_fragment(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+pub fn set_dont_fragment(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
     if ipv6 {
         set_int_option(socket, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
     } else {
@@ -79,7 +79,7 @@ pub(crate) fn set_dont_fragment(socket: &UdpSocket, ipv6: bool) -> io::Result<()
 
 /// IPv4: send UDP checksum 0, as rxe does (the ICRC protects the packet;
 /// the checksum is masked out of it). IPv6 keeps its mandatory checksum.
-pub(crate) fn set_no_udp_checksum(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
+pub fn set_no_udp_checksum(socket: &UdpSocket, ipv6: bool) -> io::Result<()> {
     if ipv6 {
         return Ok(());
     }
@@ -88,14 +88,14 @@ pub(crate) fn set_no_udp_checksum(socket: &UdpSocket, ipv6: bool) -> io::Result<
 
 /// Asks for a receive buffer of `bytes` (the kernel caps it at
 /// `net.core.rmem_max`); returns what the kernel granted.
-pub(crate) fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<usize> {
+pub fn set_receive_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<usize> {
     let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     set_int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF, want)?;
     Ok(int_option(socket, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
 }
 
 /// Asks for a send buffer of `bytes`.
-pub(crate) fn set_send_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
+pub fn set_send_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()> {
     let want = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
     set_int_option(socket, libc::SOL_SOCKET, libc::SO_SNDBUF, want)
 }
@@ -103,13 +103,13 @@ pub(crate) fn set_send_buffer(socket: &UdpSocket, bytes: usize) -> io::Result<()
 /// Turns UDP GRO on: the kernel may hand over several equal-sized
 /// datagrams of one flow as one buffer, with their size in a control
 /// message.
-pub(crate) fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
+pub fn enable_gro(socket: &UdpSocket) -> io::Result<()> {
     set_int_option(socket, SOL_UDP, UDP_GRO, 1)
 }
 
 /// One received datagram (or GRO run of equal-sized datagrams).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Received {
+pub struct Received {
     /// Bytes received into the message's buffer.
     pub len: usize,
     /// Who sent it (`None`: an address family the runtime does not know).
@@ -125,11 +125,11 @@ pub(crate) struct Received {
 const CONTROL_LEN: usize = 64;
 
 /// Most datagrams one `recvmmsg` call takes.
-pub(crate) const RECEIVE_MAX: usize = 64;
+pub const RECEIVE_MAX: usize = 64;
 
 /// The C structures `recvmmsg` needs, kept between calls so that a poll
 /// that finds nothing costs a system call and no set-up.
-pub(crate) struct ReceiveScratch {
+pub struct ReceiveScratch {
     iovecs: Box<[libc::iovec; RECEIVE_MAX]>,
     names: Box<[libc::sockaddr_storage; RECEIVE_MAX]>,
     controls: Box<[[u64; CONTROL_LEN / 8]; RECEIVE_MAX]>,
@@ -142,8 +142,15 @@ pub(crate) struct ReceiveScratch {
 // thread (under the runtime's mutex) is sound.
 unsafe impl Send for ReceiveScratch {}
 
+impl Default for ReceiveScratch {
+    fn default() -> ReceiveScratch {
+        ReceiveScratch::new()
+    }
+}
+
 impl ReceiveScratch {
-    pub(crate) fn new() -> ReceiveScratch {
+    /// Scratch for [`receive_batch`].
+    pub fn new() -> ReceiveScratch {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         unsafe {
             ReceiveScratch {
@@ -159,7 +166,7 @@ impl ReceiveScratch {
 /// Receives up to `buffers.len()` datagrams without blocking, each into
 /// its own buffer from byte `offset` on. Returns how many arrived (0 when
 /// none is waiting).
-pub(crate) fn receive_batch(
+pub fn receive_batch(
     socket: &UdpSocket,
     scratch: &mut ReceiveScratch,
     buffers: &mut [Vec<u8>],
@@ -335,21 +342,28 @@ pub(crate) fn send_segmented(
 }
 
 /// The C structures `sendmmsg` needs, kept between calls.
-pub(crate) struct SendScratch {
+pub struct SendScratch {
     iovecs: Box<[libc::iovec; SEND_MAX]>,
     names: Box<[libc::sockaddr_storage; SEND_MAX]>,
     headers: Box<[libc::mmsghdr; SEND_MAX]>,
 }
 
 /// Most datagrams one `sendmmsg` call sends.
-pub(crate) const SEND_MAX: usize = 64;
+pub const SEND_MAX: usize = 64;
 
 // SAFETY: as for ReceiveScratch: the pointers inside are rewritten before
 // every call and only used by the kernel during it.
 unsafe impl Send for SendScratch {}
 
+impl Default for SendScratch {
+    fn default() -> SendScratch {
+        SendScratch::new()
+    }
+}
+
 impl SendScratch {
-    pub(crate) fn new() -> SendScratch {
+    /// Scratch for [`send_batch`].
+    pub fn new() -> SendScratch {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         unsafe {
             SendScratch {
@@ -364,7 +378,7 @@ impl SendScratch {
 /// Sends each `(payload, destination)` as its own datagram with one
 /// `sendmmsg` call (at most [`SEND_MAX`] per call). Returns how many left;
 /// an error only when the first one was refused.
-pub(crate) fn send_batch(
+pub fn send_batch(
     socket: &UdpSocket,
     scratch: &mut SendScratch,
     datagrams: &[(&[u8], SocketAddr)],

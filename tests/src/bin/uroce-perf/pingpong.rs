@@ -9,7 +9,8 @@
 //! checksum off), sending with `sendmmsg` to `peer:port`. Receiving is a
 //! busy poll of `recvmmsg` (up to 64 datagrams, `MSG_DONTWAIT`, with
 //! source addresses and room for the GRO control message), as a
-//! busy-polling uroce application's receive path does.
+//! busy-polling uroce application's receive path does. The socket options
+//! and the system calls are the runtime's own (`uroce_net::udp::raw`).
 //!
 //! The pinger (this process) starts the echo side as a child process
 //! (itself, `--echo`), waits for its `ready` line, then times each round
@@ -17,23 +18,13 @@
 //! `uroce bench`'s two processes do.
 
 use std::io::{self, BufRead, BufReader};
-use std::mem::{size_of, zeroed};
-use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use uroce_net::udp::raw;
 
-/// Socket buffers asked for (the runtime's `SOCKET_BUFFER_BYTES`).
-const SOCKET_BUFFER_BYTES: libc::c_int = 8 << 20;
-/// Datagrams per `recvmmsg` (the runtime's `RECEIVE_MAX`).
-const RECEIVE_MAX: usize = 64;
 /// Bytes per receive buffer.
 const BUFFER_BYTES: usize = 4200;
-/// Room for one control message (the runtime's `CONTROL_LEN`).
-const CONTROL_LEN: usize = 64;
-/// `UDP_GRO` (linux/udp.h) and `SOL_UDP`.
-const UDP_GRO: libc::c_int = 104;
-const SOL_UDP: libc::c_int = 17;
 /// The first byte of the datagram that ends the echo side.
 const STOP: u8 = 0xff;
 /// A round trip that takes longer than this is a lost datagram.
@@ -99,136 +90,70 @@ pub fn parse(args: &[String]) -> Result<Options, String> {
     Ok(o)
 }
 
-fn set_option(socket: &UdpSocket, level: libc::c_int, name: libc::c_int, value: libc::c_int) {
-    // SAFETY: `value` lives for the call and its size is passed with it.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        // The runtime fails on don't-fragment and checksum errors and
-        // ignores the rest; here every option is only a matter of speed.
-        eprintln!("setsockopt({level}, {name}): {}", io::Error::last_os_error());
-    }
+/// Don't-fragment and no UDP checksum, as on every socket of the runtime
+/// without offload.
+fn roce_options(socket: &UdpSocket) -> io::Result<()> {
+    raw::set_dont_fragment(socket, false)?;
+    raw::set_no_udp_checksum(socket, false)
 }
 
-/// Don't-fragment and no UDP checksum, as on every socket of the runtime.
-fn roce_options(socket: &UdpSocket) {
-    set_option(socket, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO);
-    set_option(socket, libc::SOL_SOCKET, libc::SO_NO_CHECK, 1);
-}
-
-/// One side's sockets and the scratch of its system calls.
+/// One side's sockets and the scratch of its system calls: the runtime's
+/// own calls (`uroce_net::udp::raw`).
 struct Side {
     main: UdpSocket,
     tx: UdpSocket,
-    peer: SocketAddrV4,
+    peer: SocketAddr,
     buffers: Vec<Vec<u8>>,
-    iovecs: Vec<libc::iovec>,
-    names: Vec<libc::sockaddr_storage>,
-    controls: Vec<[u64; CONTROL_LEN / 8]>,
-    headers: Vec<libc::mmsghdr>,
+    received: Vec<raw::Received>,
+    rx_scratch: raw::ReceiveScratch,
+    tx_scratch: raw::SendScratch,
 }
 
 impl Side {
     fn open(local: Ipv4Addr, peer: Ipv4Addr, port: u16, source_port: u16) -> io::Result<Side> {
         let main = UdpSocket::bind(SocketAddrV4::new(local, port))?;
-        roce_options(&main);
-        set_option(&main, libc::SOL_SOCKET, libc::SO_RCVBUF, SOCKET_BUFFER_BYTES);
-        set_option(&main, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER_BYTES);
-        set_option(&main, SOL_UDP, UDP_GRO, 1);
+        roce_options(&main)?;
+        raw::set_receive_buffer(&main, raw::SOCKET_BUFFER_BYTES)?;
+        raw::set_send_buffer(&main, raw::SOCKET_BUFFER_BYTES)?;
+        // GRO is an optimisation, as in the runtime.
+        let _ = raw::enable_gro(&main);
         let tx = UdpSocket::bind(SocketAddrV4::new(local, source_port))?;
-        roce_options(&tx);
-        set_option(&tx, libc::SOL_SOCKET, libc::SO_SNDBUF, SOCKET_BUFFER_BYTES);
-        set_option(&tx, libc::SOL_SOCKET, libc::SO_RCVBUF, 4096);
-        // SAFETY: all-zero bytes are valid for these plain C structs.
-        let zero_iovec: libc::iovec = unsafe { zeroed() };
+        roce_options(&tx)?;
+        let _ = raw::set_send_buffer(&tx, raw::SOCKET_BUFFER_BYTES);
+        let _ = raw::set_receive_buffer(&tx, 4096);
         Ok(Side {
             main,
             tx,
-            peer: SocketAddrV4::new(peer, port),
-            buffers: vec![vec![0; BUFFER_BYTES]; RECEIVE_MAX],
-            iovecs: vec![zero_iovec; RECEIVE_MAX],
-            // SAFETY: as above.
-            names: vec![unsafe { zeroed() }; RECEIVE_MAX],
-            controls: vec![[0; CONTROL_LEN / 8]; RECEIVE_MAX],
-            // SAFETY: as above.
-            headers: vec![unsafe { zeroed() }; RECEIVE_MAX],
+            peer: SocketAddr::V4(SocketAddrV4::new(peer, port)),
+            buffers: vec![vec![0; BUFFER_BYTES]; raw::RECEIVE_MAX],
+            received: Vec::with_capacity(raw::RECEIVE_MAX),
+            rx_scratch: raw::ReceiveScratch::new(),
+            tx_scratch: raw::SendScratch::new(),
         })
     }
 
     /// One `sendmmsg` of one datagram from the source-port socket.
     fn send(&mut self, payload: &[u8]) -> io::Result<()> {
-        let to = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: self.peer.port().to_be(),
-            sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(self.peer.ip().octets()) },
-            sin_zero: [0; 8],
-        };
-        let mut iov = libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
-        // SAFETY: all-zero bytes are a valid mmsghdr.
-        let mut header: libc::mmsghdr = unsafe { zeroed() };
-        header.msg_hdr.msg_name =
-            (&to as *const libc::sockaddr_in as *mut libc::sockaddr_in).cast();
-        header.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        header.msg_hdr.msg_iov = &mut iov;
-        header.msg_hdr.msg_iovlen = 1;
-        // SAFETY: the header points at `to` and `iov`, which point at the
-        // payload; all outlive the call, and the kernel only reads them.
-        let sent = unsafe { libc::sendmmsg(self.tx.as_raw_fd(), &mut header, 1, 0) };
-        if sent == 1 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
+        match raw::send_batch(&self.tx, &mut self.tx_scratch, &[(payload, self.peer)])? {
+            1 => Ok(()),
+            _ => Err(io::Error::other("the datagram was not sent")),
         }
     }
 
-    /// One non-blocking `recvmmsg` of up to [`RECEIVE_MAX`] datagrams;
-    /// returns how many arrived (their lengths in the headers).
+    /// One non-blocking `recvmmsg` of up to `RECEIVE_MAX` datagrams;
+    /// returns how many arrived.
     fn receive(&mut self) -> io::Result<usize> {
-        for i in 0..RECEIVE_MAX {
-            self.iovecs[i] = libc::iovec {
-                iov_base: self.buffers[i].as_mut_ptr().cast(),
-                iov_len: BUFFER_BYTES,
-            };
-            let hdr = &mut self.headers[i].msg_hdr;
-            hdr.msg_name = (&mut self.names[i] as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            hdr.msg_iov = &mut self.iovecs[i];
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = self.controls[i].as_mut_ptr().cast();
-            hdr.msg_controllen = CONTROL_LEN as _;
-            hdr.msg_flags = 0;
-        }
-        // SAFETY: every header points at an iovec, a name and a control
-        // buffer of this side with their true lengths, and each iovec at
-        // its own buffer, all borrowed mutably for the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                self.main.as_raw_fd(),
-                self.headers.as_mut_ptr(),
-                RECEIVE_MAX as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let err = io::Error::last_os_error();
-        match err.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(err),
-        }
+        raw::receive_batch(
+            &self.main,
+            &mut self.rx_scratch,
+            &mut self.buffers,
+            0,
+            &mut self.received,
+        )
     }
 
     fn received(&self, i: usize) -> &[u8] {
-        &self.buffers[i][..self.headers[i].msg_len as usize]
+        &self.buffers[i][..self.received[i].len]
     }
 }
 
