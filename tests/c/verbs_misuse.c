@@ -9,6 +9,19 @@
 
 #define CASE(name, fmt, ...) printf("case %s " fmt "\n", name, __VA_ARGS__)
 
+/* Polls `cq` until `want` completions are in `wc` (bounded): how many came. */
+static int poll_for(struct ibv_cq *cq, int want, struct ibv_wc *wc)
+{
+	int got = 0;
+	for (int spin = 0; spin < 2000000 && got < want; spin++) {
+		int n = ibv_poll_cq(cq, want - got, wc + got);
+		if (n < 0)
+			break;
+		got += n;
+	}
+	return got;
+}
+
 int main(void)
 {
 	int num = 0;
@@ -109,12 +122,7 @@ int main(void)
 		.bind_info = { .mr = mr, .addr = (uintptr_t)buf + 1024, .length = 1024,
 			       .mw_access_flags = IBV_ACCESS_REMOTE_WRITE } };
 	rc = mw ? ibv_bind_mw(qp, mw, &mb) : -1;
-	got = 0;
-	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0) break;
-		got += n;
-	}
+	got = poll_for(cq, 1, wc);
 	CASE("bind_mw", "%d %d %d %s", rc, got, got ? wc[0].status : -1,
 	     mw && mw->rkey != old_rkey ? "new_rkey" : "same_rkey");
 	struct ibv_send_wr mwr = chain[0];
@@ -124,12 +132,7 @@ int main(void)
 	buf[0] = 'x';
 	bad = NULL;
 	rc = ibv_post_send(qp, &mwr, &bad);
-	got = 0;
-	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0) break;
-		got += n;
-	}
+	got = poll_for(cq, 1, wc);
 	CASE("write_through_mw", "%d %d %d %c", rc, got, got ? wc[0].status : -1, buf[1024]);
 	rc = mw ? ibv_dealloc_mw(mw) : -1;
 	CASE("dealloc_mw", "%d", rc);
@@ -152,12 +155,7 @@ int main(void)
 	rc = ibv_post_recv(qp, &trwr, &rbad);
 	bad = NULL;
 	rc |= ibv_post_send(qp, &swr, &bad);
-	got = 0;
-	for (int spin = 0; spin < 2000000 && got < 2; spin++) {
-		int n = ibv_poll_cq(cq, 2 - got, wc + got);
-		if (n < 0) break;
-		got += n;
-	}
+	got = poll_for(cq, 2, wc);
 	CASE("send_through_both", "%d %d %d %s", rc, got,
 	     got == 2 ? wc[0].status | wc[1].status : -1, buf + 3584);
 	rc = mr2 ? ibv_dereg_mr(mr2) : -1;
@@ -168,12 +166,7 @@ int main(void)
 	rc |= ibv_post_recv(qp, &trwr, &rbad);
 	bad = NULL;
 	rc |= ibv_post_send(qp, &swr, &bad);
-	got = 0;
-	for (int spin = 0; spin < 2000000 && got < 2; spin++) {
-		int n = ibv_poll_cq(cq, 2 - got, wc + got);
-		if (n < 0) break;
-		got += n;
-	}
+	got = poll_for(cq, 2, wc);
 	CASE("dereg_one_of_two", "%d %d %d %s", rc, got,
 	     got == 2 ? wc[0].status | wc[1].status : -1, buf + 3712);
 
@@ -184,12 +177,7 @@ int main(void)
 	bwr.next = NULL; bwr.sg_list = &bad_sge; bwr.wr_id = 99;
 	bad = NULL;
 	rc = ibv_post_send(qp, &bwr, &bad);
-	got = 0;
-	for (int spin = 0; spin < 2000000 && got < 1; spin++) {
-		int n = ibv_poll_cq(cq, 1, wc);
-		if (n < 0) break;
-		got += n;
-	}
+	got = poll_for(cq, 1, wc);
 	CASE("bad_lkey", "%d %d %s", rc, got, got ? ibv_wc_status_str(wc[0].status) : "none");
 
 	/* An SRQ through the extended verb; an XRC SRQ is not offered. */

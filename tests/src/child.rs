@@ -57,6 +57,30 @@ pub fn run_if_child(child_env: &str) {
     std::process::exit(code);
 }
 
+/// Writes an executable `uroce` script into `dir` that runs this test
+/// binary as the command (its test `child_test`, with the script's
+/// arguments in `child_env`): for scripts that take the `uroce` command as
+/// a path (`tests/interop/matrix.sh`, `tests/perf/vs-peers.sh`).
+pub fn uroce_wrapper(
+    dir: &std::path::Path,
+    child_test: &str,
+    child_env: &str,
+) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary");
+    let script = format!(
+        "#!/bin/sh\n\
+         # uroce, as a test binary carries it: the arguments go to its {child_test} test\n\
+         {child_env}=$(printf '%s\\037' \"$@\") exec '{}' --exact {child_test} --nocapture \
+         --test-threads=1 --quiet\n",
+        exe.display()
+    );
+    let path = dir.join("uroce");
+    std::fs::write(&path, script).expect("write the uroce wrapper");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    path
+}
+
 /// Starts this test binary as `uroce <args>`: its test `child_test`
 /// (which calls [`run_if_child`] with `child_env`) with `env` set and the
 /// other device settings cleared.

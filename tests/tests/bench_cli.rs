@@ -30,8 +30,8 @@ fn bench(args: &[&str]) -> (i32, String, String) {
     (code, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
 }
 
-/// The value of `metric=<name>`, which must have `unit`.
-fn metric(out: &str, name: &str, unit: &str) -> f64 {
+/// The value of `metric=<name>`, which must have `unit`, and its line.
+fn metric_line<'a>(out: &'a str, name: &str, unit: &str) -> (f64, &'a str) {
     let prefix = format!("metric={name} value=");
     let line = out
         .lines()
@@ -40,6 +40,12 @@ fn metric(out: &str, name: &str, unit: &str) -> f64 {
     let mut fields = line[prefix.len()..].split(' ');
     let value: f64 = fields.next().unwrap().parse().unwrap();
     assert_eq!(fields.next(), Some(format!("unit={unit}").as_str()), "{line}");
+    (value, line)
+}
+
+/// The value of `metric=<name>`, which must have `unit` and be positive.
+fn metric(out: &str, name: &str, unit: &str) -> f64 {
+    let (value, line) = metric_line(out, name, unit);
     assert!(value.is_finite() && value > 0.0, "{line}");
     value
 }
@@ -47,14 +53,7 @@ fn metric(out: &str, name: &str, unit: &str) -> f64 {
 /// The value of `metric=<name>` with unit `x`, a fraction: between 0 and
 /// 1 inclusive.
 fn fraction(out: &str, name: &str) -> f64 {
-    let prefix = format!("metric={name} value=");
-    let line = out
-        .lines()
-        .find(|l| l.starts_with(&prefix))
-        .unwrap_or_else(|| panic!("no {name} metric in:\n{out}"));
-    let mut fields = line[prefix.len()..].split(' ');
-    let value: f64 = fields.next().unwrap().parse().unwrap();
-    assert_eq!(fields.next(), Some("unit=x"), "{line}");
+    let (value, line) = metric_line(out, name, "x");
     assert!((0.0..=1.0).contains(&value), "{line}");
     value
 }

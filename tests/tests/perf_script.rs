@@ -55,19 +55,7 @@ fn repo_root() -> PathBuf {
 
 /// A script that runs this test binary as the `uroce` command.
 fn uroce_wrapper(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary");
-    let script = format!(
-        "#!/bin/sh\n\
-         # uroce, as tests/tests/perf_script.rs carries it\n\
-         {CHILD_ENV}=$(printf '%s\\037' \"$@\") exec '{}' --exact uroce_child --nocapture \
-         --test-threads=1 --quiet\n",
-        exe.display()
-    );
-    let path = dir.join("uroce");
-    std::fs::write(&path, script).expect("write the uroce wrapper");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    path
+    uroce_tests::child::uroce_wrapper(dir, "uroce_child", CHILD_ENV)
 }
 
 /// The number of `metric=<name> value=<number>` in `out`.
