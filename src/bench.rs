@@ -155,11 +155,11 @@ pub struct BenchArgs {
     /// QPs (perftest's -q), for bw tests: the bandwidth is their sum.
     /// Per-QP queue depths shrink so that all QPs together stay within
     /// 32000 WRs. With more than one, the client also prints
-    /// `metric=slowest_qp_share`: each QP's messages completed in the first
-    /// half of the run (first post to last completion), the smallest count
-    /// over the mean (1.0: every QP got its fair part; 0: some QP got
-    /// nothing while the others ran), and `metric=slowest_qp_finish`: that
-    /// QP's last completion as a fraction of the run.
+    /// `metric=slowest_qp_share`: each QP's service rate, its messages over
+    /// its span from its own first post to its last completion, the
+    /// slowest over the mean (1.0: every QP served alike; near 0: one
+    /// waited while the others ran), and `metric=slowest_qp_finish`: that
+    /// QP's span as a fraction of the run.
     #[arg(short = 'q', long, default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=16_384))]
     pub qps: u32,

@@ -44,57 +44,62 @@ pub(crate) struct QpMemory {
     pub rss_per_qp: Option<u64>,
 }
 
-/// How evenly the QPs of a bandwidth run progressed (`--qps` N > 1).
+/// How evenly the device served the QPs of a bandwidth run (`--qps` N > 1).
 ///
-/// T is the run's wall time from the first post to the last completion.
-/// Each QP's messages completed in the first half of T are counted (a
-/// signaled completion counts every WR it retires, the unsignaled ones
-/// before it included).
+/// Each QP's service rate is its messages over its own active span, from
+/// its first post to its last completion (a signaled completion counts
+/// every WR it retires, the unsignaled ones before it included). A QP
+/// cannot be served before it is posted, so the spans start at each QP's
+/// own first post: the measure is the device's arbitration between the
+/// QPs that have work, not the order the tool posts them in.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct QpShare {
-    /// The smallest count divided by the mean count: 1.0 when every QP got
-    /// its fair part of the first half, 0 when some QP got nothing while
-    /// the others ran (1.0 as well when no QP completed anything in the
-    /// first half).
+    /// The slowest QP's rate divided by the mean rate: 1.0 when every QP
+    /// was served alike, near 0 when one waited while the others ran.
     pub share: f64,
-    /// That slowest QP's last completion, from the first post, divided by
-    /// T (of the QPs with the smallest count, the one that finished last).
+    /// That slowest QP's active span divided by the run's (first post to
+    /// last completion).
     pub finish: f64,
 }
 
 impl QpShare {
-    /// The share of `nq` QPs from their completions (`per_qp`, times since
-    /// the loop started, as `first_post` and `last_completion`). `None`
-    /// with fewer than two QPs.
+    /// The share of `nq` QPs from their first posts (`first_posts`) and
+    /// completions (`per_qp`), times since the loop started; the run is
+    /// `first_post..last_completion`. `None` with fewer than two QPs, or
+    /// when a QP has no post or no completion.
     pub fn compute(
         nq: usize,
         first_post: u64,
         last_completion: u64,
+        first_posts: &[u64],
         per_qp: &[QpCompletion],
     ) -> Option<QpShare> {
-        if nq < 2 {
+        if nq < 2 || first_posts.len() != nq {
             return None;
         }
-        let span = last_completion.saturating_sub(first_post);
-        let half = first_post + span / 2;
-        let mut early = vec![0u64; nq];
-        let mut last = vec![first_post; nq];
+        let mut messages = vec![0u64; nq];
+        let mut last = vec![0u64; nq];
         for c in per_qp {
             let q = c.qp as usize;
-            if q >= nq {
-                continue;
+            if q < nq {
+                messages[q] += u64::from(c.wrs);
+                last[q] = last[q].max(c.ns);
             }
-            if c.ns <= half {
-                early[q] += u64::from(c.wrs);
-            }
-            last[q] = last[q].max(c.ns);
         }
-        let mean = early.iter().sum::<u64>() as f64 / nq as f64;
-        let min = early.iter().copied().min().unwrap_or(0);
-        let slowest = (0..nq).filter(|&q| early[q] == min).max_by_key(|&q| last[q]).unwrap_or(0);
+        let mut rates = Vec::with_capacity(nq);
+        for q in 0..nq {
+            if messages[q] == 0 || first_posts[q] == u64::MAX {
+                return None;
+            }
+            let span = last[q].saturating_sub(first_posts[q]).max(1);
+            rates.push(messages[q] as f64 / span as f64);
+        }
+        let mean = rates.iter().sum::<f64>() / nq as f64;
+        let slowest = (0..nq).min_by(|&a, &b| rates[a].total_cmp(&rates[b]))?;
+        let run = last_completion.saturating_sub(first_post).max(1);
         Some(QpShare {
-            share: if mean > 0.0 { min as f64 / mean } else { 1.0 },
-            finish: last[slowest].saturating_sub(first_post) as f64 / span.max(1) as f64,
+            share: rates[slowest] / mean,
+            finish: last[slowest].saturating_sub(first_posts[slowest]) as f64 / run as f64,
         })
     }
 }
@@ -362,7 +367,13 @@ impl Side {
             cq_mod: u64::from(p.cq_mod),
         };
         let run = engine::bandwidth(&mut client, &plan)?;
-        let share = QpShare::compute(nq as usize, run.first_post, run.last_completion, &run.per_qp);
+        let share = QpShare::compute(
+            nq as usize,
+            run.first_post,
+            run.last_completion,
+            &run.qp_first_post,
+            &run.per_qp,
+        );
         let measured = Measured {
             size,
             iters: nq * iters,
@@ -477,24 +488,20 @@ mod tests {
 
     #[test]
     fn slowest_qp_share() {
-        // T = 100 - 10 = 90, first half up to 55. QP 0: 4 + 2 early; QP 1:
-        // 3 early; QP 2: none early, its last at 100. Mean 3, min 0.
-        let run = [c(0, 4, 20), c(1, 3, 30), c(0, 2, 55), c(2, 5, 70), c(1, 3, 80), c(2, 1, 100)];
-        let s = QpShare::compute(3, 10, 100, &run).unwrap();
-        assert_eq!(s.share, 0.0);
-        assert_eq!(s.finish, 1.0);
-        // Even: every QP 2 early, 2 late; all finish at 100.
-        let even = [c(0, 2, 40), c(1, 2, 50), c(0, 2, 90), c(1, 2, 100)];
-        let s = QpShare::compute(2, 0, 100, &even).unwrap();
+        // QP 0: 6 messages from 10 to 70 (0.1 per ns); QP 1: 6 from 40 to 100
+        // (0.1): posted later, served alike.
+        let alike = [c(0, 4, 40), c(1, 3, 70), c(0, 2, 70), c(1, 3, 100)];
+        let s = QpShare::compute(2, 10, 100, &[10, 40], &alike).unwrap();
         assert_eq!(s.share, 1.0);
-        // QP 1 gets 1 of a mean of 2 early and finishes at 60 of 100.
-        let uneven = [c(0, 3, 30), c(1, 1, 40), c(1, 3, 60), c(0, 1, 100)];
-        let s = QpShare::compute(2, 0, 100, &uneven).unwrap();
-        assert_eq!(s.share, 0.5);
-        assert_eq!(s.finish, 0.6);
-        // Nothing early at all: no QP got less than another.
-        let late = [c(0, 5, 100), c(1, 5, 100)];
-        assert_eq!(QpShare::compute(2, 0, 100, &late).unwrap().share, 1.0);
-        assert!(QpShare::compute(1, 0, 100, &late).is_none());
+        assert!((s.finish - 60.0 / 90.0).abs() < 1e-9);
+        // QP 2 posted at 0 like the others but served at the very end: 2
+        // messages over 100 (0.02) against 0.2 and 0.2: mean 0.14.
+        let starved = [c(0, 2, 10), c(1, 2, 10), c(2, 2, 100)];
+        let s = QpShare::compute(3, 0, 100, &[0, 0, 0], &starved).unwrap();
+        assert!((s.share - 0.02 / 0.14).abs() < 1e-9, "{s:?}");
+        assert_eq!(s.finish, 1.0);
+        // A QP without a completion, or one QP: no figure.
+        assert!(QpShare::compute(2, 0, 100, &[0, 0], &[c(0, 5, 100)]).is_none());
+        assert!(QpShare::compute(1, 0, 100, &[0], &[c(0, 5, 100)]).is_none());
     }
 }

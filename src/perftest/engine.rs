@@ -78,6 +78,8 @@ pub(crate) struct BwRun {
     /// the WRs it retired (a signaled completion retires the unsignaled
     /// WRs before it), and when.
     pub per_qp: Vec<QpCompletion>,
+    /// Each QP's first post (when [`BwPlan::record_qps`] asks; else empty).
+    pub qp_first_post: Vec<u64>,
 }
 
 /// One completion of one QP ([`BwRun::per_qp`]).
@@ -101,6 +103,9 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
         run.posted.reserve(total as usize);
     }
     run.per_qp.reserve(plan.record_qps);
+    if plan.record_qps > 0 {
+        run.qp_first_post = vec![u64::MAX; nq];
+    }
     let mut scnt = vec![0u64; nq];
     let mut ccnt = vec![0u64; nq];
     let mut inflight = 0u64;
@@ -140,6 +145,9 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
             };
             if plan.record_posts {
                 run.posted.extend(std::iter::repeat_n(now, posted as usize));
+            }
+            if let Some(first_post) = run.qp_first_post.get_mut(q) {
+                *first_post = (*first_post).min(now);
             }
             scnt[q] += posted;
             inflight += posted;
