@@ -255,3 +255,27 @@ fn demo_trace_shows_each_steps_decisions_beside_its_packets() {
     let faults = step(14);
     assert!(faults.contains("go back to PSN"), "{faults}");
 }
+
+/// The README's main command, `cargo run --release -- demo`, names no
+/// binary: with several binaries in the workspace's default members (the
+/// `uroce` command and the tests crate's `uroce-perf`), cargo runs the
+/// root package's `default-run`, and refuses to choose without it.
+#[test]
+fn the_readmes_cargo_run_picks_the_uroce_command() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--offline", "--manifest-path"])
+        .arg(root)
+        .output()
+        .expect("cargo metadata runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json = String::from_utf8_lossy(&out.stdout);
+    let at = json.find("\"name\":\"uroce\",").expect("the uroce package in the metadata");
+    let package = &json[at..];
+    let end = package.find("\"default_run\":").expect("a default_run field");
+    assert!(
+        package[end..].starts_with("\"default_run\":\"uroce\""),
+        "the root package must say default-run = \"uroce\" (cargo run -- demo)"
+    );
+}
