@@ -6,21 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <infiniband/verbs.h>
+#include "verbs_helpers.h"
 
 #define CASE(name, fmt, ...) printf("case %s " fmt "\n", name, __VA_ARGS__)
 
-/* Polls `cq` until `want` completions are in `wc` (bounded): how many came. */
-static int poll_for(struct ibv_cq *cq, int want, struct ibv_wc *wc)
-{
-	int got = 0;
-	for (int spin = 0; spin < 2000000 && got < want; spin++) {
-		int n = ibv_poll_cq(cq, want - got, wc + got);
-		if (n < 0)
-			break;
-		got += n;
-	}
-	return got;
-}
 
 int main(void)
 {
@@ -73,24 +62,7 @@ int main(void)
 
 	/* Connect the QP to itself (same device), then overfill its send queue
 	 * (max_send_wr 2) and post a bad lkey. */
-	union ibv_gid gid;
-	ibv_query_gid(ctx, 1, 1, &gid);
-	memset(&attr, 0, sizeof attr);
-	attr.qp_state = IBV_QPS_INIT; attr.port_num = 1;
-	attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-	rc = ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-	memset(&attr, 0, sizeof attr);
-	attr.qp_state = IBV_QPS_RTR; attr.path_mtu = IBV_MTU_1024; attr.dest_qp_num = qp->qp_num;
-	attr.max_dest_rd_atomic = 1; attr.min_rnr_timer = 12;
-	attr.ah_attr.is_global = 1; attr.ah_attr.grh.dgid = gid; attr.ah_attr.grh.sgid_index = 1;
-	attr.ah_attr.grh.hop_limit = 64; attr.ah_attr.port_num = 1;
-	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-	memset(&attr, 0, sizeof attr);
-	attr.qp_state = IBV_QPS_RTS; attr.timeout = 14; attr.retry_cnt = 7; attr.rnr_retry = 7;
-	attr.max_rd_atomic = 1;
-	rc |= ibv_modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-			    IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+	rc = connect_to_itself(ctx, qp);
 	CASE("connect_to_itself", "%d", rc);
 
 	struct ibv_send_wr chain[3];

@@ -20,6 +20,8 @@ fn run_c(test: &str, name: &str, source: &str, ip: &str) -> Option<String> {
     let path = dir.path().join(format!("{name}.c"));
     let binary = dir.path().join(name);
     std::fs::write(&path, source).expect("write the C program");
+    let helpers = include_str!("../c/verbs_helpers.h");
+    std::fs::write(dir.path().join("verbs_helpers.h"), helpers).expect("write the helpers");
     let built = Command::new("gcc")
         .arg("-o")
         .arg(&binary)

@@ -115,19 +115,9 @@ unsafe extern "C" fn memcpy_to_dm(
     src: *const c_void,
     len: usize,
 ) -> c_int {
-    guard(libc::EIO, || {
-        // SAFETY: the caller passes device memory of this library.
-        let at = match unsafe { Dm::from_ptr(dm) }.and_then(|d| d.at(offset, len)) {
-            Ok(at) => at,
-            Err(e) => return e,
-        };
-        if len > 0 {
-            // SAFETY: `len` readable bytes at `src` (the caller's), `len`
-            // bytes of the allocation at `at` (checked).
-            unsafe { std::ptr::copy(src.cast::<u8>(), at, len) };
-        }
-        0
-    })
+    // SAFETY: `len` readable bytes at `src` (the caller's), `len` bytes of
+    // the allocation at `at` (checked by `dm_copy`).
+    unsafe { dm_copy(dm, offset, len, |at| std::ptr::copy(src.cast::<u8>(), at, len)) }
 }
 
 /// `ibv_dm.memcpy_from_dm` (the inline `ibv_memcpy_from_dm`).
@@ -137,6 +127,18 @@ unsafe extern "C" fn memcpy_from_dm(
     offset: u64,
     len: usize,
 ) -> c_int {
+    // SAFETY: as memcpy_to_dm, the other way.
+    unsafe { dm_copy(dm, offset, len, |at| std::ptr::copy(at.cast_const(), dst.cast::<u8>(), len)) }
+}
+
+/// Checks `[offset, offset + len)` of the device memory `dm` and, when
+/// `len` is not 0, runs `copy` on its first byte: 0, or the errno.
+///
+/// # Safety
+///
+/// `dm` is device memory of this library (or NULL); `copy` is sound for
+/// `len` bytes of the allocation at the pointer it gets.
+unsafe fn dm_copy(dm: *mut ibv_dm, offset: u64, len: usize, copy: impl FnOnce(*mut u8)) -> c_int {
     guard(libc::EIO, || {
         // SAFETY: the caller passes device memory of this library.
         let at = match unsafe { Dm::from_ptr(dm) }.and_then(|d| d.at(offset, len)) {
@@ -144,8 +146,7 @@ unsafe extern "C" fn memcpy_from_dm(
             Err(e) => return e,
         };
         if len > 0 {
-            // SAFETY: as memcpy_to_dm, the other way.
-            unsafe { std::ptr::copy(at.cast_const(), dst.cast::<u8>(), len) };
+            copy(at);
         }
         0
     })
