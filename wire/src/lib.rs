@@ -30,6 +30,7 @@
 //! | [`udp_port`] | the UDP source port rule rxe uses |
 //! | [`pcap`] | reading and writing capture files, and the capture writer the simulator and the runtime share |
 //! | [`psn`] | 24-bit packet sequence numbers with serial arithmetic |
+//! | [`mad`] | CM MADs on QP1: the common MAD header, REQ, REP, RTU, REJ, MRA, DREQ, DREP, SIDR_REQ/REP, and rdma_cm's IP header and service IDs |
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -53,6 +54,7 @@ pub mod immdt;
 pub mod ip;
 pub mod ipv4;
 pub mod ipv6;
+pub mod mad;
 pub mod ndp;
 pub mod opcode;
 pub mod pcap;
