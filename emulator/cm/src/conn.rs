@@ -35,6 +35,9 @@ pub enum State {
     SidrReqSent,
     /// SIDR_REQ received, waiting for the consumer.
     SidrReqRcvd,
+    /// SIDR_REP sent: kept a while to answer duplicates of the SIDR_REQ
+    /// with the same SIDR_REP instead of a second event.
+    SidrRepSent,
 }
 
 /// A message that expects an answer, sent again on each timeout.
@@ -99,6 +102,9 @@ impl Conn {
     /// Whether the connection still holds its peer's QP (for the stale
     /// connection check): anything between REQ and time-wait.
     pub(crate) fn is_live_connection(&self) -> bool {
-        !matches!(self.state, State::Timewait | State::SidrReqSent | State::SidrReqRcvd)
+        !matches!(
+            self.state,
+            State::Timewait | State::SidrReqSent | State::SidrReqRcvd | State::SidrRepSent
+        )
     }
 }

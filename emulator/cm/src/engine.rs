@@ -140,10 +140,17 @@ impl Cm {
         while let Some(local) = self.timers.pop_due(now_ns) {
             let Some(conn) = self.conns.get_mut(&local.0) else { continue };
             conn.deadline_ns = None;
-            if conn.state == State::Timewait {
-                self.free(local);
-                self.emit(Event::TimewaitExit { id: CmId(local) });
-                continue;
+            match conn.state {
+                State::Timewait => {
+                    self.free(local);
+                    self.emit(Event::TimewaitExit { id: CmId(local) });
+                    continue;
+                }
+                State::SidrRepSent => {
+                    self.free(local);
+                    continue;
+                }
+                _ => {}
             }
             let Some(rt) = conn.retransmit.as_mut() else { continue };
             if rt.retries_left > 0 {
@@ -371,6 +378,12 @@ impl Cm {
         conn.state = State::Timewait;
         let wait_ns = iba_time_to_ms(conn.av_timeout).saturating_mul(NS_PER_MS);
         self.arm(local, now_ns.saturating_add(wait_ns));
+    }
+
+    /// Keeps a CM ID without a retransmission for `hold_ms`, then frees it.
+    pub(crate) fn hold(&mut self, now_ns: u64, local: CommId, hold_ms: u64) {
+        self.stop_retransmit(local);
+        self.arm(local, now_ns.saturating_add(hold_ms.saturating_mul(NS_PER_MS)));
     }
 
     /// Sends a MAD once (an answer: RTU, REJ, MRA, DREP, SIDR_REP).

@@ -85,5 +85,6 @@ pub use counters::Counters;
 pub use engine::{Cm, Transmit};
 pub use error::CmError;
 pub use event::{CmId, DisconnectCause, Event, TimedOut};
+pub use sidr::SIDR_HOLD_MS;
 pub use tid::transaction_id;
 pub use timers::{ack_timeout, iba_time_to_ms, NS_PER_MS};

@@ -79,7 +79,7 @@ impl Cm {
                 Qkey(0),
                 &[],
             )),
-            State::DreqSent | State::Timewait | State::SidrReqSent => None,
+            State::DreqSent | State::Timewait | State::SidrReqSent | State::SidrRepSent => None,
         };
         self.free(local);
         if let Some(mad) = mad {
@@ -137,7 +137,9 @@ impl Cm {
                 self.enter_timewait(now_ns, local);
             }
             State::Timewait => return Outcome::Duplicate,
-            State::SidrReqSent | State::SidrReqRcvd => return Outcome::WrongState,
+            State::SidrReqSent | State::SidrReqRcvd | State::SidrRepSent => {
+                return Outcome::WrongState
+            }
         }
         self.emit(Event::Rejected { id: CmId(local), rej: Box::new(*m) });
         Outcome::Accepted

@@ -12,6 +12,11 @@ use uroce_wire::mad::sidr::{self, SidrStatus};
 use uroce_wire::mad::{CmMessage, CommId, ServiceId, TransactionId, MAD_LEN};
 use uroce_wire::{Qkey, Qpn};
 
+/// How long an answered SIDR_REQ is remembered, to answer its duplicates
+/// with the same SIDR_REP: two of rdma_cm's SIDR timeouts (Linux forgets
+/// it at once and raises a new event for a late duplicate).
+pub const SIDR_HOLD_MS: u64 = 8192;
+
 impl Cm {
     /// Asks a peer which UD QP serves `params.service_id`: a SIDR_REQ (at
     /// most 216 bytes of private data: rdma_cm's CMA header, then the
@@ -45,10 +50,11 @@ impl Cm {
     }
 
     /// Answers a [`Event::SidrRequest`] (at most 136 bytes of private
-    /// data). The CM ID is gone.
+    /// data). The CM ID stays [`SIDR_HOLD_MS`] to answer duplicates of the
+    /// request with the same SIDR_REP, then goes without an event.
     pub fn sidr_reply(
         &mut self,
-        _now_ns: u64,
+        now_ns: u64,
         id: CmId,
         params: &SidrReplyParams,
         private_data: &[u8],
@@ -70,7 +76,11 @@ impl Cm {
             private_data,
         );
         let peer = conn.peer;
-        self.free(id.0);
+        if let Some(conn) = self.conn_mut(id.0) {
+            conn.state = State::SidrRepSent;
+            conn.last_reply = Some(mad.clone());
+        }
+        self.hold(now_ns, id.0, SIDR_HOLD_MS);
         self.send_once(peer, mad);
         Ok(())
     }
@@ -107,7 +117,11 @@ impl Cm {
         m: &sidr::ReqRepr,
     ) -> Outcome {
         // The same request again while the consumer has not answered.
-        if self.find_remote(RemoteKind::Sidr, from.gid, CommId(m.request_id)).is_some() {
+        if let Some(local) = self.find_remote(RemoteKind::Sidr, from.gid, CommId(m.request_id)) {
+            let answer = self.conns.get(&local.0).and_then(|c| c.last_reply.clone());
+            if let Some(mad) = answer {
+                self.send_once(from, mad);
+            }
             return Outcome::Duplicate;
         }
         if !self.listeners.contains(m.service_id) {

@@ -209,7 +209,11 @@ fn sidr_request_and_reply() {
     let req_tid = common::tid(&w.sent_of(Who::A, AttributeId::SIDR_REQ)[0].1[..]);
     assert_eq!(req_tid, transaction_id(1, a_id.0));
     assert_eq!(common::tid(&w.sent_of(Who::B, AttributeId::SIDR_REP)[0].1[..]), req_tid);
+    // B remembers the answer a while for duplicates, then forgets it.
+    assert_eq!((w.a.cm.id_count(), w.b.cm.id_count()), (0, 1));
+    w.run();
     assert_eq!((w.a.cm.id_count(), w.b.cm.id_count()), (0, 0));
+    assert_eq!(w.b.events.len(), 1);
     assert!(w.is_quiet());
 }
 

@@ -243,9 +243,7 @@ impl World {
             self.b.cm.handle_timeout(now);
             self.pump();
         }
-        if self.next_time().is_none() {
-            self.now = self.now.max(end.min(self.now));
-        }
+        self.now = self.now.max(end);
     }
 
     /// Runs until quiet (at most ten virtual minutes).
