@@ -289,3 +289,23 @@ pub fn is_disconnected(e: &Event) -> bool {
 pub fn is_timewait_exit(e: &Event) -> bool {
     matches!(e, Event::TimewaitExit { .. })
 }
+
+/// The 256 bytes of a MAD carrying `message` with `tid`.
+pub fn mad_of(tid: mad::TransactionId, message: &CmMessage) -> Vec<u8> {
+    let mut buf = vec![0u8; MAD_LEN];
+    let mut p = mad::Packet::new_unchecked(&mut buf[..]);
+    mad::Repr::cm(tid, message.attribute_id()).emit(&mut p);
+    message.emit(&mut p).unwrap();
+    buf
+}
+
+/// A world where A and B are connected; their CM IDs.
+pub fn established() -> (World, CmId, CmId) {
+    let mut w = World::listening();
+    let a_id = w.connect();
+    w.run_for(100 * MS);
+    let b_id = first_id(&w.b, is_request);
+    assert!(w.a.cm.state(a_id) == Some(uroce_cm::State::Established));
+    assert!(w.b.cm.state(b_id) == Some(uroce_cm::State::Established));
+    (w, a_id, b_id)
+}
