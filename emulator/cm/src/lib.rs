@@ -32,8 +32,8 @@
 //!           ◀──────────────────── DREP ── Timewait
 //!  Disconnected event, Timewait ── … ──▶ TimewaitExit event, ID freed
 //!
-//!  sidr_request ── SIDR_REQ (retried) ──▶ SidrRequest event
-//!  SidrReply event ◀──────── SIDR_REP ── sidr_reply
+//!  sidr_request ── SIDR_REQ (retried) ──▶ SidrRequest event  SidrReqRcvd
+//!  SidrReply event ◀──────── SIDR_REP ── sidr_reply           SidrRepSent
 //! ```
 //!
 //! Timeouts follow Linux: an IBA exponent `t` counts as `2^(t-8)` ms; a REQ
@@ -51,6 +51,36 @@
 //! an MRA again for a REQ while MRAed, a REJ stale connection for a REQ in
 //! time-wait, the RTU again for a REP after it, a DREP again for a DREQ in
 //! time-wait (and a DREP for a DREQ naming no connection at all).
+//!
+//! ## Where this follows Linux, and where not
+//!
+//! Followed: the timeout arithmetic (`cm_convert_to_ms`, `cm_ack_timeout`);
+//! TIDs (agent number `<< 32` | the byte-swapped local comm ID, the same TID
+//! on a connection's REQ and DREQ, answers echoing the TID they answer);
+//! `cm_issue_rej` for a REQ nobody listens to (reason 8, no local ID); a
+//! duplicate REQ is ignored while the REP is outstanding or the connection
+//! established (the REP's own retransmission answers it), answered with the
+//! MRA while MRAed and with REJ stale connection in time-wait; a new REQ from
+//! a QP that already has a connection is refused as stale and the old
+//! connection disconnected; any RTU that establishes nothing is a duplicate;
+//! a DREQ naming no connection still gets a DREP; a REQ, REP, DREQ or SIDR_REQ
+//! that runs out of retries raises its event without sending anything; a
+//! DREQ must name the connection's QPN. Consumer calls mirror `ib_send_cm_*`
+//! (REJ of a REQ before any MRA carries no local ID), and [`Cm::destroy`]
+//! sends what `ib_destroy_cm_id` sends.
+//!
+//! Not followed: a DREQ received is answered with a DREP at once (Linux lets
+//! the consumer's `rdma_disconnect` send it); every message must also come
+//! from the GID of the CM ID's peer (Linux matches comm IDs only); an
+//! answered SIDR_REQ is kept [`SIDR_HOLD_MS`] to answer its duplicates with
+//! the same SIDR_REP instead of raising a second event; an ID that fails or
+//! is rejected is freed at once (Linux keeps an idle `ib_cm_id` until the
+//! consumer destroys it), so later calls on it return [`CmError::UnknownId`];
+//! duplicate REQs are found by (peer GID, remote comm ID) rather than
+//! (remote comm ID, remote CA GUID), and stay found during time-wait (Linux
+//! drops the connection from that table on entering time-wait, so its REJ
+//! stale for a REQ in time-wait rarely fires); the stale-QPN check is made
+//! on REQs only, not on REPs.
 //!
 //! ## Not supported
 //!
