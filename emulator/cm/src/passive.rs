@@ -211,8 +211,9 @@ impl Cm {
                 self.establish_passive(m.remote_comm_id);
                 Outcome::Accepted
             }
-            // Linux counts any other RTU as a duplicate.
-            _ => Outcome::Duplicate,
+            // Linux counts any other RTU for a connection as a duplicate.
+            State::Established | State::DreqSent | State::Timewait => Outcome::Duplicate,
+            _ => Outcome::WrongState,
         }
     }
 }

@@ -334,3 +334,21 @@ fn destroy_sends_what_linux_sends() {
     assert_eq!(w.b.cm.id_count(), 0);
     let _ = TimedOut::Req;
 }
+
+#[test]
+fn a_full_id_table_answers_rej_no_resources() {
+    let mut w = World::listening();
+    let mut config = common::config(0xb, 2);
+    config.max_ids = 1;
+    w.b.cm = uroce_cm::Cm::new(config);
+    w.b.cm.listen(SERVICE).unwrap();
+    w.connect();
+    let mut second = World::connect_params();
+    second.qpn = uroce_wire::Qpn::new(0x12);
+    let now = w.now;
+    let a2 = w.a.cm.connect(now, &second, &[]).unwrap();
+    w.run_for(100 * MS);
+    assert_eq!(w.b.cm.counters().rej_no_resources, 1);
+    assert!(w.a.events.iter().any(|(_, e)| matches!(e, Event::Rejected { id, rej } if *id == a2 && rej.reason == RejectReason::NoResources)));
+    assert_eq!(w.a.count(is_established), 1);
+}
