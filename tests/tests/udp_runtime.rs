@@ -7,6 +7,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 use uroce::app::{bring_up, connect_pair, default_tuning, qp_on, wait_cq, Node, ALL_ACCESS};
+use uroce_hca::config::SourcePortPolicy;
 use uroce_net::udp::{FaultSpec, ProgressMode, UdpConfig};
 use uroce_verbs::{
     AhAttr, AttrMask, CompChannel, Event, Gid, Qkey, QpAttr, QpCap, QpState, QpType, Qpn, RecvWr,
@@ -136,6 +137,58 @@ fn a_burst_larger_than_one_step_all_leaves() {
     let took = t0.elapsed();
     assert_eq!(got.len(), n as usize, "every UD message of the burst arrived");
     assert!(took < PROMPT, "the burst took {took:?}");
+}
+
+#[test]
+fn doorbells_held_for_a_burst_leave_though_the_application_goes_quiet() {
+    // Posts to many QPs, one `post_send` each, back to back: with a shared
+    // source port, all but the first wait to leave together with the application's next call. Here
+    // none comes: the background thread must send them.
+    for (n, mode) in [ProgressMode::Event, ProgressMode::HYBRID].into_iter().enumerate() {
+        let mut shared = config(9, 1 + 2 * n as u8, mode, None);
+        // Doorbells are held where QPs share a source port; a debug
+        // build's posts are further apart than the default window.
+        shared.hca.source_ports = SourcePortPolicy::Shared;
+        shared.doorbell_burst_ns = 1_000_000;
+        let a = Node::open(shared, 256).unwrap();
+        let b = Node::open(config(9, 2 + 2 * n as u8, ProgressMode::HYBRID, None), 256).unwrap();
+        let qps: Vec<_> = (0..8)
+            .map(|_| {
+                let qa = a.qp(QpType::Rc, cap()).unwrap();
+                let qb = b.qp(QpType::Rc, cap()).unwrap();
+                connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
+                (qa, qb)
+            })
+            .collect();
+        let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+        let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+        let sends: Vec<SendWr> = (0..qps.len() as u64)
+            .map(|i| {
+                let mut send = SendWr::new(i, WrOpcode::Send);
+                send.sg_list = vec![ma.sge(0, 64)];
+                send.flags = SendFlags::SIGNALED;
+                send
+            })
+            .collect();
+        for round in 0..3u64 {
+            for (i, (_, qb)) in qps.iter().enumerate() {
+                let wr_id = round * 100 + i as u64;
+                qb.post_recv(&[RecvWr { wr_id, sg_list: vec![mb.sge(0, 64)] }]).unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            let t0 = Instant::now();
+            for ((qa, _), send) in qps.iter().zip(&sends) {
+                qa.post_send(std::slice::from_ref(send)).unwrap();
+            }
+            let got = b.wait(qps.len(), Duration::from_secs(3));
+            let took = t0.elapsed();
+            assert_eq!(got.len(), qps.len(), "{mode}: round {round}: every message arrived");
+            assert!(took < PROMPT, "{mode}: round {round}: the burst took {took:?}");
+            assert_eq!(a.wait(qps.len(), Duration::from_secs(3)).len(), qps.len(), "{mode}");
+        }
+        let held = a.dev.stats().tx_doorbells_held;
+        assert!(held >= 3, "{mode}: doorbells were held: {held}");
+    }
 }
 
 #[test]

@@ -56,6 +56,8 @@ pub struct HcaConfig {
     /// Which IPv4 identification the HCA writes into the headers its ICRC
     /// covers: whatever carries its packets must send exactly that.
     pub ipv4_id: Ipv4IdPolicy,
+    /// Which UDP source port each QP's packets carry.
+    pub source_ports: SourcePortPolicy,
 }
 
 /// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
@@ -72,6 +74,33 @@ pub enum Ipv4IdPolicy {
     /// Always 0: what Linux writes for a DF datagram from an unconnected
     /// UDP socket, so the UDP runtime's ICRC covers what the kernel sends.
     Zero,
+}
+
+/// Which UDP source port a QP's packets carry. The port only spreads flows
+/// over ECMP paths: receivers (rxe among them) accept any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SourcePortPolicy {
+    /// A port per QP, hashed from its QP numbers as rxe does
+    /// (`uroce_wire::udp_port`): bit-exact with rxe's packets.
+    #[default]
+    PerQp,
+    /// Every QP of the device sends from one port, `udp_port::SPORT_BASE`
+    /// (0xC000). Over kernel UDP, a port is a socket and the kernel batches
+    /// (GSO, GRO) only one socket's datagrams to one peer: with many QPs,
+    /// one port lets their packets leave and arrive in batches instead of
+    /// one system call each, at the cost of ECMP spread.
+    Shared,
+}
+
+impl SourcePortPolicy {
+    /// Reads `per-qp` or `shared`.
+    pub fn parse(text: &str) -> Option<SourcePortPolicy> {
+        match text.trim() {
+            "per-qp" | "rxe" => Some(SourcePortPolicy::PerQp),
+            "shared" | "one" => Some(SourcePortPolicy::Shared),
+            _ => None,
+        }
+    }
 }
 
 impl Default for HcaConfig {
@@ -101,6 +130,7 @@ impl Default for HcaConfig {
             max_unacked_psns: 128,
             max_pkt_per_ack: 64,
             ipv4_id: Ipv4IdPolicy::Counter,
+            source_ports: SourcePortPolicy::PerQp,
         }
     }
 }

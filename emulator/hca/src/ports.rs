@@ -10,15 +10,22 @@
 //! the refused port. The runtime never reads or rewrites a packet.
 
 use crate::hca::Hca;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use uroce_wire::frame::{classify, Classified, Link};
 use uroce_wire::ROCEV2_UDP_PORT;
 
-/// Source ports the runtime cannot send from (at most 65,536: one entry
-/// per port).
+/// The source ports QPs took, and those the runtime cannot send from.
 #[derive(Debug, Default)]
 pub(crate) struct SourcePorts {
+    /// Ports the runtime cannot send from (at most 65,536: one entry per
+    /// port).
     refused: BTreeSet<u16>,
+    /// Every port a QP ever took, one bit per port (1,024 words once the
+    /// first is taken).
+    taken: Vec<u64>,
+    /// Ports taken for the first time that the runtime has not been told
+    /// of ([`Hca::poll_new_source_port`]).
+    new: VecDeque<u16>,
 }
 
 impl SourcePorts {
@@ -28,6 +35,18 @@ impl SourcePorts {
             port
         } else {
             ROCEV2_UDP_PORT
+        }
+    }
+
+    /// A QP took `port`: the first time, it is queued for the runtime.
+    pub(crate) fn take(&mut self, port: u16) {
+        if self.taken.is_empty() {
+            self.taken = vec![0; (usize::from(u16::MAX) + 1) / 64];
+        }
+        let (word, bit) = (usize::from(port / 64), 1u64 << (port % 64));
+        if self.taken[word] & bit == 0 {
+            self.taken[word] |= bit;
+            self.new.push_back(port);
         }
     }
 }
@@ -57,6 +76,15 @@ impl Hca {
     /// it.
     pub fn allow_source_port(&mut self, port: u16) {
         self.source_ports.refused.remove(&port);
+    }
+
+    /// A source port a QP took for the first time since the last call
+    /// (each port once). A runtime that sends each port's packets from a
+    /// socket of its own binds it now, when the QP is connected, rather
+    /// than on the first packet, where it would cost a few system calls on
+    /// the data path.
+    pub fn poll_new_source_port(&mut self) -> Option<u16> {
+        self.source_ports.new.pop_front()
     }
 
     /// The ports the runtime refused, in order.

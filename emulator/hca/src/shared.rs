@@ -51,6 +51,13 @@ pub trait Driver: Send + Sync {
     fn flush(&self) {
         self.progress();
     }
+    /// A send doorbell was rung: sends what is ready, as [`Driver::flush`],
+    /// or holds it for the application's next call when doorbells come in
+    /// a burst (the runtime's choice; it must still send it in bounded
+    /// time).
+    fn rang_send_doorbell(&self) {
+        self.flush();
+    }
     /// A receive was posted: it makes no packet to send, but tells the
     /// runtime the application is awake.
     fn posted_receive(&self) {}
@@ -207,7 +214,9 @@ impl DeviceLink for SharedHca {
         self.lock().doorbell(now, doorbell);
         self.notify_if_events();
         if matches!(doorbell, Doorbell::SendQueue(_)) {
-            self.flush();
+            if let Some(driver) = self.driver() {
+                driver.rang_send_doorbell();
+            }
         }
     }
 

@@ -2,7 +2,7 @@
 //! the attributes each sets), destroy.
 
 use super::{Hca, TimerKind};
-use crate::config::HcaConfig;
+use crate::config::{HcaConfig, SourcePortPolicy};
 use crate::handles::{CqIndex, PdIndex, SrqIndex, TableIndex};
 use crate::qp::{Completer, Path, QpContext, Requester, Responder, SqSlot};
 use crate::qp_state::modify_is_ok;
@@ -103,7 +103,11 @@ impl Hca {
         if let Some(qp) = self.qps.get_mut(index) {
             qp.qpn = qpn;
             if init.qp_type == QpType::Ud {
-                qp.sport = udp_port::datagram_sport(qpn);
+                qp.sport = match self.config.source_ports {
+                    SourcePortPolicy::PerQp => udp_port::datagram_sport(qpn),
+                    SourcePortPolicy::Shared => udp_port::SPORT_BASE,
+                };
+                self.source_ports.take(qp.sport);
             }
         }
         Ok(Reply::Qp { qpn })
@@ -163,6 +167,7 @@ impl Hca {
         validate_attr_values(attr, mask, config)?;
         apply_attrs(qp, attr, mask, path);
         qp.state = to;
+        let mut took_port = None;
         match to {
             QpState::Reset => reset_qp(qp),
             QpState::Rtr if from == QpState::Init => {
@@ -171,7 +176,13 @@ impl Hca {
                 qp.resp.resources = vec![None; slots];
                 if qp.qp_type != QpType::Ud {
                     let remote = Qpn::new(qp.attr.dest_qp_num);
-                    qp.sport = udp_port::connected_sport(qpn, remote, qp.attr.ah_attr.flow_label);
+                    qp.sport = match config.source_ports {
+                        SourcePortPolicy::PerQp => {
+                            udp_port::connected_sport(qpn, remote, qp.attr.ah_attr.flow_label)
+                        }
+                        SourcePortPolicy::Shared => udp_port::SPORT_BASE,
+                    };
+                    took_port = Some(qp.sport);
                 }
             }
             QpState::Rts if from == QpState::Rtr => {
@@ -190,6 +201,9 @@ impl Hca {
             if to == QpState::Sqd {
                 step.sq_drained_check();
             }
+        }
+        if let Some(port) = took_port {
+            self.source_ports.take(port);
         }
         Ok(Reply::Done)
     }

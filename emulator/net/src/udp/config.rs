@@ -9,7 +9,7 @@ use crate::link::{LinkAttach, LinkConfig};
 use core::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use uroce_faults::FaultSpec;
-use uroce_hca::config::HcaConfig;
+use uroce_hca::config::{HcaConfig, SourcePortPolicy};
 
 /// How the background thread waits when it is in charge of the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +76,13 @@ pub struct UdpConfig {
     /// checksums, so datagrams then carry one (legal RoCEv2: the ICRC masks
     /// it, and rxe accepts it). See `docs/runtime.md`.
     pub offload: bool,
+    /// Send doorbells rung within this many nanoseconds of the previous
+    /// one, with no poll between, leave together with the application's
+    /// next call (0: every doorbell sends at once). It applies where
+    /// different QPs' packets can leave in one send call: a shared source
+    /// port, or the L2 transport; with a socket per QP's port, holding
+    /// would only delay. See `doorbells.rs`.
+    pub doorbell_burst_ns: u64,
     /// What becomes of the HCA's decisions ([`uroce_hca::trace`]).
     pub trace: TraceMode,
     /// The HCA's limits.
@@ -115,6 +122,7 @@ impl UdpConfig {
             faults: None,
             capture: None,
             offload: true,
+            doorbell_burst_ns: super::doorbells::BURST_WINDOW_NS,
             trace: TraceMode::Off,
             hca: HcaConfig::default(),
             memory_budget_bytes: 16 << 30,
@@ -125,7 +133,8 @@ impl UdpConfig {
     /// The configuration the environment asks for: `UROCE_ADDR` (default
     /// 127.0.0.1), `UROCE_PROGRESS` (`busy`, `event`, `hybrid[:spin_us]`),
     /// `UROCE_FAULTS` (see [`FaultSpec::parse`]), `UROCE_CAPTURE` (a pcap
-    /// path), `UROCE_OFFLOAD` (`1` for GSO), `UROCE_TRACE` (`1`: print the
+    /// path), `UROCE_OFFLOAD` (`1` for GSO), `UROCE_SOURCE_PORTS` (`per-qp`,
+    /// rxe's, or `shared`: see [`SourcePortPolicy`]), `UROCE_TRACE` (`1`: print the
     /// HCA's decisions on standard error), and for the L2 transport
     /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`) or `UROCE_TAP` (a
     /// TAP interface's name), with `UROCE_ADDR`'s `/prefix` saying what is
@@ -211,6 +220,11 @@ impl UdpConfig {
                     return Err(UdpError::Config(format!("UROCE_TRACE=`{text}`: expected 0 or 1")))
                 }
             };
+        }
+        if let Some(text) = var("UROCE_SOURCE_PORTS") {
+            config.hca.source_ports = SourcePortPolicy::parse(&text).ok_or_else(|| {
+                UdpError::Config(format!("UROCE_SOURCE_PORTS=`{text}`: expected per-qp or shared"))
+            })?;
         }
         if let Some(text) = var("UROCE_OFFLOAD") {
             config.offload = match text.trim() {

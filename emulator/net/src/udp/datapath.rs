@@ -2,6 +2,7 @@
 //! injector and the capture) and from the transport to the HCA.
 
 use super::capture::Capture;
+use super::doorbells::DoorbellBatch;
 use super::progress::Runtime;
 use super::sys;
 use super::transport::{Leaving, Transport, TxBatch};
@@ -45,6 +46,8 @@ pub(super) struct Io {
     /// Since when packets the application's receive produced wait for its
     /// next verbs call.
     pub deferred_since_ns: Option<u64>,
+    /// Send doorbells held for the application's next poll.
+    pub doorbells: DoorbellBatch,
     pub capture: Option<Capture>,
     /// Scratch for one frame.
     pub frame: Vec<u8>,
@@ -57,6 +60,7 @@ impl Io {
         faults: Option<Injector>,
         capture: Option<Capture>,
         stats: UdpStats,
+        doorbell_burst_ns: u64,
     ) -> Io {
         Io {
             rx_buffers: vec![vec![0u8; HEADROOM + RECEIVE_BUFFER]; RECEIVE_BATCH],
@@ -71,6 +75,7 @@ impl Io {
             delayed: BinaryHeap::new(),
             delayed_seq: 0,
             deferred_since_ns: None,
+            doorbells: DoorbellBatch::new(doorbell_burst_ns),
             capture,
             frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
             stats,
@@ -229,6 +234,7 @@ impl Runtime {
     /// burst of packets.
     pub(super) fn transmit_some(&self, io: &mut Io, now_ns: u64) -> usize {
         io.deferred_since_ns = None;
+        io.doorbells.sent();
         let now = Instant::from_nanos(now_ns);
         let mut sent = 0;
         while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
@@ -253,6 +259,15 @@ impl Runtime {
                     if let Transport::Udp(sockets) = &mut io.transport {
                         for port in sockets.retry_due(now_ns) {
                             hca.allow_source_port(port);
+                        }
+                    }
+                    // A port a QP just took (at its connection: a command,
+                    // then this flush) is bound now, off the data path; one
+                    // that cannot be is refused with its first packet
+                    // (`settle`).
+                    while let Some(port) = hca.poll_new_source_port() {
+                        if let Transport::Udp(sockets) = &mut io.transport {
+                            sockets.can_send_from(port, now_ns);
                         }
                     }
                 }

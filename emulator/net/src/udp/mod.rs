@@ -34,7 +34,8 @@
 //! (the `Transport` of three kinds: kernel UDP, the L2 link
 //! over UDP-carried frames, a TAP), `sockets.rs` (kernel UDP: a socket per
 //! source port, `sendmmsg` and GSO batching), `datapath.rs` (packets
-//! between the HCA and the transport, faults, capture), `progress.rs` (the
+//! between the HCA and the transport, faults, capture), `doorbells.rs`
+//! (send doorbells rung back to back leave together), `progress.rs` (the
 //! application's thread and the background thread), `capture.rs`,
 //! `stats.rs`, `sys.rs` (the socket calls std lacks), `tap.rs`,
 //! `link_tcp.rs` (the tools' TCP over the link).
@@ -42,6 +43,7 @@
 mod capture;
 mod config;
 mod datapath;
+mod doorbells;
 mod link_tcp;
 mod progress;
 mod sockets;
@@ -83,7 +85,7 @@ use std::thread::JoinHandle;
 use transport::Transport;
 use uroce_device::command::Gid;
 use uroce_faults::Injector;
-use uroce_hca::config::Ipv4IdPolicy;
+use uroce_hca::config::{Ipv4IdPolicy, SourcePortPolicy};
 use uroce_hca::{Driver, Hca, SharedHca};
 
 /// Why a device could not be opened.
@@ -163,6 +165,10 @@ impl UdpDevice {
         }
         let (transport, receive_buffer_bytes) = Transport::open(&config, random_seed())?;
         let is_link = transport.is_link();
+        // Held doorbells pay where different QPs' packets can share a send
+        // call: not from a socket per QP.
+        let batches_across_qps = is_link || hca_config.source_ports == SourcePortPolicy::Shared;
+        let doorbell_burst_ns = if batches_across_qps { config.doorbell_burst_ns } else { 0 };
         let ready_fd = transport
             .ready_fd()
             .map_err(|e| UdpError::Io("duplicating the transport's descriptor".into(), e))?;
@@ -198,7 +204,8 @@ impl UdpDevice {
             app_posted: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             background_idle: AtomicBool::new(false),
-            io: Mutex::new(Io::new(transport, faults, capture, stats)),
+            background_until_ns: AtomicU64::new(u64::MAX),
+            io: Mutex::new(Io::new(transport, faults, capture, stats, doorbell_burst_ns)),
         });
         let driver: Arc<dyn Driver> = runtime.clone();
         let _ = hca.set_driver(Arc::downgrade(&driver));

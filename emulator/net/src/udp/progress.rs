@@ -4,6 +4,7 @@
 //! `docs/runtime.md`).
 
 use super::datapath::Io;
+use super::doorbells::{Doorbell, MAX_HOLD_NS};
 use super::{lock, DeviceSummary, ProgressMode, UdpStats};
 use core::net::IpAddr;
 use std::cmp::Reverse;
@@ -50,6 +51,9 @@ pub(super) struct Runtime {
     pub stop: AtomicBool,
     /// The background thread is (about to be) asleep on the socket.
     pub background_idle: AtomicBool,
+    /// Until when (runtime nanoseconds) the background thread sleeps while
+    /// the application drives (`u64::MAX`: on the socket, for any packet).
+    pub background_until_ns: AtomicU64,
     pub io: Mutex<Io>,
 }
 
@@ -72,6 +76,38 @@ impl Driver for Runtime {
         // thread asleep on an older deadline must look again.
         self.kick_background();
         self.deliver_events();
+    }
+
+    fn rang_send_doorbell(&self) {
+        self.mark_app_active();
+        let now = self.now_ns();
+        let doorbell = {
+            let mut io = lock(&self.io);
+            let doorbell = io.doorbells.rang(now);
+            if doorbell != Doorbell::SendNow {
+                io.stats.tx_doorbells_held += 1;
+            }
+            doorbell
+        };
+        match doorbell {
+            Doorbell::SendNow => {
+                self.flush();
+                // The burst window runs from the end of the send: the
+                // system call is not the application's gap between posts.
+                lock(&self.io).doorbells.rang_until(self.now_ns());
+            }
+            Doorbell::HeldFirst | Doorbell::Held => {
+                // The next poll sends it: nothing held back for it there.
+                self.app_posted.store(true, Ordering::Relaxed);
+                // A background thread asleep past the hold must look again
+                // (once per burst).
+                if doorbell == Doorbell::HeldFirst
+                    && self.background_until_ns.load(Ordering::SeqCst) > now + MAX_HOLD_NS
+                {
+                    self.wake();
+                }
+            }
+        }
     }
 
     fn posted_receive(&self) {
@@ -166,6 +202,7 @@ impl Runtime {
         {
             let mut io = lock(&self.io);
             if app {
+                io.doorbells.polled();
                 // The application's thread: send what is ready (including
                 // what the last receive produced), then take what arrived
                 // and return, so the application sees its completions
@@ -244,17 +281,17 @@ impl Runtime {
     /// When the device next needs attention by itself (a timer or a
     /// delayed packet), in runtime nanoseconds.
     fn next_deadline_ns(&self) -> Option<u64> {
-        let timer = {
+        let (ready, timer) = {
             let hca = self.hca.lock();
-            // Packets left behind by a burst limit are due now.
-            if hca.has_transmit_ready() {
-                Some(0)
-            } else {
-                hca.poll_timeout().map(Instant::as_nanos)
-            }
+            (hca.has_transmit_ready(), hca.poll_timeout().map(Instant::as_nanos))
         };
         let delayed = {
             let mut io = lock(&self.io);
+            // Packets ready are due now (left behind by a burst limit), or
+            // when held doorbells must leave (the application sends them
+            // with its next poll before that).
+            let doorbells = io.doorbells.release_at_ns();
+            let ready = ready.then_some(doorbells.unwrap_or(0));
             let held = io.delayed.peek().map(|Reverse(d)| d.due_ns);
             let deferred = io.deferred_since_ns.map(|t| t + DEFERRED_ACK_NS);
             let now = Instant::from_nanos(self.now_ns());
@@ -265,7 +302,7 @@ impl Runtime {
                     host.poll_at_ns(now)
                 }
             });
-            [held, deferred, link].into_iter().flatten().min()
+            [ready, doorbells, held, deferred, link].into_iter().flatten().min()
         };
         match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -280,7 +317,6 @@ impl Runtime {
         let mut more = false;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
-            let deadline = self.next_deadline_ns();
             let app_active = !self.app_sleeping.load(Ordering::Acquire)
                 && now.saturating_sub(self.last_app_ns.load(Ordering::Relaxed)) < APP_ACTIVE_NS
                 && self.last_app_ns.load(Ordering::Relaxed) != 0;
@@ -288,8 +324,15 @@ impl Runtime {
                 // The application drives; wake for its silence, a timer,
                 // or a stop/sleep signal.
                 let quiet_at = self.last_app_ns.load(Ordering::Relaxed) + APP_ACTIVE_NS;
+                // Announce the wait, then compute its deadline: a doorbell
+                // held after this wakes it if it would sleep past the hold
+                // (`rang_send_doorbell`).
+                self.background_until_ns.store(quiet_at, Ordering::SeqCst);
+                let deadline = self.next_deadline_ns();
                 let until = deadline.map_or(quiet_at, |d| d.min(quiet_at));
-                self.wait(false, until.saturating_sub(now));
+                self.background_until_ns.store(until, Ordering::SeqCst);
+                self.wait(false, until.saturating_sub(self.now_ns()));
+                self.background_until_ns.store(u64::MAX, Ordering::SeqCst);
                 if deadline.is_some_and(|d| d <= self.now_ns()) {
                     self.step();
                 }

@@ -26,6 +26,9 @@ pub struct UdpStats {
     /// not be bound (the HCA settled them on 4791 before their ICRC:
     /// [`uroce_hca::Hca::refuse_source_port`]).
     pub tx_port_fallbacks: u64,
+    /// Send doorbells held to leave with a later call (rung back to back:
+    /// see `doorbells.rs`).
+    pub tx_doorbells_held: u64,
     /// Packets the fault injector dropped.
     pub faults_lost: u64,
     /// Extra copies the fault injector sent.
@@ -66,6 +69,7 @@ impl UdpStats {
             ("tx_errors", self.tx_errors),
             ("tx_gso_refused", self.tx_gso_refused),
             ("tx_port_fallbacks", self.tx_port_fallbacks),
+            ("tx_doorbells_held", self.tx_doorbells_held),
             ("faults_lost", self.faults_lost),
             ("faults_duplicated", self.faults_duplicated),
             ("faults_delayed", self.faults_delayed),
