@@ -282,6 +282,15 @@ many_qps() {
 many_qps_open() {
   many_qps --max-inflight 0 || true
 }
+# The same two with one UDP source port per device instead of rxe's port
+# per QP (UROCE_SOURCE_PORTS=shared): the kernel then batches many QPs'
+# packets per send call (GSO) and receive (GRO).
+many_qps_shared() {
+  UROCE_SOURCE_PORTS=shared many_qps
+}
+many_qps_shared_open() {
+  UROCE_SOURCE_PORTS=shared many_qps_open
+}
 
 # --- measure ----------------------------------------------------------------
 start=$(date +%s)
@@ -302,6 +311,8 @@ repeat rate uroce_bench write bw -s 8 -n "$rate_iters"
 repeat one_qp uroce_bench write bw -s 4096 -n "$one_qp_iters" --qps 1
 repeat many many_qps
 repeat many_open many_qps_open
+repeat many_shared many_qps_shared
+repeat many_shared_open many_qps_shared_open
 say "Debian's perftest and ibv_rc_pingpong on uroce's libibverbs.so.1"
 repeat ib_send_lat perftest_lat
 repeat rc_pingpong rc_pingpong
@@ -330,6 +341,9 @@ retry=$(med many retry_exceeded_err)
 retry_open=$(med many_open retry_exceeded_err)
 share=$(med many_open slowest_qp_share)
 finish=$(med many_open slowest_qp_finish)
+many_shared_bw=$(med many_shared write_bw_4096)
+retry_shared_open=$(med many_shared_open retry_exceeded_err)
+share_shared=$(med many_shared_open slowest_qp_share)
 e_send=$(med engine engine_send_8b_pps_nodigest)
 e_write=$(med engine engine_write_64k_mtu4096_goodput_nodigest)
 e_send_swarm=$(med engine engine_send_8b_pps)
@@ -374,6 +388,8 @@ emit ratio_write_msgrate_8B_to_mmsg32_fc "$(ratio "$rate" "$mmsg_fc_64")" x \
 echo "# P4 scale: $many_qps RC QPs, 4 KiB WRITEs, two processes"
 emit ratio_write_bw_many_qps_to_1qp "$(ratio "$many_bw" "$one_qp")" x \
   "$many_qps QPs $(f "$many_bw" GB/s) aggregate vs 1 QP $(f "$one_qp" GB/s); target >= 0.8"
+emit ratio_write_bw_many_qps_shared_port_to_1qp "$(ratio "$many_shared_bw" "$one_qp")" x \
+  "the same with UROCE_SOURCE_PORTS=shared (one source port per device) $(f "$many_shared_bw" GB/s); target >= 0.8"
 emit ratio_qp_bytes_beyond_rings_to_2KiB "$(ratio "$beyond" 2048)" x \
   "process RSS per QP beyond its rings $(f "$beyond" B); target <= 1.0 (stretch 0.5)"
 emit many_qps_retry_exceeded_err "$retry" errors \
@@ -382,6 +398,10 @@ emit many_qps_open_loop_retry_exceeded_err "$retry_open" errors \
   "the same with --max-inflight 0 (every WR posted at once, as perftest): the device's own bursts; target 0"
 emit ratio_slowest_qp_share "$share" x \
   "the $many_qps-QP runs with --max-inflight 0 (the device's arbitration): the slowest QP's service rate (messages from its first post to its last completion) over the mean QP's (its span $(fig "$finish") of the run); no QP starves: target >= 0.5"
+emit many_qps_shared_port_open_loop_retry_exceeded_err "$retry_shared_open" errors \
+  "--max-inflight 0 with UROCE_SOURCE_PORTS=shared; target 0"
+emit ratio_slowest_qp_share_shared_port "$share_shared" x \
+  "the slowest QP's share with UROCE_SOURCE_PORTS=shared, --max-inflight 0; target >= 0.5"
 echo "# P5 engine: two HCAs on the simulated fabric, one thread, trace_packet_digests off"
 emit ratio_engine_send_8B_to_2Mpps "$(ratio "$e_send" 2000000)" x \
   "8 B SEND $(f "$e_send" packets/s) (the swarm's fabric, digests on: $(f "$e_send_swarm" packets/s)); target >= 1.0"
@@ -402,9 +422,11 @@ row "P2 SEND 64 B RTT" "$(f "$rtt" us)" "raw UDP, connected $(f "$busy_rtt" us)"
 row "P2 ibv_rc_pingpong 64 B" "$(f "$pingpong" us/iter)" "raw UDP, uroce's sockets $(f "$raw_rtt" us)" "$(ratio "$pingpong" "$raw_rtt")" "no slower"
 row "P3 WRITE 8 B rate" "$(f "$rate" msg/s)" "UDP mmsg32 fc 64 B $(f "$mmsg_fc_64" /s)" "$(ratio "$rate" "$mmsg_fc_64")" ">= 1.0"
 row "P4 $many_qps QPs, WRITE 4 KiB" "$(f "$many_bw" GB/s)" "1 QP $(f "$one_qp" GB/s)" "$(ratio "$many_bw" "$one_qp")" ">= 0.8"
+row "P4 $many_qps QPs, shared source port" "$(f "$many_shared_bw" GB/s)" "1 QP $(f "$one_qp" GB/s)" "$(ratio "$many_shared_bw" "$one_qp")" ">= 0.8"
 row "P4 memory per QP beyond rings" "$(f "$beyond" B)" "2 KiB" "$(ratio "$beyond" 2048)" "<= 1.0"
 row "P4 retry exceeded, --max-inflight 1024 / 0" "${retry:-n/a} / ${retry_open:-n/a}" "-" "-" "0 / 0"
 row "P4 slowest QP's share, --max-inflight 0" "$(fig "$share")" "the mean QP" "$(fig "$share")" ">= 0.5 (no QP starves)"
+row "P4 shared port: retry exceeded / slowest share, --max-inflight 0" "${retry_shared_open:-n/a} / $(fig "$share_shared")" "-" "-" "0 / >= 0.5"
 row "P5 engine 8 B SEND" "$(f "$e_send" pkt/s)" "2 M pkt/s" "$(ratio "$e_send" 2000000)" ">= 1.0"
 row "P5 engine 64 KiB WRITE" "$(f "$e_write" GB/s)" "2 GB/s" "$(ratio "$e_write" 2)" ">= 1.0"
 
@@ -415,7 +437,7 @@ for m in "blast udp_blast_plain_4124B_rx_GBps" "blast udp_blast_gso_gro_4124B_rx
   "rawudp udp_pingpong_uroce_style_median_us" "ucx_bw ucx_bw" "ucx_lat ucx_p50_us" \
   "write write_bw_65536" "plain write_bw_65536" "lat send_lat_64" "rate write_msgrate_8" \
   "ib_send_lat ib_send_lat_64" "rc_pingpong rc_pingpong_64" "one_qp write_bw_4096" \
-  "many write_bw_4096" "many qp_bytes_beyond_rings" "many_open slowest_qp_share" \
+  "many write_bw_4096" "many_shared write_bw_4096" "many qp_bytes_beyond_rings" "many_open slowest_qp_share" \
   "many_open slowest_qp_finish" "many_open retry_exceeded_err" "engine engine_send_8b_pps_nodigest" \
   "engine engine_write_64k_mtu4096_goodput_nodigest"; do
   read -r key name <<< "$m"

@@ -22,7 +22,7 @@ use uroce_tests::ibverbs::{library, require};
 const CHILD_ENV: &str = "UROCE_PERF_SCRIPT_CHILD";
 
 /// Every figure the script prints, each as `metric=<name> value=<number>`.
-const METRICS: [&str; 17] = [
+const METRICS: [&str; 20] = [
     "ratio_write_bw_64KiB_to_ucx_am_bw",
     "ratio_write_bw_64KiB_to_gso_gro",
     "ratio_write_bw_64KiB_to_plain",
@@ -34,10 +34,13 @@ const METRICS: [&str; 17] = [
     "ratio_rc_pingpong_64B_to_uroce_style_udp",
     "ratio_write_msgrate_8B_to_mmsg32_fc",
     "ratio_write_bw_many_qps_to_1qp",
+    "ratio_write_bw_many_qps_shared_port_to_1qp",
     "ratio_qp_bytes_beyond_rings_to_2KiB",
     "many_qps_retry_exceeded_err",
     "many_qps_open_loop_retry_exceeded_err",
     "ratio_slowest_qp_share",
+    "many_qps_shared_port_open_loop_retry_exceeded_err",
+    "ratio_slowest_qp_share_shared_port",
     "ratio_engine_send_8B_to_2Mpps",
     "ratio_engine_write_64KiB_to_2GBps",
 ];

@@ -3,8 +3,9 @@
 //!
 //! - **Addresses.** The device owns one IP address (config or
 //!   `UROCE_ADDR`), receives on `addr:4791`, and sends each QP's packets
-//!   from the UDP source port rxe computes for it (one socket per source
-//!   port in use, bound to `addr:port`), to destination port 4791. Its GID
+//!   from the UDP source port rxe computes for it, or with
+//!   `UROCE_SOURCE_PORTS=shared` from one port for all (one socket per
+//!   source port in use, bound to `addr:port`), to destination port 4791. Its GID
 //!   table holds a link-local GID at index 0 and the address at index 1,
 //!   as rxe's does.
 //! - **The exact wire.** The ICRC covers the IP header (IPv4 ID, flags,
