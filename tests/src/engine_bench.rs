@@ -41,23 +41,28 @@ fn write_stream(messages: u64, digests: bool) {
     let len = 64 * 1024u32;
     let mr_a = w.nodes[0].pd.alloc_mr(u64::from(len), ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(u64::from(len), ALL_ACCESS).unwrap();
+    // Built once, posted again with new IDs (see `small_sends`).
+    let batch = 32u64;
+    let mut wrs: Vec<SendWr> = (0..batch)
+        .map(|_| {
+            let mut wr = SendWr::new(0, WrOpcode::RdmaWrite);
+            wr.sg_list = vec![mr_a.sge(0, len)];
+            wr.remote = RemoteTarget { addr: mr_b.addr(), rkey: mr_b.rkey() };
+            wr.flags = SendFlags::SIGNALED;
+            wr
+        })
+        .collect();
     let start = WallClock::now();
     let mut posted = 0u64;
     let mut completed = 0u64;
-    let batch = 32u64;
     while completed < messages {
         while posted < messages && posted - completed < 128 {
-            let wrs: Vec<SendWr> = (0..batch.min(messages - posted))
-                .map(|i| {
-                    let mut wr = SendWr::new(posted + i, WrOpcode::RdmaWrite);
-                    wr.sg_list = vec![mr_a.sge(0, len)];
-                    wr.remote = RemoteTarget { addr: mr_b.addr(), rkey: mr_b.rkey() };
-                    wr.flags = SendFlags::SIGNALED;
-                    wr
-                })
-                .collect();
-            posted += wrs.len() as u64;
-            a.post_send(&wrs).unwrap();
+            let n = batch.min(messages - posted) as usize;
+            for (i, wr) in wrs.iter_mut().take(n).enumerate() {
+                wr.wr_id = posted + i as u64;
+            }
+            a.post_send(&wrs[..n]).unwrap();
+            posted += n as u64;
         }
         for wc in w.wait(0, 64, 1_000_000_000) {
             assert_eq!(wc.status, WcStatus::Success);
@@ -81,26 +86,31 @@ fn small_sends(messages: u64, digests: bool) {
     w.connect(0, &a, 1, &b, &tuning());
     let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    // The work requests are built once and posted again and again with new
+    // IDs, as perftest does: the case measures the engine, not allocation.
+    let batch = 32u64;
+    let mut recvs: Vec<RecvWr> =
+        (0..batch).map(|_| RecvWr { wr_id: 0, sg_list: vec![mr_b.sge(0, 8)] }).collect();
+    let mut sends: Vec<SendWr> = (0..batch)
+        .map(|_| {
+            let mut wr = SendWr::new(0, WrOpcode::Send);
+            wr.sg_list = vec![mr_a.sge(0, 8)];
+            wr
+        })
+        .collect();
     let start = WallClock::now();
     let (mut posted, mut received) = (0u64, 0u64);
-    let batch = 32u64;
     while received < messages {
         while posted < messages && posted - received < 256 {
-            let n = batch.min(messages - posted);
-            let recvs: Vec<RecvWr> = (0..n)
-                .map(|i| RecvWr { wr_id: posted + i, sg_list: vec![mr_b.sge(0, 8)] })
-                .collect();
-            b.post_recv(&recvs).unwrap();
-            let sends: Vec<SendWr> = (0..n)
-                .map(|i| {
-                    let mut wr = SendWr::new(posted + i, WrOpcode::Send);
-                    wr.sg_list = vec![mr_a.sge(0, 8)];
-                    wr.flags = if i + 1 == n { SendFlags::SIGNALED } else { SendFlags::EMPTY };
-                    wr
-                })
-                .collect();
-            a.post_send(&sends).unwrap();
-            posted += n;
+            let n = batch.min(messages - posted) as usize;
+            for (i, (recv, send)) in recvs.iter_mut().zip(sends.iter_mut()).take(n).enumerate() {
+                recv.wr_id = posted + i as u64;
+                send.wr_id = posted + i as u64;
+                send.flags = if i + 1 == n { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+            }
+            b.post_recv(&recvs[..n]).unwrap();
+            a.post_send(&sends[..n]).unwrap();
+            posted += n as u64;
         }
         received += w.wait(1, 64, 1_000_000_000).len() as u64;
         w.nodes[0].cq.poll(64).unwrap();
