@@ -29,6 +29,7 @@ use crate::qp::Path;
 use crate::time::Instant;
 use crate::trace::{DropReason, Step};
 use core::net::IpAddr;
+use std::collections::BTreeMap;
 use uroce_cm::{Cm, CmConfig, Peer};
 use uroce_device::command::Gid;
 use uroce_wire::mad::{self, MAD_LEN};
@@ -46,14 +47,38 @@ pub(crate) struct Gsi {
     /// Whether QP1's source port was announced to the runtime
     /// ([`crate::Hca::poll_new_source_port`]), at the first MAD sent.
     port_taken: bool,
+    /// The local address MADs to a peer GID leave from: the one its last
+    /// MAD came to, or the connect's source GID. At most
+    /// [`MAX_ROUTES`] (the oldest peer in GID order goes first).
+    routes: BTreeMap<[u8; 16], IpAddr>,
+    /// Whether the runtime was told that CM events wait (once until the
+    /// driver has taken them all).
+    pub(crate) events_notified: bool,
 }
+
+/// Peers whose local address QP1 remembers.
+const MAX_ROUTES: usize = 4096;
 
 impl Gsi {
     /// QP1 of a device with `config` and GID table `gids`.
     pub(crate) fn new(config: &HcaConfig, gids: &[Gid], node_guid: u64) -> Gsi {
         let seed = cm_seed(config.cm_seed, gids);
         let cm = Cm::new(CmConfig::new(mad::Guid(node_guid), seed));
-        Gsi { cm, psn: Psn::new(0), port_taken: false }
+        Gsi {
+            cm,
+            psn: Psn::new(0),
+            port_taken: false,
+            routes: BTreeMap::new(),
+            events_notified: false,
+        }
+    }
+
+    /// MADs to `peer` leave from `local` from now on.
+    pub(crate) fn set_route(&mut self, peer: Gid, local: IpAddr) {
+        if self.routes.len() >= MAX_ROUTES && !self.routes.contains_key(&peer.0) {
+            self.routes.pop_first();
+        }
+        self.routes.insert(peer.0, local);
     }
 }
 
@@ -88,7 +113,7 @@ impl Hca {
     pub(crate) fn receive_gsi(
         &mut self,
         now: Instant,
-        source: IpAddr,
+        (source, destination): (IpAddr, IpAddr),
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let is_mad = packet.bth().opcode() == Opcode::UD_SEND_ONLY
@@ -100,6 +125,7 @@ impl Hca {
         self.counters.rcvd_pkts += 1;
         self.counters.rcvd_mads += 1;
         let mad_bytes = packet.payload();
+        self.gsi.set_route(Gid::from_ip(source), destination);
         let peer = Peer { gid: mad::Gid(Gid::from_ip(source).0), pkey_index: 0 };
         let attribute = attribute_of(mad_bytes);
         self.steps.record(now, Step::Mad { sent: false, attribute, peer: source });
@@ -112,8 +138,10 @@ impl Hca {
     pub(crate) fn gsi_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(t) = self.gsi.cm.poll_transmit() {
             let remote = Gid(t.peer.gid.0).to_ip();
-            let Some(&local) = self.addresses.iter().find(|a| a.is_ipv4() == remote.is_ipv4())
-            else {
+            let same_version = || self.addresses.iter().find(|a| a.is_ipv4() == remote.is_ipv4());
+            let route =
+                self.gsi.routes.get(&t.peer.gid.0).filter(|a| a.is_ipv4() == remote.is_ipv4());
+            let Some(&local) = route.or_else(same_version) else {
                 self.counters.mad_send_err += 1;
                 continue;
             };
@@ -154,6 +182,17 @@ impl Hca {
     /// Whether the CM has a MAD to send.
     pub(crate) fn gsi_has_transmit(&self) -> bool {
         self.gsi.cm.has_transmit()
+    }
+
+    /// Whether CM events wait that the runtime has not yet been told of:
+    /// `true` once when the first arrives, then not until the driver has
+    /// taken them all with `CmPollEvent` (and another arrives). A
+    /// runtime calls its event notifiers when it is.
+    pub fn take_cm_notification(&mut self) -> bool {
+        let waiting = self.gsi.cm.has_event();
+        let new = waiting && !self.gsi.events_notified;
+        self.gsi.events_notified = waiting;
+        new
     }
 }
 

@@ -37,7 +37,7 @@ impl Hca {
             return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
         }
         if qpn == Qpn::GSI {
-            return self.receive_gsi(now, frame.ip.source(), &packet);
+            return self.receive_gsi(now, (frame.ip.source(), frame.ip.destination()), &packet);
         }
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);

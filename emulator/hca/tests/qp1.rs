@@ -286,3 +286,87 @@ proptest! {
         prop_assert!(is_request);
     }
 }
+
+/// MADs leave from the address the peer reached, or the connect's source
+/// GID, not merely the first address of the IP version.
+#[test]
+fn mads_leave_from_the_address_the_peer_knows() {
+    let other = Ipv4Addr::new(192, 168, 1, 1);
+    let gids = vec![
+        Gid::link_local_from_mac([0x52, 0x54, 0, 0, 0, 1]),
+        Gid::from(other),
+        Gid::from(SERVER),
+    ];
+    let memory = Arc::new(SimMemory::new(1 << 20));
+    let mut hca = Hca::new(HcaConfig::default(), gids.clone(), memory.clone()).unwrap();
+    let now = at_ms(1);
+    hca.command(now, Command::CmListen { service_id: RPING_SERVICE }).unwrap();
+    hca.receive(now, &ip_packet_of_frame(20));
+    let Some(CmEvent { id, .. }) = poll_event(&mut hca) else { panic!("no request") };
+    let accept = CmAcceptParams::new(Qpn::new(0x11), 1);
+    hca.command(now, Command::CmAccept { id, params: accept, private_data: vec![] }).unwrap();
+    let rep = transmit(&mut hca, now).unwrap();
+    assert_eq!(&rep[12..16], &SERVER.octets()); // not 192.168.1.1, the first IPv4 address
+
+    let mut hca = Hca::new(HcaConfig::default(), gids, memory).unwrap();
+    let params = CmConnectParams::rdma_cm(2, Gid::from(CLIENT), RPING_SERVICE, Qpn::new(17), 0);
+    hca.command(now, Command::CmConnect { params, private_data: vec![] }).unwrap();
+    let req = transmit(&mut hca, now).unwrap();
+    assert_eq!(&req[12..16], &SERVER.octets());
+}
+
+/// A driver's event notifiers run when CM events arrive: once, until it
+/// has taken them all.
+#[test]
+fn cm_events_wake_the_driver_once_until_taken() {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use uroce_device::DeviceLink;
+    use uroce_hca::SharedHca;
+    let memory = Arc::new(SimMemory::new(1 << 20));
+    let gids = vec![Gid::from(SERVER)];
+    let hca = Hca::new(HcaConfig::default(), gids, memory.clone()).unwrap();
+    let mut shared = SharedHca::new(hca, memory);
+    while shared.poll_event().is_some() {} // PORT_ACTIVE
+    let calls = Arc::new(AtomicU32::new(0));
+    let counted = calls.clone();
+    shared.on_events(Box::new(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        true
+    }));
+    shared.command(Command::CmListen { service_id: RPING_SERVICE }).unwrap();
+    let before = calls.load(Ordering::Relaxed);
+    let req = ip_packet_of_frame(20);
+    Endpoint::receive(&mut shared, at_ms(1), &req);
+    assert_eq!(calls.load(Ordering::Relaxed), before + 1);
+    // A second request (another comm ID) while the first waits: no call.
+    let again = with_comm_id_changed(&req, 1);
+    Endpoint::receive(&mut shared, at_ms(2), &again);
+    assert_eq!(shared.lock().counters().rcvd_mads, 2);
+    assert_eq!(calls.load(Ordering::Relaxed), before + 1);
+    // Taken, then another: called again.
+    let take = |s: &SharedHca| match s.command(Command::CmPollEvent) {
+        Ok(Reply::CmEvent(e)) => e,
+        other => panic!("{other:?}"),
+    };
+    assert!(take(&shared).is_some());
+    assert!(take(&shared).is_some());
+    assert!(take(&shared).is_none());
+    let calls_now = calls.load(Ordering::Relaxed);
+    let third = with_comm_id_changed(&req, 2);
+    Endpoint::receive(&mut shared, at_ms(3), &third);
+    assert_eq!(calls.load(Ordering::Relaxed), calls_now + 1);
+}
+
+/// A REQ packet from another QP of the peer: its local comm ID and its
+/// local QPN changed (`xor` on a byte of each; a second REQ from the same
+/// QP would be refused as stale), its ICRC made again.
+fn with_comm_id_changed(packet: &[u8], xor: u8) -> Vec<u8> {
+    let mut changed = packet.to_vec();
+    let class_data_at = 20 + 8 + 12 + 8 + mad::HEADER_LEN;
+    changed[class_data_at] ^= xor;
+    changed[class_data_at + 34] ^= xor << 4;
+    let Classified::Roce(frame) = classify(&changed, Link::RawIp) else { panic!("not RoCE") };
+    let mut out = vec![0; changed.len()];
+    assert_eq!(frame.repr().unwrap().emit(&mut out).unwrap(), changed.len());
+    out
+}

@@ -5,6 +5,7 @@
 
 use super::Hca;
 use crate::time::Instant;
+use core::net::IpAddr;
 use uroce_cm::{
     AcceptParams, CmError, ConnectParams, DisconnectCause, Event, Peer, SidrParams,
     SidrReplyParams, TimedOut,
@@ -12,7 +13,7 @@ use uroce_cm::{
 use uroce_device::cm::{
     CmAcceptParams, CmConnectParams, CmDisconnectCause, CmEvent, CmEventKind, CmId, CmTimedOut,
 };
-use uroce_device::command::{CmdError, Command, Reply};
+use uroce_device::command::{CmdError, Command, Gid, Reply};
 use uroce_wire::mad::{self, sidr::SidrStatus, CmMessage, CommId, ServiceId};
 use uroce_wire::{Psn, Qkey};
 
@@ -22,8 +23,9 @@ impl Hca {
     pub(super) fn cm_command(&mut self, now: Instant, command: Command) -> Result<Reply, CmdError> {
         let now_ns = now.as_nanos();
         if let Command::CmConnect { params, private_data } = &command {
-            let params = self.connect_params(params)?;
+            let (params, local) = self.connect_params(params)?;
             let id = self.gsi.cm.connect(now_ns, &params, private_data).map_err(cm_error)?;
+            self.gsi.set_route(Gid(params.remote_gid.0), local);
             return Ok(Reply::CmId { id: id.0 .0 });
         }
         let cm = &mut self.gsi.cm;
@@ -87,9 +89,10 @@ impl Hca {
         *self.gsi.cm.counters()
     }
 
-    /// The engine's parameters of a connect: the local GID from the GID
-    /// table, of the peer's IP version.
-    fn connect_params(&self, p: &CmConnectParams) -> Result<ConnectParams, CmdError> {
+    /// The engine's parameters of a connect (the local GID from the GID
+    /// table, of the peer's IP version), and the local address its MADs
+    /// leave from.
+    fn connect_params(&self, p: &CmConnectParams) -> Result<(ConnectParams, IpAddr), CmdError> {
         let local = self
             .gids
             .get(usize::from(p.sgid_index))
@@ -103,7 +106,7 @@ impl Hca {
         if !(1..=5).contains(&p.path_mtu) {
             return Err(CmdError::Invalid("path MTU code must be 1 (256) to 5 (4096)"));
         }
-        Ok(ConnectParams {
+        let params = ConnectParams {
             local_gid: mad::Gid(local.0),
             remote_gid: mad::Gid(p.remote_gid.0),
             pkey_index: p.pkey_index,
@@ -126,7 +129,8 @@ impl Hca {
             hop_limit: p.hop_limit,
             sl: p.sl,
             srq: p.srq,
-        })
+        };
+        Ok((params, local.to_ip()))
     }
 }
 
