@@ -370,3 +370,79 @@ fn with_comm_id_changed(packet: &[u8], xor: u8) -> Vec<u8> {
     assert_eq!(frame.repr().unwrap().emit(&mut out).unwrap(), changed.len());
     out
 }
+
+/// The client as rxe was: the link-local GID of MAC 52:54:00:00:00:02,
+/// then 169.254.0.2.
+fn client() -> Hca {
+    let gids = vec![Gid::link_local_from_mac([0x52, 0x54, 0, 0, 0, 2]), Gid::from(CLIENT)];
+    Hca::new(HcaConfig::default(), gids, Arc::new(SimMemory::new(1 << 20))).unwrap()
+}
+
+/// `packet` with `bytes` written at `at`, its ICRC made again.
+fn rewritten(packet: &[u8], at: usize, bytes: &[u8]) -> Vec<u8> {
+    let mut changed = packet.to_vec();
+    changed[at..at + bytes.len()].copy_from_slice(bytes);
+    let Classified::Roce(frame) = classify(&changed, Link::RawIp) else { panic!("not RoCE") };
+    let mut out = vec![0; changed.len()];
+    assert_eq!(frame.repr().unwrap().emit(&mut out).unwrap(), changed.len());
+    out
+}
+
+/// The active side against rping.pcap: the REQ uroce sends for rping's
+/// connect is frame 20 but for the comm ID (and the TID made from it),
+/// the IPv4 identification and the checksums; Linux's REP (frame 21),
+/// addressed to uroce's comm ID, is a connect reply; and the RTU is frame
+/// 22 but for the same fields.
+#[test]
+fn the_active_side_sends_linuxs_req_and_rtu() {
+    let class_data_at = 20 + 8 + 12 + 8 + mad::HEADER_LEN;
+    let tid_at = 20 + 8 + 12 + 8 + 8;
+    let mut hca = client();
+    let now = at_ms(3_254);
+    let frame_20 = ip_packet_of_frame(20);
+    let linux_req =
+        req::Repr::parse(&req::Packet::new_checked(&frame_20[class_data_at..]).unwrap()).unwrap();
+    let mut params =
+        CmConnectParams::rdma_cm(1, Gid::from(SERVER), RPING_SERVICE, Qpn::new(0x11), 0xc708f9);
+    params.flow_label = linux_req.primary_path.flow_label;
+    let private_data = linux_req.private_data.to_vec();
+    let Ok(Reply::CmId { id }) = hca.command(now, Command::CmConnect { params, private_data })
+    else {
+        panic!("connect")
+    };
+    let ours = transmit(&mut hca, now).expect("the REQ");
+    let only_ours = |golden: &[u8], ours: &[u8], fields: &[(usize, usize)]| {
+        let mut expected = golden.to_vec();
+        let icrc_at = expected.len() - 4;
+        for &(at, len) in fields.iter().chain(&[(4, 2), (10, 2), (icrc_at, 4)]) {
+            expected[at..at + len].copy_from_slice(&ours[at..at + len]);
+        }
+        assert_eq!(ours, &expected[..]);
+    };
+    // TID: uroce's agent number and comm ID; the REQ's local comm ID.
+    only_ours(&frame_20, &ours, &[(tid_at, 8), (class_data_at, 4)]);
+    assert_eq!(&ours[class_data_at..class_data_at + 4], &id.to_be_bytes());
+
+    // Linux's REP, to our comm ID (its remote comm ID, class data 4..8)
+    // and TID.
+    let frame_21 = ip_packet_of_frame(21);
+    let rep = rewritten(&frame_21, class_data_at + 4, &id.to_be_bytes());
+    let rep = rewritten(&rep, tid_at, &ours[tid_at..tid_at + 8]);
+    hca.receive(at_ms(3_305), &rep);
+    let Some(CmEvent { id: got, kind: CmEventKind::ConnectReply { rep } }) = poll_event(&mut hca)
+    else {
+        panic!("no connect reply")
+    };
+    assert_eq!(got, id);
+    let rep = rep::Repr::parse(&rep::Packet::new_checked(&rep[..]).unwrap()).unwrap();
+    assert_eq!((rep.local_qpn, rep.starting_psn), (Qpn::new(0x11), Psn::new(0x2f0a44)));
+
+    let now = at_ms(3_321);
+    hca.command(now, Command::CmReadyToUse { id, private_data: vec![] }).unwrap();
+    let rtu = transmit(&mut hca, now).expect("the RTU");
+    let frame_22 = ip_packet_of_frame(22);
+    // The RTU's PSN is 1, as Linux's: QP1's second MAD.
+    only_ours(&frame_22, &rtu, &[(tid_at, 8), (class_data_at, 4)]);
+    assert_eq!(poll_event(&mut hca).map(|e| e.kind), Some(CmEventKind::Established));
+    assert_eq!(hca.counters().sent_mads, 2);
+}
