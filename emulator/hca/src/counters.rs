@@ -55,7 +55,9 @@ pub struct Counters {
     /// MADs QP1 sent for the CM.
     pub sent_mads: u64,
     /// Packets to QP1 that are not a UD SEND_ONLY of one 256-byte MAD with
-    /// the GSI Q_Key (dropped).
+    /// the GSI Q_Key (dropped; also counted in `rcvd_unknown_qp`, so that
+    /// every packet received lands in `rcvd_pkts` or one drop counter of
+    /// the receive path, as before QP1 existed).
     pub rcvd_gsi_drop: u64,
     /// MADs the CM wanted sent that could not be (no local address of the
     /// peer's IP version).

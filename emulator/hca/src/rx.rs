@@ -103,7 +103,12 @@ pub(crate) fn count_drop(
         | DropReason::NotFromPeer
         | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
         DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
-        DropReason::NotAMad => c.rcvd_gsi_drop += 1,
+        DropReason::NotAMad => {
+            // QP1 cannot take it: counted with the packets no QP takes, as
+            // before QP1 existed, and apart.
+            c.rcvd_unknown_qp += 1;
+            c.rcvd_gsi_drop += 1;
+        }
     }
     steps.record(now, Step::Dropped { qpn, reason });
 }

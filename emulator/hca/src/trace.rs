@@ -122,7 +122,7 @@ pub enum DropReason {
     /// UD: the wrong Q_Key (`rcvd_bad_key_or_addr`).
     BadQkey,
     /// To QP1 but not a UD SEND_ONLY of one 256-byte MAD with the GSI
-    /// Q_Key (`rcvd_gsi_drop`).
+    /// Q_Key (`rcvd_gsi_drop`, and `rcvd_unknown_qp`).
     NotAMad,
 }
 

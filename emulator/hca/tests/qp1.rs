@@ -274,6 +274,8 @@ proptest! {
         let c = hca.counters();
         prop_assert_eq!(c.rcvd_mads, mads);
         prop_assert_eq!(c.rcvd_gsi_drop, drops);
+        prop_assert_eq!(c.rcvd_unknown_qp, drops);
+        prop_assert_eq!(c.rcvd_pkts, mads);
         prop_assert_eq!(hca.cm_counters().rx_mads, mads);
         for bytes in &garbage {
             hca.receive(at_ms(100), bytes);
