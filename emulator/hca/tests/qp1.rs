@@ -71,10 +71,13 @@ fn transmit(hca: &mut Hca, now: Instant) -> Option<Vec<u8>> {
 #[test]
 fn golden_req_is_a_connect_request_and_the_rep_is_linuxs() {
     let mut hca = server();
+    hca.trace_steps(16);
     let now = at_ms(5_000);
     hca.command(now, Command::CmListen { service_id: RPING_SERVICE }).unwrap();
     let frame_20 = ip_packet_of_frame(20);
     hca.receive(now, &frame_20);
+    let step = hca.poll_step().map(|(_, s)| s.to_string());
+    assert_eq!(step.as_deref(), Some("QP 0x000001: received CM REQ from 169.254.0.2"));
     let c = hca.counters();
     assert_eq!((c.rcvd_pkts, c.rcvd_mads, c.rcvd_gsi_drop), (1, 1, 0));
     assert_eq!(hca.cm_counters().rx_accepted, 1);
@@ -100,6 +103,8 @@ fn golden_req_is_a_connect_request_and_the_rep_is_linuxs() {
     hca.command(now, Command::CmAccept { id, params: accept, private_data: vec![] }).unwrap();
     assert!(hca.has_transmit_ready());
     let ours = transmit(&mut hca, now).expect("the REP");
+    let step = hca.poll_step().map(|(_, s)| s.to_string());
+    assert_eq!(step.as_deref(), Some("QP 0x000001: sent CM REP to 169.254.0.2"));
     assert!(transmit(&mut hca, now).is_none());
     let linux = ip_packet_of_frame(21);
     assert_eq!(ours.len(), linux.len());

@@ -249,3 +249,43 @@ fn a_connect_nobody_listens_for_is_rejected_with_reason_8() {
         .is_err());
     assert!(w.fabric.run_until_idle(w.fabric.now() + Duration::from_secs(60)));
 }
+
+#[test]
+fn sidr_finds_the_ud_qp_of_a_service() {
+    use uroce_device::cm::{CmSidrParams, CmSidrReplyParams};
+    use uroce_wire::mad::sidr;
+    let faults = FaultConfig { loss: Probability::from_percent(30), ..FaultConfig::NONE };
+    let mut w = World::new(11, faults);
+    assert_eq!(w.command(B, Command::CmListen { service_id: SERVICE }), Reply::Done);
+    let params = CmSidrParams {
+        remote_gid: gid(B),
+        pkey_index: 0,
+        pkey: 0xffff,
+        service_id: SERVICE,
+        timeout_ms: 4096,
+        max_retries: 15,
+    };
+    let ask = Command::CmSidrRequest { params, private_data: b"which QP?".to_vec() };
+    let Reply::CmId { id: a } = w.command(A, ask) else { panic!("SIDR request") };
+    w.run_until("SIDR request at B", |e| !e[B].is_empty());
+    let (b, req) = w.find(B, |e| match &e.kind {
+        CmEventKind::SidrRequest { peer, req, .. } if *peer == gid(A) => Some((e.id, req.clone())),
+        _ => None,
+    });
+    let req = sidr::ReqRepr::parse(&sidr::ReqPacket::new_checked(&req[..]).unwrap()).unwrap();
+    assert_eq!(req.service_id.0, SERVICE);
+    assert_eq!(&req.private_data[..9], b"which QP?");
+    let answer = CmSidrReplyParams { status: 0, qpn: Qpn::new(0x33), qkey: 0x1234_5678 };
+    let reply = Command::CmSidrReply { id: b, params: answer, private_data: vec![] };
+    assert_eq!(w.command(B, reply), Reply::Done);
+    w.run_until("SIDR reply at A", |e| {
+        has(&e[A], a, |k| matches!(k, CmEventKind::SidrReply { .. }))
+    });
+    let rep = w.find(A, |e| match &e.kind {
+        CmEventKind::SidrReply { rep } => Some(rep.clone()),
+        _ => None,
+    });
+    let rep = sidr::RepRepr::parse(&sidr::RepPacket::new_checked(&rep[..]).unwrap()).unwrap();
+    assert_eq!((rep.qpn, rep.qkey.0), (Qpn::new(0x33), 0x1234_5678));
+    assert_eq!(u8::from(rep.status), 0);
+}
