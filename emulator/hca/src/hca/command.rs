@@ -74,7 +74,19 @@ impl Hca {
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
-            cm => self.cm_command(now, cm),
+            cm @ (Command::CmListen { .. }
+            | Command::CmUnlisten { .. }
+            | Command::CmConnect { .. }
+            | Command::CmAccept { .. }
+            | Command::CmReject { .. }
+            | Command::CmReadyToUse { .. }
+            | Command::CmMra { .. }
+            | Command::CmEstablished { .. }
+            | Command::CmDisconnect { .. }
+            | Command::CmDestroy { .. }
+            | Command::CmSidrRequest { .. }
+            | Command::CmSidrReply { .. }
+            | Command::CmPollEvent) => self.cm_command(now, cm),
         }
     }
 
