@@ -129,6 +129,16 @@ impl Cm {
         self.events.pop_front()
     }
 
+    /// Whether a MAD waits for [`Cm::poll_transmit`].
+    pub fn has_transmit(&self) -> bool {
+        !self.transmits.is_empty()
+    }
+
+    /// Whether an event waits for [`Cm::poll_event`].
+    pub fn has_event(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// When [`Cm::handle_timeout`] should next be called (ns).
     pub fn poll_timeout(&self) -> Option<u64> {
         self.timers.next()

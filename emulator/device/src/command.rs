@@ -2,6 +2,7 @@
 //! driver talks to firmware. Data-path work (WQEs, CQEs) goes through
 //! rings and doorbells instead.
 
+use crate::cm::{CmAcceptParams, CmConnectParams, CmEvent, CmId, CmSidrParams, CmSidrReplyParams};
 use crate::ring::RingDesc;
 use crate::types::{Access, AttrMask, Mtu, QpState, QpType, Qpn};
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -404,6 +405,92 @@ pub enum Command {
         /// The AH.
         ah: u32,
     },
+    /// The CM (section 9 of the manual): take REQs and SIDR_REQs for a
+    /// service ID (exactly that one; rdma_cm's IP service IDs included).
+    CmListen {
+        /// The service ID.
+        service_id: u64,
+    },
+    /// Stop taking REQs for a service ID (CM IDs already made stay).
+    CmUnlisten {
+        /// The service ID.
+        service_id: u64,
+    },
+    /// Send a REQ; the reply names the new CM ID.
+    CmConnect {
+        /// The REQ's fields and path.
+        params: CmConnectParams,
+        /// At most 92 bytes (rdma_cm puts its 36-byte header first).
+        private_data: Vec<u8>,
+    },
+    /// Answer a connect request with a REP.
+    CmAccept {
+        /// The CM ID of the `ConnectRequest` event.
+        id: CmId,
+        /// The REP's fields.
+        params: CmAcceptParams,
+        /// At most 196 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Refuse a connect request or a reply with a REJ (reason 28, consumer
+    /// reject); the CM ID is gone.
+    CmReject {
+        /// The CM ID.
+        id: CmId,
+        /// At most 148 bytes.
+        private_data: Vec<u8>,
+    },
+    /// After a `ConnectReply` (the QP in RTS): send the RTU; established.
+    CmReadyToUse {
+        /// The CM ID.
+        id: CmId,
+        /// At most 224 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Ask the peer for more time (an MRA) for a REQ or REP received.
+    CmMra {
+        /// The CM ID.
+        id: CmId,
+        /// The time asked for (IBA exponent, 5 bits).
+        service_timeout: u8,
+    },
+    /// The passive side saw traffic on the QP before the RTU (a lost
+    /// RTU): established.
+    CmEstablished {
+        /// The CM ID.
+        id: CmId,
+    },
+    /// Send a DREQ for an established connection.
+    CmDisconnect {
+        /// The CM ID.
+        id: CmId,
+        /// At most 220 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Forget a CM ID, sending what `ib_destroy_cm_id` sends in its state
+    /// (a REJ, a DREQ...).
+    CmDestroy {
+        /// The CM ID.
+        id: CmId,
+    },
+    /// Send a SIDR_REQ; the reply names the new CM ID.
+    CmSidrRequest {
+        /// The request.
+        params: CmSidrParams,
+        /// At most 216 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Answer a SIDR_REQ.
+    CmSidrReply {
+        /// The CM ID of the `SidrRequest` event.
+        id: CmId,
+        /// The answer.
+        params: CmSidrReplyParams,
+        /// At most 136 bytes.
+        private_data: Vec<u8>,
+    },
+    /// Take the oldest CM event (`Reply::CmEvent(None)` when none waits).
+    CmPollEvent,
 }
 
 /// A command's result.
@@ -438,6 +525,13 @@ pub enum Reply {
     },
     /// A QP's attributes.
     QpAttr(QpAttr),
+    /// A new CM ID (`CmConnect`, `CmSidrRequest`).
+    CmId {
+        /// The CM ID.
+        id: CmId,
+    },
+    /// The oldest CM event, if any (`CmPollEvent`).
+    CmEvent(Option<CmEvent>),
 }
 
 /// Why a command failed, with the errno libibverbs would report.

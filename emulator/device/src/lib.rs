@@ -8,6 +8,7 @@
 //! written against it, never against the HCA's internals; the HCA
 //! (`uroce-hca`) implements it. `docs/device-interface.md` is its prose.
 
+pub mod cm;
 pub mod command;
 pub mod cqe;
 pub mod doorbell;

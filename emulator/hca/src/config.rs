@@ -58,6 +58,10 @@ pub struct HcaConfig {
     pub ipv4_id: Ipv4IdPolicy,
     /// Which UDP source port each QP's packets carry.
     pub source_ports: SourcePortPolicy,
+    /// Seeds the local comm IDs of the CM on QP1, mixed with the device's
+    /// GIDs (Linux draws a random number at boot; uroce stays
+    /// deterministic).
+    pub cm_seed: u64,
 }
 
 /// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
@@ -131,6 +135,7 @@ impl Default for HcaConfig {
             max_pkt_per_ack: 64,
             ipv4_id: Ipv4IdPolicy::Counter,
             source_ports: SourcePortPolicy::PerQp,
+            cm_seed: 0,
         }
     }
 }

@@ -50,11 +50,23 @@ pub struct Counters {
     /// queue ring that faults is not counted here: its queue fails
     /// instead.
     pub dma_faults: u64,
+    /// MADs QP1 took and handed to the CM.
+    pub rcvd_mads: u64,
+    /// MADs QP1 sent for the CM.
+    pub sent_mads: u64,
+    /// Packets to QP1 that are not a UD SEND_ONLY of one 256-byte MAD with
+    /// the GSI Q_Key (dropped; also counted in `rcvd_unknown_qp`, so that
+    /// every packet received lands in `rcvd_pkts` or one drop counter of
+    /// the receive path, as before QP1 existed).
+    pub rcvd_gsi_drop: u64,
+    /// MADs the CM wanted sent that could not be (no local address of the
+    /// peer's IP version).
+    pub mad_send_err: u64,
 }
 
 impl Counters {
     /// Every counter with its name, for `devinfo`-style dumps.
-    pub fn named(&self) -> [(&'static str, u64); 20] {
+    pub fn named(&self) -> [(&'static str, u64); 24] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -76,6 +88,10 @@ impl Counters {
             ("cq_overrun", self.cq_overrun),
             ("bad_wqe", self.bad_wqe),
             ("dma_faults", self.dma_faults),
+            ("rcvd_mads", self.rcvd_mads),
+            ("sent_mads", self.sent_mads),
+            ("rcvd_gsi_drop", self.rcvd_gsi_drop),
+            ("mad_send_err", self.mad_send_err),
         ]
     }
 }

@@ -29,6 +29,7 @@ pub use uroce_device::doorbell::{Doorbell, Event};
 use uroce_device::mem::HostMemory;
 use uroce_device::types::{EventType, Qpn};
 
+mod cm_command;
 mod command;
 mod completion;
 mod qp_command;
@@ -149,11 +150,18 @@ pub(crate) fn push_event(events: &mut VecDeque<Event>, event: Event) {
     events.push_back(event);
 }
 
+/// The node GUID: the EUI-64 of the link-local GID (rxe derives it from
+/// the MAC), or the low 8 bytes of the first GID.
+pub(crate) fn node_guid(gids: &[Gid]) -> u64 {
+    let g = gids.first().map_or([0; 16], |g| g.0);
+    u64::from_be_bytes([g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]])
+}
+
 /// The HCA.
 pub struct Hca {
     pub(crate) config: HcaConfig,
     gids: Vec<Gid>,
-    addresses: Vec<IpAddr>,
+    pub(crate) addresses: Vec<IpAddr>,
     pub(crate) mem: MemoryTables,
     pds: Table<PdContext, PdIndex>,
     pub(crate) cqs: Table<CqContext, CqIndex>,
@@ -181,6 +189,8 @@ pub struct Hca {
     pub(crate) wqe_slot: Vec<u8>,
     /// UDP source ports the runtime cannot send from.
     pub(crate) source_ports: crate::ports::SourcePorts,
+    /// QP1 and the CM behind it.
+    pub(crate) gsi: crate::gsi::Gsi,
 }
 
 impl Hca {
@@ -197,6 +207,7 @@ impl Hca {
             return Err(crate::config::ConfigError("gids: between 1 and 256 entries"));
         }
         let addresses = gids.iter().map(|g| g.to_ip()).collect();
+        let gsi = crate::gsi::Gsi::new(&config, &gids, node_guid(&gids));
         let mem =
             MemoryTables::new(host, config.max_mr as usize, config.page_shift, config.max_mr_size);
         let mut hca = Hca {
@@ -216,6 +227,7 @@ impl Hca {
             scratch: vec![0; config.active_mtu.bytes() as usize],
             wqe_slot: Vec::new(),
             source_ports: crate::ports::SourcePorts::default(),
+            gsi,
             gids,
             addresses,
             mem,
@@ -282,7 +294,7 @@ impl Hca {
     /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
     /// back without waiting for a timer.
     pub fn has_transmit_ready(&self) -> bool {
-        !self.sched.is_empty()
+        !self.sched.is_empty() || self.gsi_has_transmit()
     }
 
     /// Whether events are waiting for [`Hca::poll_event`].
@@ -356,6 +368,10 @@ impl Endpoint for Hca {
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.saw(now);
+        // QP1's MADs first: rare, and the CM's retries are timed.
+        if let Some(transmit) = self.gsi_transmit(now, buf) {
+            return Some(transmit);
+        }
         let turns = self.sched.len();
         for _ in 0..turns {
             let index = self.sched.pop_front()?;
@@ -372,11 +388,17 @@ impl Endpoint for Hca {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.0.first().map(|&(at, _, _)| at)
+        let qps = self.timers.0.first().map(|&(at, _, _)| at);
+        let cm = self.gsi.cm.poll_timeout().map(Instant::from_nanos);
+        match (qps, cm) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn handle_timeout(&mut self, now: Instant) {
         self.saw(now);
+        self.gsi.cm.handle_timeout(now.as_nanos());
         while let Some(&(at, index, kind)) = self.timers.0.first() {
             if at > now {
                 break;

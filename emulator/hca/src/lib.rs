@@ -15,6 +15,7 @@ pub mod config;
 pub mod counters;
 pub mod cq;
 pub mod endpoint;
+mod gsi;
 pub mod handles;
 pub mod hca;
 pub mod mr;

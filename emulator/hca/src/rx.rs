@@ -36,6 +36,9 @@ impl Hca {
         if !matches!(bth.pkey(), bth::DEFAULT_PKEY | 0x7fff) {
             return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
         }
+        if qpn == Qpn::GSI {
+            return self.receive_gsi(now, (frame.ip.source(), frame.ip.destination()), &packet);
+        }
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
         };
@@ -100,6 +103,12 @@ pub(crate) fn count_drop(
         | DropReason::NotFromPeer
         | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
         DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
+        DropReason::NotAMad => {
+            // QP1 cannot take it: counted with the packets no QP takes, as
+            // before QP1 existed, and apart.
+            c.rcvd_unknown_qp += 1;
+            c.rcvd_gsi_drop += 1;
+        }
     }
     steps.record(now, Step::Dropped { qpn, reason });
 }

@@ -141,9 +141,15 @@ impl SharedHca {
         self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::from(notify));
     }
 
-    /// Calls the notifiers if events are waiting.
+    /// Calls the notifiers if events are waiting, or CM events arrived
+    /// (`CmPollEvent` takes them).
     pub fn notify_if_events(&self) {
-        if self.lock().has_events() {
+        let waiting = {
+            let mut hca = self.lock();
+            let cm = hca.take_cm_notification();
+            hca.has_events() || cm
+        };
+        if waiting {
             // Called with no lock held: a notifier may drive the device.
             let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let finished: Vec<_> = notifiers.into_iter().filter(|notify| !notify()).collect();

@@ -78,6 +78,15 @@ pub enum Step {
         /// The status its completion carries.
         status: WcStatus,
     },
+    /// QP1 received a MAD (handed to the CM) or sent one (from the CM).
+    Mad {
+        /// Sent (else received).
+        sent: bool,
+        /// Its attribute ID: which CM message (0x10 REQ ... 0x18 SIDR_REP).
+        attribute: u16,
+        /// The peer's address.
+        peer: core::net::IpAddr,
+    },
     /// A completion was written.
     Completion {
         /// The QP.
@@ -112,6 +121,9 @@ pub enum DropReason {
     NotFromPeer,
     /// UD: the wrong Q_Key (`rcvd_bad_key_or_addr`).
     BadQkey,
+    /// To QP1 but not a UD SEND_ONLY of one 256-byte MAD with the GSI
+    /// Q_Key (`rcvd_gsi_drop`, and `rcvd_unknown_qp`).
+    NotAMad,
 }
 
 /// What the responder made of a request.
@@ -247,10 +259,32 @@ impl fmt::Display for Step {
                 write!(f, "QP {qpn}: transport retries exhausted")
             }
             Step::WqeRefused { qpn, status } => write!(f, "QP {qpn}: WQE refused, {status:?}"),
+            Step::Mad { sent: true, attribute, peer } => {
+                write!(f, "QP 0x000001: sent CM {} to {peer}", mad_name(attribute))
+            }
+            Step::Mad { sent: false, attribute, peer } => {
+                write!(f, "QP 0x000001: received CM {} from {peer}", mad_name(attribute))
+            }
             Step::Completion { qpn, cq, wr_id, status, opcode } => {
                 write!(f, "QP {qpn}: completion on CQ {cq}: wr_id {wr_id} {opcode:?} {status:?}")
             }
         }
+    }
+}
+
+/// The name of a CM attribute ID.
+fn mad_name(attribute: u16) -> &'static str {
+    match attribute {
+        0x10 => "REQ",
+        0x11 => "MRA",
+        0x12 => "REJ",
+        0x13 => "REP",
+        0x14 => "RTU",
+        0x15 => "DREQ",
+        0x16 => "DREP",
+        0x17 => "SIDR_REQ",
+        0x18 => "SIDR_REP",
+        _ => "MAD",
     }
 }
 
@@ -265,6 +299,7 @@ impl fmt::Display for DropReason {
             DropReason::QpCannotTakeIt => "the QP's transport or state does not take it",
             DropReason::NotFromPeer => "not from the QP's peer",
             DropReason::BadQkey => "wrong Q_Key",
+            DropReason::NotAMad => "not a UD SEND_ONLY of one 256-byte MAD with the GSI Q_Key",
         })
     }
 }

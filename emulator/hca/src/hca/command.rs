@@ -74,6 +74,19 @@ impl Hca {
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
+            cm @ (Command::CmListen { .. }
+            | Command::CmUnlisten { .. }
+            | Command::CmConnect { .. }
+            | Command::CmAccept { .. }
+            | Command::CmReject { .. }
+            | Command::CmReadyToUse { .. }
+            | Command::CmMra { .. }
+            | Command::CmEstablished { .. }
+            | Command::CmDisconnect { .. }
+            | Command::CmDestroy { .. }
+            | Command::CmSidrRequest { .. }
+            | Command::CmSidrReply { .. }
+            | Command::CmPollEvent) => self.cm_command(now, cm),
         }
     }
 
@@ -308,9 +321,7 @@ impl Hca {
     }
 
     fn node_guid(&self) -> u64 {
-        // EUI-64 from the link-local GID when there is one.
-        let g = self.gids[0].0;
-        u64::from_be_bytes([g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]])
+        super::node_guid(&self.gids)
     }
 
     fn port_attr(&self) -> PortAttr {
