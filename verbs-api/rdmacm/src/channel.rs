@@ -16,7 +16,8 @@ use crate::abi::*;
 use crate::id::IdPriv;
 use libc::c_int;
 use std::collections::VecDeque;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// An event as librdmacm allocates it (`struct cma_event`).
 #[repr(C)]
@@ -32,14 +33,24 @@ struct Queue(VecDeque<*mut CmaEvent>);
 // through the channel's mutex.
 unsafe impl Send for Queue {}
 
+/// What a channel's users share: a thread blocked in
+/// `rdma_get_cm_event` holds it, so destroying the channel meanwhile frees
+/// nothing it uses (that thread then gets EBADF, as a read of a closed
+/// `rdma_cm` descriptor would).
+struct Shared {
+    fd: c_int,
+    queue: Mutex<Queue>,
+    closed: AtomicBool,
+}
+
 /// An event channel: the C struct first.
 #[repr(C)]
 pub struct Channel {
     pub c: rdma_event_channel,
-    queue: Mutex<Queue>,
+    shared: Arc<Shared>,
 }
 
-impl Channel {
+impl Shared {
     fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -51,11 +62,11 @@ impl Channel {
         if was == 0 && now > 0 {
             value = 1;
             // SAFETY: writes 8 bytes to the channel's own eventfd.
-            unsafe { libc::write(self.c.fd, std::ptr::from_ref(&value).cast(), 8) };
+            unsafe { libc::write(self.fd, std::ptr::from_ref(&value).cast(), 8) };
         } else if was > 0 && now == 0 {
             // SAFETY: the count is 1 (set when the queue became non-empty),
             // so this read does not block; it resets it to 0.
-            unsafe { libc::read(self.c.fd, std::ptr::from_mut(&mut value).cast(), 8) };
+            unsafe { libc::read(self.fd, std::ptr::from_mut(&mut value).cast(), 8) };
         }
     }
 }
@@ -68,10 +79,12 @@ pub fn create() -> Result<*mut Channel, c_int> {
     if fd < 0 {
         return Err(crate::ffi::last_errno());
     }
-    let channel = Box::new(Channel {
-        c: rdma_event_channel { fd },
+    let shared = Arc::new(Shared {
+        fd,
         queue: Mutex::new(Queue(VecDeque::new())),
+        closed: AtomicBool::new(false),
     });
+    let channel = Box::new(Channel { c: rdma_event_channel { fd }, shared });
     Ok(Box::into_raw(channel))
 }
 
@@ -81,8 +94,9 @@ pub fn create() -> Result<*mut Channel, c_int> {
 /// `channel` came from [`create`] and is not used again.
 pub unsafe fn destroy(channel: *mut Channel) {
     let channel = Box::from_raw(channel);
-    libc::close(channel.c.fd);
-    for event in channel.queue().0.drain(..) {
+    channel.shared.closed.store(true, Ordering::SeqCst);
+    libc::close(channel.shared.fd);
+    for event in channel.shared.queue().0.drain(..) {
         drop(Box::from_raw(event));
     }
 }
@@ -92,7 +106,7 @@ pub unsafe fn destroy(channel: *mut Channel) {
 /// # Safety
 /// `channel` is a live channel.
 pub unsafe fn push(channel: *mut Channel, event: Box<CmaEvent>) {
-    let channel = &*channel;
+    let channel = &*(*channel).shared;
     let mut q = channel.queue();
     let was = q.0.len();
     q.0.push_back(Box::into_raw(event));
@@ -107,7 +121,7 @@ pub unsafe fn push(channel: *mut Channel, event: Box<CmaEvent>) {
 // The events stay boxed: the C side holds pointers to them once taken.
 #[allow(clippy::vec_box)]
 pub unsafe fn take_for(channel: *mut Channel, id: *mut IdPriv) -> Vec<Box<CmaEvent>> {
-    let channel = &*channel;
+    let channel = &*(*channel).shared;
     let mut q = channel.queue();
     let was = q.0.len();
     let (mine, rest): (VecDeque<_>, VecDeque<_>) =
@@ -122,8 +136,11 @@ pub unsafe fn take_for(channel: *mut Channel, id: *mut IdPriv) -> Vec<Box<CmaEve
 /// # Safety
 /// `channel` is a live channel.
 unsafe fn take(channel: *mut Channel) -> Result<*mut CmaEvent, c_int> {
-    let channel = &*channel;
+    let channel = Arc::clone(&(*channel).shared);
     loop {
+        if channel.closed.load(Ordering::SeqCst) {
+            return Err(libc::EBADF);
+        }
         {
             let mut q = channel.queue();
             let was = q.0.len();
@@ -132,14 +149,14 @@ unsafe fn take(channel: *mut Channel) -> Result<*mut CmaEvent, c_int> {
                 return Ok(event);
             }
         }
-        let flags = libc::fcntl(channel.c.fd, libc::F_GETFL);
+        let flags = libc::fcntl(channel.fd, libc::F_GETFL);
         if flags < 0 {
             return Err(crate::ffi::last_errno());
         }
         if flags & libc::O_NONBLOCK != 0 {
             return Err(libc::EAGAIN);
         }
-        let mut pfd = libc::pollfd { fd: channel.c.fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd { fd: channel.fd, events: libc::POLLIN, revents: 0 };
         if libc::poll(&mut pfd, 1, -1) < 0 && crate::ffi::errno_now() != libc::EINTR {
             return Err(crate::ffi::last_errno());
         }
