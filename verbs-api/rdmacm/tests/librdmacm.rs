@@ -199,7 +199,7 @@ fn a_c_program_resolves_binds_and_makes_qps_on_uroce() {
     eprintln!("{}{}", run.stdout, run.stderr);
     assert_eq!(run.code, Some(0), "cm_basic on uroce: {run:?}");
     let steps = run.stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(steps, 14, "every step passed: {}", run.stdout);
+    assert_eq!(steps, 15, "every step passed: {}", run.stdout);
     for step in [
         "ok: ADDR_RESOLVED through poll, id->verbs is uroce0",
         "ok: rdma_create_qp: QP in INIT on the id's PD, ibv_post_recv works",

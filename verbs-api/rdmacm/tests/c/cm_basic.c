@@ -235,6 +235,24 @@ int main(int argc, char **argv)
 	}
 	printf("ok: ADDR_ERROR for an address no device reaches\n");
 
+	/* rdma_migrate_id: the id's events follow it to another channel. */
+	{
+		struct rdma_event_channel *ch2 = rdma_create_event_channel();
+		struct sockaddr_in6 s6 = { .sin6_family = AF_INET6 };
+		CHECK(ch2, "a second channel");
+		CHECK(rdma_migrate_id(id4, ch2) == 0 && id4->channel == ch2, "rdma_migrate_id");
+		inet_pton(AF_INET6, "::1", &s6.sin6_addr);
+		CHECK(rdma_resolve_addr(id4, NULL, (struct sockaddr *)&s6, 2000) == 0,
+		      "resolve again");
+		CHECK(readable(ch->fd, 0) == 0, "nothing on the old channel");
+		e = next_event(ch2, RDMA_CM_EVENT_ADDR_ERROR);
+		CHECK(e->id == id4, "the event on the new channel");
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_migrate_id(id4, ch) == 0 && id4->channel == ch, "and back");
+		rdma_destroy_event_channel(ch2);
+	}
+	printf("ok: rdma_migrate_id moves the id's events\n");
+
 	/* O_NONBLOCK: EAGAIN. */
 	fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
 	CHECK(rdma_get_cm_event(ch, &e) == -1 && errno == EAGAIN, "EAGAIN");
