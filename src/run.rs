@@ -1,8 +1,9 @@
 //! `uroce run -- PROGRAM ARGS...`: runs an unmodified verbs program on a
 //! uroce device. It points the dynamic linker at uroce's `libibverbs.so.1`
-//! (built beside the `uroce` binary: `cargo build` builds both), sets the
-//! device's configuration (`UROCE_*`) from the flags, and replaces itself
-//! with the program (`docs/libibverbs.md`).
+//! and `librdmacm.so.1` (built beside the `uroce` binary: `cargo build`
+//! builds them all), sets the device's configuration (`UROCE_*`) from the
+//! flags, and replaces itself with the program (`docs/libibverbs.md`,
+//! `docs/rdmacm.md`).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -41,23 +42,32 @@ pub struct RunArgs {
     pub program: Vec<OsString>,
 }
 
-/// The library's file name as cargo builds it.
-const LIBRARY: &str = "libibverbs.so";
+/// The libraries `uroce run` puts before the system's: (the file cargo
+/// builds, the soname programs load, the variable naming another build).
+/// The first, uroce's libibverbs, is required; the others are linked when
+/// built (without uroce's librdmacm, the system's runs on uroce's verbs).
+const LIBRARIES: [(&str, &str, &str); 2] = [
+    ("libibverbs.so", "libibverbs.so.1", "UROCE_LIBIBVERBS"),
+    ("librdmacm.so", "librdmacm.so.1", "UROCE_LIBRDMACM"),
+];
 
-/// Where the library is: `UROCE_LIBIBVERBS` if set, else beside the
+/// Where uroce's libibverbs is: `UROCE_LIBIBVERBS` if set, else beside the
 /// running `uroce` (target/<profile>/).
 fn library() -> Result<PathBuf, String> {
-    if let Some(path) = std::env::var_os("UROCE_LIBIBVERBS") {
+    let (file, _, var) = LIBRARIES[0];
+    if let Some(path) = std::env::var_os(var) {
         return Ok(PathBuf::from(path));
     }
     let exe = std::env::current_exe().map_err(|e| format!("where is uroce? {e}"))?;
     let dir = exe.parent().ok_or("uroce has no directory")?;
-    Ok(dir.join(LIBRARY))
+    Ok(dir.join(file))
 }
 
-/// A directory holding `libibverbs.so.1` → `lib`, made beside it
-/// (`uroce-lib/`), for `LD_LIBRARY_PATH`. The link is replaced atomically
-/// (a link of a name of its own, renamed), so runs started together agree.
+/// A directory holding `libibverbs.so.1` → `lib` and the other
+/// [`LIBRARIES`] found beside it (or where their variable says), made
+/// beside it (`uroce-lib/`), for `LD_LIBRARY_PATH`. Each link is replaced
+/// atomically (a link of a name of its own, renamed), so runs started
+/// together agree.
 pub fn library_dir(lib: &Path) -> Result<PathBuf, String> {
     let lib = lib.canonicalize().map_err(|e| {
         format!(
@@ -69,17 +79,33 @@ pub fn library_dir(lib: &Path) -> Result<PathBuf, String> {
     let base = lib.parent().ok_or("the library has no directory")?;
     let dir = base.join("uroce-lib");
     std::fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).ok().as_deref() != Some(lib.as_path()) {
+    for (k, (file, soname, var)) in LIBRARIES.into_iter().enumerate() {
+        let target = if k == 0 {
+            Some(lib.clone())
+        } else {
+            let path = std::env::var_os(var).map_or_else(|| base.join(file), PathBuf::from);
+            path.canonicalize().ok()
+        };
+        if let Some(target) = target {
+            link(&dir, soname, &target)?;
+        }
+    }
+    Ok(dir)
+}
+
+/// Makes `dir/name` a link to `target` (atomically replaced).
+fn link(dir: &Path, name: &str, target: &Path) -> Result<(), String> {
+    let link = dir.join(name);
+    if std::fs::read_link(&link).ok().as_deref() != Some(target) {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = dir.join(format!(".libibverbs.so.1.{}.{n}", std::process::id()));
+        let tmp = dir.join(format!(".{name}.{}.{n}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&lib, &tmp)
+        std::os::unix::fs::symlink(target, &tmp)
             .and_then(|()| std::fs::rename(&tmp, &link))
             .map_err(|e| format!("linking {}: {e}", link.display()))?;
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// The `UROCE_*` variables the flags ask for.
@@ -129,4 +155,34 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
     let e = command.exec();
     let _ = writeln!(err, "uroce run: {}: {e}", args.program[0].to_string_lossy());
     127
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_library_directory_links_every_library_built() {
+        let base = std::env::temp_dir().join(format!("uroce-run-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let verbs = base.join("libibverbs.so");
+        std::fs::write(&verbs, b"").unwrap();
+        // librdmacm not built: only libibverbs is linked.
+        let dir = library_dir(&verbs).unwrap();
+        assert_eq!(
+            std::fs::read_link(dir.join("libibverbs.so.1")).unwrap(),
+            verbs.canonicalize().unwrap()
+        );
+        assert!(std::fs::symlink_metadata(dir.join("librdmacm.so.1")).is_err());
+        // Built beside it: linked too.
+        let cm = base.join("librdmacm.so");
+        std::fs::write(&cm, b"").unwrap();
+        let dir = library_dir(&verbs).unwrap();
+        assert_eq!(
+            std::fs::read_link(dir.join("librdmacm.so.1")).unwrap(),
+            cm.canonicalize().unwrap()
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }

@@ -1,0 +1,64 @@
+//! `librdmacm.so.1` for uroce: a drop-in for rdma-core 44's library, so
+//! that unmodified RDMA CM programs (`rping`, `ucmatose`, `udaddy`,
+//! perftest with `-R`, pyverbs' `CMID`...) run on a uroce device
+//! (`docs/rdmacm.md`).
+//!
+//! It talks to the device through the verbs of the `libibverbs.so.1`
+//! loaded in the process (`verbs.rs`: C declarations resolved at load
+//! time; under `uroce run` that library is uroce's), never through a second
+//! copy of them, so `id->verbs` is the very context the program's own verbs
+//! calls see.
+//!
+//! What works now, with librdmacm's and the kernel's checks and errors:
+//! event channels (an eventfd readable exactly while an event waits,
+//! blocking or EAGAIN as librdmacm), ids (with a channel or synchronous),
+//! binding (the address must be in a device's GID table; ports per port
+//! space, EADDRINUSE/EADDRNOTAVAIL as the kernel's `cma_check_port`, port
+//! 0 picks a free one), address and route resolution (RoCE needs no
+//! message: ADDR_RESOLVED, ROUTE_RESOLVED with the path the kernel makes,
+//! or ADDR_ERROR), QPs, CQs and SRQs made for an id (the QP moved to INIT,
+//! or to RTS for UD, as librdmacm), `rdma_init_qp_attr` for an id without
+//! a connection, options, `rdma_migrate_id`, `rdma_create_ep` (everything
+//! up to the connection), the device list, `rdma_getaddrinfo`, ECE, the
+//! event strings, `rpoll`/`rselect`.
+//!
+//! Waiting for the device's CM (`cm_link.rs`: one trait, ENOSYS until
+//! uroce's device offers its CM commands and events): `rdma_listen`,
+//! `rdma_connect`, `rdma_accept`, `rdma_reject`, `rdma_reject_ece`,
+//! `rdma_establish`, `rdma_disconnect`, `rdma_notify`,
+//! `rdma_join_multicast`, `rdma_join_multicast_ex`, and `rsocket` (the
+//! other `r*` calls answer EBADF: no rsocket can exist). Each checks its
+//! arguments and the id's state first, as librdmacm and the kernel do
+//! (EINVAL for a wrong state, so `rdma_accept`, `rdma_reject`,
+//! `rdma_disconnect`, `rdma_notify` and `rdma_establish` answer EINVAL
+//! while no connection can exist), and only then asks the CM.
+//! `rdma_get_request` and `rdma_leave_multicast` need an id listening or
+//! a group joined, which only the CM makes: EINVAL and EADDRNOTAVAIL.
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `abi.rs` | the C structs, their layout checked against the headers |
+//! | `exports.rs` | the 68 exported names and the functions behind them |
+//! | `verbs.rs` | the verbs called, resolved in the process's libibverbs |
+//! | `devices.rs` | devices, their addresses (GID tables), PDs |
+//! | `channel.rs` | event channels and events |
+//! | `id.rs` | ids: bind, resolve, QPs, options, the CM calls' checks |
+//! | `ports.rs` | the port spaces |
+//! | `addr.rs` | socket addresses |
+//! | `addrinfo.rs` | `rdma_getaddrinfo` |
+//! | `cm_link.rs` | the door to the device's CM |
+//! | `rsocket.rs` | the rsocket calls |
+//! | `ffi.rs` | errno, and the guard that keeps panics from crossing into C |
+
+pub mod abi;
+mod addr;
+mod addrinfo;
+mod channel;
+pub mod cm_link;
+mod devices;
+mod exports;
+mod ffi;
+mod id;
+mod ports;
+mod rsocket;
+mod verbs;
