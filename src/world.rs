@@ -85,12 +85,14 @@ pub struct WorldBuilder<'a> {
 
 impl<'a> WorldBuilder<'a> {
     /// `nodes` nodes on a fabric with `fabric`; by default each HCA has
-    /// [`HcaConfig::default`] and 1 GiB of strict [`SimMemory`].
+    /// [`HcaConfig::default`] with the fabric's seed as its CM seed, and
+    /// 1 GiB of strict [`SimMemory`].
     pub fn new(nodes: usize, fabric: FabricConfig) -> WorldBuilder<'a> {
+        let hca = HcaConfig { cm_seed: fabric.seed, ..HcaConfig::default() };
         WorldBuilder {
             nodes,
             fabric,
-            hca: HcaConfig::default(),
+            hca,
             memory: Box::new(|_| Arc::new(SimMemory::strict(1 << 30))),
         }
     }

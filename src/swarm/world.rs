@@ -99,6 +99,8 @@ impl Sim {
             max_unacked_psns: plan.max_unacked_psns,
             max_pkt_per_ack: plan.max_pkt_per_ack,
             max_packets_per_turn: plan.max_packets_per_turn,
+            // A run's CM comm IDs follow from its seed, like everything else.
+            cm_seed: plan.seed,
             ..HcaConfig::default()
         };
         let mems: Vec<Arc<SimMemory>> =
