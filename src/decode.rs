@@ -6,10 +6,13 @@
 //! header checksum and UDP checksum, which the ICRC leaves out. The `icrc`
 //! verdict is `ok` only when all three hold.
 
+mod mad;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
+use uroce_wire::deth::GSI_QKEY;
 use uroce_wire::frame::{classify, Classified, RoceFrame};
 use uroce_wire::opcode::Mask;
 use uroce_wire::pcap::{CaptureError, CaptureReader, CapturedFrame};
@@ -240,6 +243,11 @@ fn text_line(
             describe_ext_headers(p, line);
             if p.info().is(Mask::PAYLOAD) {
                 let _ = write!(line, " len={}", p.payload().len());
+            }
+            let to_gsi = p.deth().is_some_and(|d| d.qkey() == GSI_QKEY)
+                && bth.is_some_and(|b| b.dest_qpn().value() == 1);
+            if to_gsi && p.payload().len() == uroce_wire::mad::MAD_LEN {
+                mad::describe(p.payload(), line);
             }
         }
         Err(e) => {

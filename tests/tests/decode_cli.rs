@@ -75,6 +75,28 @@ fn text_output_spells_out_headers_and_naks() {
 }
 
 #[test]
+fn cm_mads_to_qp1_show_the_message_and_what_ties_the_connection() {
+    let run = uroce(&["decode", golden("rping.pcap").to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let cm: Vec<&str> = run.stdout.lines().filter(|l| l.contains(" CM[")).collect();
+    // Linux rxe's rping: REQ, REP, RTU, then DREQ, DREP (frames 20-22,
+    // 143-144), the fields read with tshark.
+    let expect = [
+        "CM[REQ lcid=0x8f4432ca sid=0x0000000001061c06 qpn=0x000011 psn=13043961 mtu=1024 retry=7 rnr=7 rdma_cm 169.254.0.2:47904 -> 169.254.0.1:7174 tid=0x00000002ca32448f]",
+        "CM[REP lcid=0x5a6e41d4 rcid=0x8f4432ca qpn=0x000011 psn=3082820 tid=0x00000002ca32448f]",
+        "CM[RTU lcid=0x8f4432ca rcid=0x5a6e41d4 tid=0x00000002ca32448f]",
+        "CM[DREQ lcid=0x8f4432ca rcid=0x5a6e41d4 qpn=0x000011 tid=0x00000002ca32448f]",
+        "CM[DREP lcid=0x5a6e41d4 rcid=0x8f4432ca tid=0x00000002ca32448f]",
+    ];
+    assert_eq!(cm.len(), expect.len(), "{cm:#?}");
+    for (line, want) in cm.iter().zip(expect) {
+        assert!(line.contains(want), "{line}\n  wants {want}");
+    }
+    let other = uroce(&["decode", golden("opcodes.pcap").to_str().unwrap()]);
+    assert!(!other.stdout.contains(" CM["), "no QP1 traffic there");
+}
+
+#[test]
 fn every_shipped_capture_decodes_clean() {
     for path in pcaps_in(&golden_dir()) {
         let run = decode_tsv(&path);
