@@ -23,13 +23,11 @@ pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) ->
             set_errno(libc::ENOTSUP);
             return -1;
         }
-        match crate::cm_link::device().rsocket(domain, kind, protocol) {
-            Ok(fd) => fd,
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
+        // rsockets (streams and datagrams over connected ids) are not
+        // offered yet.
+        let _ = protocol;
+        set_errno(libc::ENOSYS);
+        -1
     })
 }
 

@@ -200,27 +200,44 @@ int main(int argc, char **argv)
 	      "an address no device has");
 	printf("ok: EADDRINUSE, port 0, EADDRNOTAVAIL\n");
 
-	/* The calls that need the device's CM. */
-	CHECK(rdma_listen(id2, 4) == -1 && errno == ENOSYS, "rdma_listen waits for the CM");
+	/* The calls that go to the device's CM. */
+	CHECK(rdma_listen(id2, 4) == 0, "rdma_listen");
+	{
+		struct rdma_cm_id *again;
+		CHECK(rdma_create_id(ch, &again, NULL, RDMA_PS_TCP) == 0, "another id");
+		memcpy(&sin, rdma_get_local_addr(id2), sizeof sin);
+		sin.sin_addr.s_addr = htonl(INADDR_ANY);
+		CHECK(rdma_bind_addr(again, (struct sockaddr *)&sin) == -1 &&
+		      errno == EADDRNOTAVAIL, "the unspecified address at a listened port");
+		CHECK(rdma_destroy_id(again) == 0, "destroy it");
+	}
 	CHECK(rdma_listen(id, 4) == -1 && errno == EINVAL, "a resolved id does not listen");
 	CHECK(rdma_connect(id, NULL) == -1 && errno == EINVAL, "no QP and no parameters");
 	{
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-		CHECK(rdma_connect(id, &cp) == -1 && errno == ENOSYS, "rdma_connect waits for the CM");
 		CHECK(rdma_connect(id3, &cp) == -1 && errno == EINVAL, "an unbound id");
 		CHECK(rdma_accept(id, &cp) == -1 && errno == EINVAL, "no request to accept");
+		CHECK(rdma_establish(id) == -1 && errno == EINVAL, "not connecting");
+		/* A REQ to this very device, at a port nothing listens to: REJ
+		 * reason 8 (invalid service ID), as Linux's CM answers. */
+		CHECK(rdma_connect(id, &cp) == 0, "rdma_connect (a QP number given)");
+		CHECK(rdma_connect(id, &cp) == -1 && errno == EINVAL, "connecting twice");
+		CHECK(readable(ch->fd, 5000) == 1, "an answer comes");
+		e = next_event(ch, RDMA_CM_EVENT_REJECTED);
+		CHECK(e->id == id && e->status == 8, "REJECTED, status %d (invalid service ID)",
+		      e->status);
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
 	}
 	CHECK(rdma_reject(id, NULL, 0) == -1 && errno == EINVAL, "no request to reject");
 	CHECK(rdma_disconnect(id3) == -1 && errno == EINVAL, "no connection");
-	CHECK(rdma_disconnect(id) == -1 && errno == EINVAL, "no connection");
-	CHECK(rdma_establish(id) == -1 && errno == EINVAL, "not connecting");
+	CHECK(rdma_establish(id) == -1 && errno == EINVAL, "rejected");
 	CHECK(rdma_notify(id, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "no connection");
 	CHECK(rdma_leave_multicast(id, res->ai_dst_addr) == -1 && errno == EADDRNOTAVAIL,
 	      "no group joined");
 	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS, "rsocket waits");
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP, "rsocket AF_UNIX");
 	CHECK(rclose(3) == -1 && errno == EBADF, "no rsocket");
-	printf("ok: the CM calls: ENOSYS after librdmacm's checks\n");
+	printf("ok: the CM calls: listen, REJECTED (8) from the device's own CM, the state checks\n");
 
 	/* An address no device reaches: ADDR_ERROR. */
 	CHECK(rdma_create_id(ch, &id4, NULL, RDMA_PS_TCP) == 0, "id4");
