@@ -247,6 +247,13 @@ pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
     // The CM forgets the id first: no event for it comes after.
     crate::cm::forget(p);
     drop(channel::take_for(channel, p));
+    // A listener's requests not yet taken go with it (their ids, and the
+    // connections the device answers with a REJ), as the kernel's.
+    for request in channel::take_requests_of(channel, p) {
+        let child = request.id;
+        drop(request);
+        let _ = destroy(child);
+    }
     if !(*id).event.is_null() {
         channel::ack((*id).event)?;
         (*id).event = std::ptr::null_mut();
