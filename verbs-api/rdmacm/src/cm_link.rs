@@ -119,7 +119,7 @@ fn run(verbs: *mut ibv_context, fd: c_int) {
     loop {
         let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: one pollfd.
-        unsafe { libc::poll(&mut pfd, 1, 100) };
+        unsafe { libc::poll(&mut pfd, 1, 500) };
         let mut count = 0u64;
         // SAFETY: 8 bytes into a u64; the descriptor is non-blocking.
         unsafe { libc::read(fd, std::ptr::from_mut(&mut count).cast(), 8) };

@@ -1,6 +1,6 @@
 //! `rdma_cm_id`s: creation and destruction, binding, address and route
 //! resolution, QPs and SRQs, options, and the state checks of the calls
-//! that go on to the device CM (`cm_link`).
+//! that go on to the device CM (`cm.rs`).
 //!
 //! An id is an `rdma_cm_id` (first, as the C side sees it) followed by the
 //! library's own state, as librdmacm's `cma_id_private`; its states are
@@ -1228,7 +1228,7 @@ pub unsafe fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<(
 
 // ---------------------------------------------------------------------
 // The calls that need the device's CM: librdmacm's and the kernel's
-// argument and state checks here, the rest through cm_link.
+// argument and state checks here, the rest in cm.rs.
 
 /// The device limits of `p` (max initiator depth, max responder
 /// resources); EINVAL for an id on no device.

@@ -1,7 +1,7 @@
 //! The rsocket calls (`<rdma/rsocket.h>`): sockets over RDMA connections.
 //! `rsocket` checks its arguments as librdmacm does (ENOTSUP for a domain,
-//! type or protocol it does not take) and then needs the device CM
-//! (`cm_link`: ENOSYS until it lands). So no rsocket exists, and every call
+//! type or protocol it does not take) and then answers ENOSYS: rsockets
+//! over the device CM's connections are not offered yet. So no rsocket exists, and every call
 //! on one is EBADF, as librdmacm answers for a descriptor that is not an
 //! rsocket; `rpoll` and `rselect` on ordinary descriptors are `poll` and
 //! `select`, as librdmacm's are when no rsocket is among them.
