@@ -538,7 +538,8 @@ unsafe fn request(
         Ok(())
     })();
     if made.is_err() {
-        let _ = id::destroy(child);
+        // Not registered: discarded without the registry this thread holds.
+        let _ = id::discard(child);
         return refuse(3);
     }
     r.by_cm.insert(cm, child as usize);

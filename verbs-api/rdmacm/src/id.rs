@@ -242,10 +242,19 @@ unsafe fn complete(p: *mut IdPriv) -> Result<(), c_int> {
 /// # Safety
 /// `p` is a live id, not used again.
 pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
-    let id = std::ptr::addr_of_mut!((*p).id);
-    let channel = (*id).channel.cast::<Channel>();
     // The CM forgets the id first: no event for it comes after.
     crate::cm::forget(p);
+    discard(p)
+}
+
+/// [`destroy`] of an id the CM never held (the CM's registry may be
+/// locked by the caller: the event thread discarding an id it made).
+///
+/// # Safety
+/// `p` is a live id, not used again, not in the CM's registry.
+pub(crate) unsafe fn discard(p: *mut IdPriv) -> Result<(), c_int> {
+    let id = std::ptr::addr_of_mut!((*p).id);
+    let channel = (*id).channel.cast::<Channel>();
     drop(channel::take_for(channel, p));
     // A listener's requests not yet taken go with it (their ids, and the
     // connections the device answers with a REJ), as the kernel's.
