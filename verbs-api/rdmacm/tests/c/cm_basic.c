@@ -332,6 +332,17 @@ int main(int argc, char **argv)
 			CHECK(ibv_query_qp(srv->qp, &qx, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0 &&
 			      qx.qp_state == IBV_QPS_RTS && qx.dest_qp_num == cli->qp->qp_num,
 			      "the child's QP in RTS, to the client's");
+			/* Linux's flow label, (sport * 31 + dport) & 0xfffff, on both
+			 * (the child's from the REQ's path): the RC QPs' UDP source
+			 * port is rxe's. */
+			unsigned fl = (ntohs(rdma_get_src_port(cli)) * 31u +
+				       ntohs(rdma_get_dst_port(cli))) & 0xfffff;
+			CHECK(ibv_query_qp(cli->qp, &qx, IBV_QP_AV, &qi) == 0 &&
+			      qx.ah_attr.grh.flow_label == fl && qx.ah_attr.is_global,
+			      "the client's flow label %x, want %x", qx.ah_attr.grh.flow_label, fl);
+			CHECK(ibv_query_qp(srv->qp, &qx, IBV_QP_AV, &qi) == 0 &&
+			      qx.ah_attr.grh.flow_label == fl,
+			      "the child's flow label %x, want %x", qx.ah_attr.grh.flow_label, fl);
 		}
 		CHECK(rdma_disconnect(cli) == 0, "rdma_disconnect");
 		both(ch2, RDMA_CM_EVENT_DISCONNECTED, cli, srv, NULL);
