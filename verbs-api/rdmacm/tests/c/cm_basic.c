@@ -347,8 +347,31 @@ int main(int argc, char **argv)
 		CHECK(rdma_disconnect(cli) == 0, "rdma_disconnect");
 		both(ch2, RDMA_CM_EVENT_DISCONNECTED, cli, srv, NULL);
 		CHECK(rdma_disconnect(srv) == 0, "rdma_disconnect after the peer's");
+		both(ch2, RDMA_CM_EVENT_TIMEWAIT_EXIT, cli, srv, NULL);
 		rdma_destroy_qp(cli);
 		rdma_destroy_qp(srv);
+		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
+
+		/* A request the program refuses: REJ reason 28 (consumer defined)
+		 * with its private data. */
+		CHECK(rdma_create_id(ch2, &cli, NULL, RDMA_PS_TCP) == 0, "a third client");
+		CHECK(rdma_resolve_addr(cli, NULL, (struct sockaddr *)&la, 2000) == 0, "resolve");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ADDR_RESOLVED)) == 0, "ack");
+		CHECK(rdma_resolve_route(cli, 2000) == 0, "route");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ROUTE_RESOLVED)) == 0, "ack");
+		cp.qp_num = 0x98;
+		CHECK(rdma_connect(cli, &cp) == 0, "rdma_connect (no QP)");
+		e = any_event(ch2);
+		CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST && e->param.conn.qp_num == 0x98,
+		      "CONNECT_REQUEST: %s", rdma_event_str(e->event));
+		srv = e->id;
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_reject(srv, "busy", 5) == 0, "rdma_reject");
+		e = any_event(ch2);
+		CHECK(e->id == cli && e->event == RDMA_CM_EVENT_REJECTED && e->status == 28 &&
+		      e->param.conn.private_data && !strcmp(e->param.conn.private_data, "busy"),
+		      "REJECTED, status %d (28), the private data", e->status);
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
 		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
 
 		CHECK(rdma_create_id(ch2, &cli2, NULL, RDMA_PS_TCP) == 0, "another client");
@@ -367,7 +390,7 @@ int main(int argc, char **argv)
 		CHECK(readable(ch2->fd, 0) == 0, "nothing else");
 		rdma_destroy_event_channel(ch2);
 	}
-	printf("ok: a connection through the device's CM: CONNECT_REQUEST, ESTABLISHED, DISCONNECTED; REJECTED\n");
+	printf("ok: a connection through the device's CM: CONNECT_REQUEST, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT; REJECTED\n");
 
 	/* An address no device reaches: ADDR_ERROR. */
 	CHECK(rdma_create_id(ch, &id4, NULL, RDMA_PS_TCP) == 0, "id4");
