@@ -268,6 +268,24 @@ impl Running {
     }
 }
 
+/// Waits (up to 20 s) until a uroce device receives at `addr` (its UDP
+/// socket on port 4791 is bound): a REQ sent before would find no CM to
+/// answer it and be retried for minutes, as on Linux. A server listens
+/// right after its device opens; a client refused meanwhile tries again.
+fn device_is_up(addr: &str) {
+    let ip: std::net::Ipv4Addr = addr.parse().expect("an IPv4 address");
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if table.lines().any(|l| l.split_whitespace().nth(1) == Some(want.as_str())) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no uroce device at {addr} after 20 s");
+}
+
 /// The rdmacm tools this file runs, when installed (`rdmacm-utils`).
 fn rdmacm_tools(test: &str) -> bool {
     let tools = ["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"];
@@ -288,7 +306,7 @@ fn server_and_client(
     let libs = library_dir();
     let limit = Duration::from_secs(60);
     let srv = start_on_uroce(&program, server.0, libs.path(), server.1, limit);
-    std::thread::sleep(Duration::from_millis(500));
+    device_is_up(server.1);
     let mut tries = 0;
     let cli = loop {
         tries += 1;
@@ -367,7 +385,7 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
         "127.74.0.5",
         limit,
     );
-    std::thread::sleep(Duration::from_millis(500));
+    device_is_up("127.74.0.5");
     let mut cli = run_on_uroce(
         &client,
         &["-s", "127.74.0.5", "-p", "7612"],
@@ -438,7 +456,7 @@ fn a_client_of_a_port_nothing_listens_to_is_rejected() {
         "127.74.0.9",
         Duration::from_secs(120),
     );
-    std::thread::sleep(Duration::from_millis(500));
+    device_is_up("127.74.0.9");
     let cases: &[(&str, &[&str], &str)] = &[
         ("ucmatose", &["-s", "127.74.0.9", "-p", "7614"], "RDMA_CM_EVENT_REJECTED, error: 8"),
         (
