@@ -140,6 +140,10 @@ pub struct Shared {
     /// (asynchronous events name them).
     pub qps: Mutex<HashMap<u32, usize>>,
     pub srqs: Mutex<HashMap<u32, usize>>,
+    /// The eventfd readable while CM events wait (the device's notifier
+    /// writes it once `uroce_private_cm_event_fd` was first called).
+    cm_events: Arc<OwnedFd>,
+    cm_watched: std::sync::atomic::AtomicBool,
     device: UdpDevice,
 }
 
@@ -167,6 +171,37 @@ impl Shared {
     pub fn sleeping(&self) {
         use uroce_device::link::DeviceLink;
         self.device.hca().app_sleeping();
+    }
+
+    /// Runs a device command (the control path), for uroce's librdmacm.
+    pub fn command(
+        &self,
+        command: uroce_device::command::Command,
+    ) -> Result<uroce_device::command::Reply, uroce_device::command::CmdError> {
+        use uroce_device::link::DeviceLink;
+        self.device.hca().command(command)
+    }
+
+    /// The descriptor readable while CM events wait for `CmPollEvent`: an
+    /// eventfd (made with the device, so that it is one of the device's
+    /// descriptors) that the device's event notifier writes, one count per
+    /// notification, once a first caller asked for it; the reader resets
+    /// it and takes every event. The notifier ends with the device.
+    pub fn cm_event_fd(&self) -> Result<c_int, c_int> {
+        let fd = &self.cm_events;
+        if !self.cm_watched.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let weak = Arc::downgrade(fd);
+            self.device.hca().on_events(Box::new(move || match weak.upgrade() {
+                Some(fd) => {
+                    let _ = rustix::io::write(&*fd, &1u64.to_ne_bytes());
+                    true
+                }
+                None => false,
+            }));
+            // Events that came before the notifier: say so now.
+            let _ = rustix::io::write(&**fd, &1u64.to_ne_bytes());
+        }
+        Ok(fd.as_raw_fd())
     }
 
     /// Moves packets for `ms` milliseconds.
@@ -203,11 +238,19 @@ fn open_shared() -> Result<Arc<Shared>, c_int> {
         libc::EADDRINUSE
     })?;
     let verbs = uroce_verbs::Context::open(device.hca());
+    let cm_events = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+    )
+    .map_err(|e| e.raw_os_error())?;
+    let cm_events = Arc::new(cm_events);
     let shared = Arc::new(Shared {
         verbs,
         cqs: Mutex::new(HashMap::new()),
         qps: Mutex::new(HashMap::new()),
         srqs: Mutex::new(HashMap::new()),
+        cm_events,
+        cm_watched: Default::default(),
         device,
     });
     *open = Arc::downgrade(&shared);

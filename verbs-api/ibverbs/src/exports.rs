@@ -10,7 +10,7 @@
 //! `.symver` directive; an alias is never exported under its own name (the
 //! map's `local: *`).
 
-use crate::{cq, device, pd, qp, qp_ex, query, rereg, strings, unsupported};
+use crate::{cq, device, pd, private, qp, qp_ex, query, rereg, strings, unsupported};
 
 /// Defines the function `$label` as a jump to `$f` (a symbol of this
 /// object file, whatever codegen unit holds `$f`: `.set` to a symbol of
@@ -258,4 +258,8 @@ export! {
     // uroce's own (IBVERBS_PRIVATE_34): the layout the library was built
     // with, for the layout test.
     "uroce_ibverbs_layout" => query::layout,
+    // uroce's own (UROCE_PRIVATE_1), for uroce's librdmacm: a device
+    // command as bytes, and the descriptor readable while CM events wait.
+    "uroce_private_device_command" => private::device_command,
+    "uroce_private_cm_event_fd" => private::cm_event_fd,
 }

@@ -25,6 +25,7 @@
 //! | `qp.rs` | queue pairs and shared receive queues: create, modify, query, destroy |
 //! | `qp_ex.rs` | the extended QP: `ibv_create_qp_ex`, `ibv_qp_to_qp_ex`, the `ibv_wr_*` calls |
 //! | `post.rs` | posting send and receive chains |
+//! | `private.rs` | uroce's own entry points for its librdmacm: a device command as bytes, the CM events' descriptor |
 //! | `strings.rs` | the string helpers, rates, fork |
 //! | `unsupported.rs` | what uroce does not offer: EOPNOTSUPP, or NULL with errno |
 
@@ -38,6 +39,7 @@ mod ffi;
 mod mw;
 mod pd;
 mod post;
+mod private;
 mod qp;
 mod qp_ex;
 mod query;

@@ -131,6 +131,24 @@ pub unsafe fn take_for(channel: *mut Channel, id: *mut IdPriv) -> Vec<Box<CmaEve
     mine.into_iter().map(|e| Box::from_raw(e)).collect()
 }
 
+/// Takes the connection requests for listener `listen` not yet taken from
+/// `channel` (the kernel destroys their ids with the listener).
+///
+/// # Safety
+/// `channel` is a live channel.
+#[allow(clippy::vec_box)]
+pub unsafe fn take_requests_of(channel: *mut Channel, listen: *mut IdPriv) -> Vec<Box<CmaEvent>> {
+    let channel = &*(*channel).shared;
+    let mut q = channel.queue();
+    let was = q.0.len();
+    let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.0.drain(..).partition(|e| unsafe {
+        (**e).event.event == kind::CONNECT_REQUEST && (**e).event.listen_id == listen.cast()
+    });
+    q.0 = rest;
+    channel.signal(was, q.0.len());
+    mine.into_iter().map(|e| Box::from_raw(e)).collect()
+}
+
 /// Takes the next event, blocking unless the fd is `O_NONBLOCK`.
 ///
 /// # Safety

@@ -1,117 +1,156 @@
-//! The one door to the device's connection manager (IB CM: REQ, REP, RTU,
-//! REJ, DREQ/DREP, SIDR, multicast joins). Everything librdmacm does that
-//! needs a message on the wire goes through [`CmDevice`]; everything else
-//! (addresses, ports, routes, QPs, events) is done by this library before
-//! it gets here, with librdmacm's and the kernel's argument and state
-//! checks.
+//! The door to the device's connection manager (IB CM on QP1: REQ, REP,
+//! RTU, REJ, DREQ/DREP, SIDR), through uroce's `libibverbs.so.1`.
 //!
-//! uroce's device does not offer its CM to this library yet, so
-//! [`device`] is [`NotYet`]: each call fails with ENOSYS, which the
-//! exported function returns as -1 with errno ENOSYS (`rdma_listen:
-//! Function not implemented`), leaving the id in the state it had. When
-//! the device's CM commands (`CmListen`, `CmConnect`, `CmAccept`...) and
-//! events land, an implementation of this trait sends them, and raises the
-//! CM's events (CONNECT_REQUEST, ESTABLISHED, REJECTED, DISCONNECTED...) on
-//! the id's channel with `channel::push`, as address and route resolution
-//! do now.
+//! The two libraries are separate shared objects, so nothing Rust-typed
+//! crosses: uroce's libibverbs exports two private functions (version node
+//! `UROCE_PRIVATE_1`), found here with `dlsym(RTLD_DEFAULT)` when first
+//! needed:
+//!
+//! - `uroce_private_device_command(ctx, cmd, len, reply, cap, &reply_len)`:
+//!   a postcard-encoded `uroce_device::command::Command` in, a
+//!   postcard-encoded `Result<Reply, i32>` (errno) out;
+//! - `uroce_private_cm_event_fd(ctx)`: an eventfd readable once CM events
+//!   wait for `CmPollEvent`.
+//!
+//! With another libibverbs (the system's) neither exists, and every call
+//! that needs the CM fails with ENOSYS, as before the device had its CM.
+//!
+//! One thread per device context (started with the first CM call on it)
+//! waits on that descriptor and hands each event to [`crate::cm::event`],
+//! which turns it into `rdma_cm_event`s on the ids' channels.
 
-use libc::c_int;
-use std::net::SocketAddr;
+use crate::abi::ibv_context;
+use libc::{c_int, c_void};
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock};
+use uroce_device::cm::CmEvent;
+use uroce_device::command::{Command, Reply};
 
-/// What the device CM needs to know of an id.
-#[derive(Clone, Debug)]
-pub struct CmId {
-    /// The id (`struct rdma_cm_id *`, as a number): the key its events
-    /// come back with.
-    pub owner: usize,
-    /// `enum rdma_port_space`.
-    pub ps: c_int,
-    /// `enum ibv_qp_type`.
-    pub qp_type: c_int,
-    pub port_num: u8,
-    pub src: Option<SocketAddr>,
-    pub dst: Option<SocketAddr>,
+type CommandFn =
+    unsafe extern "C" fn(*mut ibv_context, *const u8, usize, *mut u8, usize, *mut usize) -> c_int;
+type EventFdFn = unsafe extern "C" fn(*mut ibv_context) -> c_int;
+
+struct Door {
+    command: CommandFn,
+    event_fd: EventFdFn,
 }
 
-/// A connection's parameters (`struct rdma_conn_param`, copied), with the
-/// QP it connects.
-#[derive(Clone, Debug, Default)]
-pub struct ConnParam {
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-    pub flow_control: u8,
-    pub retry_count: u8,
-    pub rnr_retry_count: u8,
-    pub srq: bool,
-    pub qp_num: u32,
+/// uroce's private entry points, if the process's libibverbs is uroce's.
+fn door() -> Option<&'static Door> {
+    static DOOR: OnceLock<Option<Door>> = OnceLock::new();
+    DOOR.get_or_init(|| {
+        // SAFETY: dlsym with NUL-terminated names; the symbols, when
+        // present, have exactly these C signatures (uroce's libibverbs,
+        // src/private.rs).
+        unsafe {
+            let c = libc::dlsym(libc::RTLD_DEFAULT, c"uroce_private_device_command".as_ptr());
+            let f = libc::dlsym(libc::RTLD_DEFAULT, c"uroce_private_cm_event_fd".as_ptr());
+            if c.is_null() || f.is_null() {
+                return None;
+            }
+            Some(Door {
+                command: std::mem::transmute::<*mut c_void, CommandFn>(c),
+                event_fd: std::mem::transmute::<*mut c_void, EventFdFn>(f),
+            })
+        }
+    })
+    .as_ref()
 }
 
-/// The device's connection manager, as librdmacm uses the kernel's.
-pub trait CmDevice: Sync {
-    /// `rdma_listen` (the id is bound; the port is its).
-    fn listen(&self, id: &CmId, backlog: c_int) -> Result<(), c_int>;
-    /// `rdma_connect`: a REQ (RC/UC) or a SIDR REQ (UD).
-    fn connect(&self, id: &CmId, param: &ConnParam) -> Result<(), c_int>;
-    /// `rdma_accept`: a REP (the QP is in RTS) or a SIDR REP.
-    fn accept(&self, id: &CmId, param: &ConnParam) -> Result<(), c_int>;
-    /// `rdma_reject`, `rdma_reject_ece` (reason 35).
-    fn reject(&self, id: &CmId, private_data: &[u8], reason: Option<u8>) -> Result<(), c_int>;
-    /// `rdma_establish`: the RTU of an id without a QP.
-    fn establish(&self, id: &CmId) -> Result<(), c_int>;
-    /// `rdma_disconnect`: a DREQ (or the DREP of one received).
-    fn disconnect(&self, id: &CmId) -> Result<(), c_int>;
-    /// `rdma_notify`: a QP event the CM should know (COMM_EST).
-    fn notify(&self, id: &CmId, event: c_int) -> Result<(), c_int>;
-    /// `rdma_join_multicast(_ex)`.
-    fn join_multicast(&self, id: &CmId, group: SocketAddr, join_flags: u32) -> Result<(), c_int>;
-    /// `rdma_leave_multicast`.
-    fn leave_multicast(&self, id: &CmId, group: SocketAddr) -> Result<(), c_int>;
-    /// `rsocket`: rsockets are streams and datagrams over connected (or
-    /// resolved) ids, so they come with the CM.
-    fn rsocket(&self, domain: c_int, kind: c_int, protocol: c_int) -> Result<c_int, c_int>;
-    /// The id is destroyed: the CM forgets it (a connection is ended).
-    fn forget(&self, owner: usize);
+/// Runs `command` on the device of `verbs`: the device's reply, or its
+/// error's errno (ENOSYS when the libibverbs is not uroce's).
+pub fn command(verbs: *mut ibv_context, command: &Command) -> Result<Reply, c_int> {
+    let door = door().ok_or(libc::ENOSYS)?;
+    if verbs.is_null() {
+        return Err(libc::ENODEV);
+    }
+    let bytes = postcard::to_stdvec(command).map_err(|_| libc::EINVAL)?;
+    let mut cap = 1024;
+    loop {
+        let mut out = vec![0u8; cap];
+        let mut len = 0usize;
+        // SAFETY: the buffers are as long as said; verbs is an open context.
+        let r = unsafe {
+            (door.command)(verbs, bytes.as_ptr(), bytes.len(), out.as_mut_ptr(), cap, &mut len)
+        };
+        match r {
+            0 => {
+                let result: Result<Reply, i32> =
+                    postcard::from_bytes(&out[..len]).map_err(|_| libc::EIO)?;
+                return result;
+            }
+            libc::ENOSPC if len > cap => cap = len,
+            e => return Err(e),
+        }
+    }
 }
 
-/// The device CM while uroce's device has none for this library: ENOSYS.
-pub struct NotYet;
-
-impl CmDevice for NotYet {
-    fn listen(&self, _: &CmId, _: c_int) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
+/// Makes sure a thread takes the CM events of `verbs` (started once per
+/// context).
+pub fn watch(verbs: *mut ibv_context) -> Result<(), c_int> {
+    static WATCHED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+    let door = door().ok_or(libc::ENOSYS)?;
+    if verbs.is_null() {
+        return Err(libc::ENODEV);
     }
-    fn connect(&self, _: &CmId, _: &ConnParam) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
+    let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let set = watched.get_or_insert_with(HashSet::new);
+    if set.contains(&(verbs as usize)) {
+        return Ok(());
     }
-    fn accept(&self, _: &CmId, _: &ConnParam) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
+    // SAFETY: an open context.
+    let fd = unsafe { (door.event_fd)(verbs) };
+    if fd < 0 {
+        return Err(crate::ffi::last_errno());
     }
-    fn reject(&self, _: &CmId, _: &[u8], _: Option<u8>) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn establish(&self, _: &CmId) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn disconnect(&self, _: &CmId) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn notify(&self, _: &CmId, _: c_int) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn join_multicast(&self, _: &CmId, _: SocketAddr, _: u32) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn leave_multicast(&self, _: &CmId, _: SocketAddr) -> Result<(), c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn rsocket(&self, _: c_int, _: c_int, _: c_int) -> Result<c_int, c_int> {
-        Err(libc::ENOSYS)
-    }
-    fn forget(&self, _: usize) {}
+    let key = verbs as usize;
+    std::thread::Builder::new()
+        .name("uroce-rdmacm".into())
+        .spawn(move || run(key as *mut ibv_context, fd))
+        .map_err(|_| libc::EAGAIN)?;
+    set.insert(key);
+    Ok(())
 }
 
-/// The device CM in use.
-pub fn device() -> &'static dyn CmDevice {
-    &NotYet
+/// The event thread of one context: waits until the descriptor is
+/// readable (or a short while, in case a notification was missed), then
+/// takes every waiting event.
+fn run(verbs: *mut ibv_context, fd: c_int) {
+    loop {
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one pollfd.
+        unsafe { libc::poll(&mut pfd, 1, 500) };
+        let mut count = 0u64;
+        // SAFETY: 8 bytes into a u64; the descriptor is non-blocking.
+        unsafe { libc::read(fd, std::ptr::from_mut(&mut count).cast(), 8) };
+        loop {
+            match command(verbs, &Command::CmPollEvent) {
+                Ok(Reply::CmEvent(Some(event))) => dispatch(verbs, event),
+                Ok(_) => break,
+                // The device is gone (the context closed).
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+fn dispatch(verbs: *mut ibv_context, event: CmEvent) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::cm::event(verbs, event);
+    }));
+}
+
+/// A 24-bit starting PSN from the OS's randomness (as the kernel's
+/// `get_random_u32() & 0xffffff`).
+pub fn random_psn() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: 4 bytes into a u32.
+    let n = unsafe { libc::getrandom(std::ptr::from_mut(&mut v).cast(), 4, 0) };
+    if n != 4 {
+        // No randomness: the clock's nanoseconds.
+        v = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    }
+    v & 0xff_ffff
 }

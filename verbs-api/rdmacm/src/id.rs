@@ -1,6 +1,6 @@
 //! `rdma_cm_id`s: creation and destruction, binding, address and route
 //! resolution, QPs and SRQs, options, and the state checks of the calls
-//! that go on to the device CM (`cm_link`).
+//! that go on to the device CM (`cm.rs`).
 //!
 //! An id is an `rdma_cm_id` (first, as the C side sees it) followed by the
 //! library's own state, as librdmacm's `cma_id_private`; its states are
@@ -11,7 +11,6 @@ use crate::abi::verbs_offsets as off;
 use crate::abi::*;
 use crate::addr;
 use crate::channel::{self, kind, Channel};
-use crate::cm_link::{self, CmId, ConnParam};
 use crate::devices;
 use crate::ffi::{last_errno, verb_result};
 use crate::ports;
@@ -68,13 +67,58 @@ pub struct Inner {
     pub in_cm: bool,
     /// The starting PSN the CM agreed (RTR's `rq_psn`).
     pub seq_num: u32,
+    /// The device CM's ID of the connection (or SIDR exchange), while it
+    /// has one.
+    pub cm: Option<u32>,
+    /// Listening: the service ID, and the contexts listened on.
+    pub listen_sid: Option<u64>,
+    pub listen_ctx: Vec<usize>,
+    /// What the CM agreed for the QP (RTR, RTS).
+    pub conn: Conn,
+}
+
+/// A connection's values for the QP, as the kernel's `cm_id_private`
+/// keeps them (`ib_cm_init_qp_attr`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Conn {
+    /// This side sent the REQ.
+    pub active: bool,
+    /// The REP came (active side): the RTU is this side's to send.
+    pub replied: bool,
+    /// ESTABLISHED was reported (or is this side's own RTU's).
+    pub established: bool,
+    /// DISCONNECTED was reported.
+    pub disconnected: bool,
+    pub remote_qpn: u32,
+    pub sq_psn: u32,
+    pub path_mtu: u8,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    /// The local ACK timeout (RTS `timeout`).
+    pub timeout: u8,
+}
+
+/// A connection's parameters (`struct rdma_conn_param`, copied), with the
+/// QP it connects.
+#[derive(Clone, Debug, Default)]
+pub struct ConnParam {
+    pub private_data: Vec<u8>,
+    pub responder_resources: u8,
+    pub initiator_depth: u8,
+    pub flow_control: u8,
+    pub retry_count: u8,
+    pub rnr_retry_count: u8,
+    pub srq: bool,
+    pub qp_num: u32,
 }
 
 /// An id: the C struct first (`container_of` is a cast).
 #[repr(C)]
 pub struct IdPriv {
     pub id: rdma_cm_id,
-    inner: Mutex<Inner>,
+    pub(crate) inner: Mutex<Inner>,
     acked: Condvar,
 }
 
@@ -83,7 +127,7 @@ pub struct IdPriv {
 ///
 /// # Safety
 /// `p` is a live id.
-unsafe fn lock<'a>(p: *mut IdPriv) -> MutexGuard<'a, Inner> {
+pub(crate) unsafe fn lock<'a>(p: *mut IdPriv) -> MutexGuard<'a, Inner> {
     (*p).inner.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -140,6 +184,10 @@ pub unsafe fn create(
         mc: Vec::new(),
         in_cm: false,
         seq_num: 0,
+        cm: None,
+        listen_sid: None,
+        listen_ctx: Vec::new(),
+        conn: Conn::default(),
     };
     Ok(Box::into_raw(Box::new(IdPriv { id, inner: Mutex::new(inner), acked: Condvar::new() })))
 }
@@ -162,7 +210,7 @@ pub unsafe fn completed(p: *mut IdPriv) {
 }
 
 /// Raises an event for `p` on its channel.
-unsafe fn raise(p: *mut IdPriv, kind: c_int, status: c_int) {
+pub(crate) unsafe fn raise(p: *mut IdPriv, kind: c_int, status: c_int) {
     channel::push((*p).id.channel.cast(), channel::event(p, kind, status));
 }
 
@@ -194,9 +242,27 @@ unsafe fn complete(p: *mut IdPriv) -> Result<(), c_int> {
 /// # Safety
 /// `p` is a live id, not used again.
 pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
+    // The CM forgets the id first: no event for it comes after.
+    crate::cm::forget(p);
+    discard(p)
+}
+
+/// [`destroy`] of an id the CM never held (the CM's registry may be
+/// locked by the caller: the event thread discarding an id it made).
+///
+/// # Safety
+/// `p` is a live id, not used again, not in the CM's registry.
+pub(crate) unsafe fn discard(p: *mut IdPriv) -> Result<(), c_int> {
     let id = std::ptr::addr_of_mut!((*p).id);
     let channel = (*id).channel.cast::<Channel>();
     drop(channel::take_for(channel, p));
+    // A listener's requests not yet taken go with it (their ids, and the
+    // connections the device answers with a REJ), as the kernel's.
+    for request in channel::take_requests_of(channel, p) {
+        let child = request.id;
+        drop(request);
+        let _ = destroy(child);
+    }
     if !(*id).event.is_null() {
         channel::ack((*id).event)?;
         (*id).event = std::ptr::null_mut();
@@ -204,9 +270,6 @@ pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
     let mut g = lock(p);
     while g.completed < g.reported {
         g = (*p).acked.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
-    if g.in_cm {
-        cm_link::device().forget(p as usize);
     }
     if g.bound {
         ports::release(p as usize);
@@ -230,7 +293,12 @@ pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
 
 /// Binds `p` to device `i`'s port `port` (`ucma_get_device`): its context,
 /// the device's PD, the port, the RoCE P_Key.
-unsafe fn attach(p: *mut IdPriv, g: &mut Inner, i: usize, port: u8) -> Result<(), c_int> {
+pub(crate) unsafe fn attach(
+    p: *mut IdPriv,
+    g: &mut Inner,
+    i: usize,
+    port: u8,
+) -> Result<(), c_int> {
     let mut devs = devices::lock()?;
     let (verbs, pd) = devs.as_mut().ok_or(libc::ENODEV)?.acquire(i)?;
     let id = std::ptr::addr_of_mut!((*p).id);
@@ -399,7 +467,7 @@ pub unsafe fn resolve_addr(
 }
 
 /// Stores `path` as the id's one path (`route.path_rec`, `num_paths` 1).
-unsafe fn set_path(p: *mut IdPriv, path: ibv_sa_path_rec) -> Result<(), c_int> {
+pub(crate) unsafe fn set_path(p: *mut IdPriv, path: ibv_sa_path_rec) -> Result<(), c_int> {
     let rec = libc::malloc(size_of::<ibv_sa_path_rec>()).cast::<ibv_sa_path_rec>();
     if rec.is_null() {
         return Err(libc::ENOMEM);
@@ -420,7 +488,7 @@ unsafe fn set_path(p: *mut IdPriv, path: ibv_sa_path_rec) -> Result<(), c_int> {
 /// rate, packet lifetime 16 (or the ACK timeout's less one), flow label
 /// from the ports; preference is the flags the kernel gives the primary
 /// path.
-unsafe fn iboe_path(p: *mut IdPriv, g: &Inner, mtu: c_int) -> ibv_sa_path_rec {
+pub(crate) unsafe fn iboe_path(p: *mut IdPriv, g: &Inner, mtu: c_int) -> ibv_sa_path_rec {
     let a = &(*p).id.route.addr;
     let src = addr::from_storage(&a.src_storage);
     let dst = addr::from_storage(&a.dst_storage);
@@ -496,7 +564,8 @@ pub unsafe fn resolve_route(id: *mut rdma_cm_id) -> Result<(), c_int> {
 /// `rdma_init_qp_attr`. Without a connection (or for UD) the attributes
 /// are the kernel's `cma_ib_init_qp_attr`: the P_Key index of 0xffff, the
 /// port, no remote access (RC/UC) or the Q_Key (UD), whatever the state
-/// asked; a connected id's come from the device CM.
+/// asked. A connected id's are `ib_cm_init_qp_attr`'s, from what the CM
+/// agreed ([`qp_attr`]).
 ///
 /// # Safety
 /// `id` NULL or live; `attr` and `mask` NULL or writable.
@@ -505,19 +574,60 @@ pub unsafe fn init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr) -> Resul
     if attr.is_null() || !(0..=IBV_QPS_ERR).contains(&(*attr).qp_state) {
         return Err(libc::EINVAL);
     }
+    let g = lock(p);
+    let (a, mask) = qp_attr(p, &g, (*attr).qp_state)?;
+    let (cap, rate_limit) = ((*attr).cap, (*attr).rate_limit);
+    *attr = ibv_qp_attr { cap, rate_limit, ..a };
+    Ok(mask)
+}
+
+/// The attributes moving `p`'s QP to `state`, with their mask, the id
+/// locked (`g`). A connection's (the CM holds the id, not UD): INIT with
+/// remote write (and read and atomics when this side takes READs), RTR
+/// with the path, the peer's QP and starting PSN, RTS with this side's
+/// PSN and the ACK timeout and retries agreed, as `ib_cm_init_qp_attr`.
+pub(crate) unsafe fn qp_attr(
+    p: *mut IdPriv,
+    g: &Inner,
+    state: c_int,
+) -> Result<(ibv_qp_attr, c_int), c_int> {
     let verbs = (*p).id.verbs;
     if verbs.is_null() {
         return Err(libc::EINVAL);
     }
-    let g = lock(p);
-    if g.in_cm && (*p).id.qp_type != IBV_QPT_UD {
-        // A connection's attributes (path, PSNs, QP numbers) are the CM's.
-        return Err(libc::ENOSYS);
-    }
-    let state = (*attr).qp_state;
-    let (cap, rate_limit) = ((*attr).cap, (*attr).rate_limit);
-    let mut a = ibv_qp_attr { qp_state: state, cap, rate_limit, ..Default::default() };
+    let mut a = ibv_qp_attr { qp_state: state, ..Default::default() };
     let port = (*p).id.port_num;
+    let ud = (*p).id.qp_type == IBV_QPT_UD;
+    let rc = (*p).id.qp_type == IBV_QPT_RC;
+    let connected = g.in_cm && !ud && g.listen_sid.is_none();
+    if connected && state == IBV_QPS_RTR {
+        let c = &g.conn;
+        let path = (*p).id.route.path_rec.as_ref().ok_or(libc::EINVAL)?;
+        a.ah_attr = ah_attr(p, path)?;
+        a.path_mtu = c_int::from(c.path_mtu);
+        a.dest_qp_num = c.remote_qpn;
+        a.rq_psn = g.seq_num;
+        let mut mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+        if rc {
+            a.max_dest_rd_atomic = c.responder_resources;
+            a.min_rnr_timer = 0;
+            mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        }
+        return Ok((a, mask));
+    }
+    if connected && state == IBV_QPS_RTS {
+        let c = &g.conn;
+        a.sq_psn = c.sq_psn;
+        let mut mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+        if rc {
+            a.timeout = g.timeout.unwrap_or(c.timeout);
+            a.retry_cnt = c.retry_count;
+            a.rnr_retry = c.rnr_retry_count;
+            a.max_rd_atomic = c.initiator_depth;
+            mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+        }
+        return Ok((a, mask));
+    }
     let index = ibv_get_pkey_index(verbs, port, 0xffffu16.to_be());
     if index < 0 {
         return Err(libc::EINVAL);
@@ -525,18 +635,59 @@ pub unsafe fn init_qp_attr(id: *mut rdma_cm_id, attr: *mut ibv_qp_attr) -> Resul
     a.pkey_index = index as u16;
     a.port_num = port;
     let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
-    if (*p).id.qp_type == IBV_QPT_UD {
+    if ud {
         a.qkey = RDMA_UDP_QKEY;
         mask |= IBV_QP_QKEY;
     } else {
-        a.qp_access_flags = 0;
+        // IB_ACCESS_REMOTE_WRITE, and READ and atomics when this side
+        // takes READs (cm_init_qp_init_attr); none before a connection.
+        a.qp_access_flags = match (connected, g.conn.responder_resources) {
+            (false, _) => 0,
+            (true, 0) => 2,
+            (true, _) => 2 | 4 | 8,
+        };
         mask |= IBV_QP_ACCESS_FLAGS;
     }
     if state == IBV_QPS_RTR {
         a.rq_psn = g.seq_num;
     }
-    *attr = a;
-    Ok(mask)
+    Ok((a, mask))
+}
+
+/// The address vector of a path (`ib_init_ah_attr_from_path` on RoCE):
+/// global, the GIDs (the source by its index in the port's table), flow
+/// label, hop limit, traffic class, no LID.
+pub(crate) unsafe fn ah_attr(p: *mut IdPriv, path: &ibv_sa_path_rec) -> Result<ibv_ah_attr, c_int> {
+    let verbs = (*p).id.verbs;
+    let port = (*p).id.port_num;
+    let sgid_index = gid_index(verbs, port, &path.sgid).ok_or(libc::EADDRNOTAVAIL)?;
+    Ok(ibv_ah_attr {
+        grh: ibv_global_route {
+            dgid: path.dgid,
+            flow_label: u32::from_be(path.flow_label),
+            sgid_index,
+            hop_limit: path.hop_limit,
+            traffic_class: path.traffic_class,
+        },
+        dlid: 0,
+        sl: path.sl,
+        src_path_bits: 0,
+        static_rate: 0,
+        is_global: 1,
+        port_num: port,
+    })
+}
+
+/// The index of `gid` in the GID table of `verbs`' port `port`.
+pub(crate) unsafe fn gid_index(verbs: *mut ibv_context, port: u8, gid: &ibv_gid) -> Option<u8> {
+    let mut p = ibv_port_attr::default();
+    if ibv_query_port(verbs, port, &mut p) != 0 {
+        return None;
+    }
+    (0..p.gid_tbl_len.clamp(0, 255)).find_map(|i| {
+        let mut g = ibv_gid::default();
+        (ibv_query_gid(verbs, port, i, &mut g) == 0 && g.raw == gid.raw).then_some(i as u8)
+    })
 }
 
 /// `ucma_init_conn_qp`: the QP to INIT with the id's attributes.
@@ -1086,20 +1237,7 @@ pub unsafe fn get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> Result<(
 
 // ---------------------------------------------------------------------
 // The calls that need the device's CM: librdmacm's and the kernel's
-// argument and state checks here, the rest through cm_link.
-
-/// What the device CM is told of `p`.
-unsafe fn cm_id(p: *mut IdPriv) -> CmId {
-    let a = &(*p).id.route.addr;
-    CmId {
-        owner: p as usize,
-        ps: (*p).id.ps,
-        qp_type: (*p).id.qp_type,
-        port_num: (*p).id.port_num,
-        src: addr::from_storage(&a.src_storage),
-        dst: addr::from_storage(&a.dst_storage),
-    }
-}
+// argument and state checks here, the rest in cm.rs.
 
 /// The device limits of `p` (max initiator depth, max responder
 /// resources); EINVAL for an id on no device.
@@ -1196,6 +1334,8 @@ unsafe fn conn_param(
 /// `id` NULL or live.
 pub unsafe fn listen(id: *mut rdma_cm_id, backlog: c_int) -> Result<(), c_int> {
     let p = from_c(id)?;
+    let _ = backlog;
+    let mut r = crate::cm::lock();
     let mut g = lock(p);
     if g.state == State::Idle {
         bind_locked(p, &mut g, SocketAddr::new(devices::any(false), 0))?;
@@ -1205,7 +1345,7 @@ pub unsafe fn listen(id: *mut rdma_cm_id, backlog: c_int) -> Result<(), c_int> {
     }
     ports::listen(p as usize, true)?;
     g.state = State::Listen;
-    match cm_link::device().listen(&cm_id(p), backlog) {
+    match crate::cm::listen(&mut r, p, &mut g) {
         Ok(()) => {
             g.in_cm = true;
             Ok(())
@@ -1226,6 +1366,7 @@ pub unsafe fn listen(id: *mut rdma_cm_id, backlog: c_int) -> Result<(), c_int> {
 pub unsafe fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Result<(), c_int> {
     let p = from_c(id)?;
     {
+        let mut r = crate::cm::lock();
         let mut g = lock(p);
         let limits = valid_param(p, &g, param)?;
         let ud = (*p).id.qp_type == IBV_QPT_UD;
@@ -1237,7 +1378,7 @@ pub unsafe fn connect(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Res
             return Err(libc::EINVAL);
         }
         g.state = State::Connect;
-        if let Err(e) = cm_link::device().connect(&cm_id(p), &c) {
+        if let Err(e) = crate::cm::connect(&mut r, p, &mut g, &c) {
             g.state = State::RouteResolved;
             return Err(e);
         }
@@ -1259,16 +1400,24 @@ pub unsafe fn accept(id: *mut rdma_cm_id, param: *const rdma_conn_param) -> Resu
     }
     let ud = (*p).id.qp_type == IBV_QPT_UD;
     {
-        let g = lock(p);
+        let mut r = crate::cm::lock();
+        let mut g = lock(p);
         let limits = valid_param(p, &g, param)?;
         let c = conn_param(p, &g, param, limits);
         if c.private_data.len() > private_data_room((*p).id.ps, ud, true) {
             return Err(libc::EINVAL);
         }
-        if g.state != State::Connect || !g.in_cm {
+        if g.state != State::Connect || !g.in_cm || g.conn.active {
             return Err(libc::EINVAL);
         }
-        cm_link::device().accept(&cm_id(p), &c)?;
+        // As librdmacm's rdma_accept: RDMA_MAX_* (or no parameters) takes
+        // the request's, within the device's limits.
+        let given = |v: Option<u8>, max: u8| v.filter(|v| *v != max);
+        let depths = (
+            given(param.as_ref().map(|c| c.responder_resources), RDMA_MAX_RESP_RES),
+            given(param.as_ref().map(|c| c.initiator_depth), RDMA_MAX_INIT_DEPTH),
+        );
+        crate::cm::accept(&mut r, p, &mut g, &c, depths, limits)?;
     }
     if ud {
         return Ok(());
@@ -1291,7 +1440,9 @@ pub unsafe fn reject(
     if usize::from(len) > 148 {
         return Err(libc::EINVAL);
     }
-    let g = lock(p);
+    let _ = reason;
+    let mut r = crate::cm::lock();
+    let mut g = lock(p);
     if g.state != State::Connect || !g.in_cm {
         return Err(libc::EINVAL);
     }
@@ -1300,7 +1451,7 @@ pub unsafe fn reject(
     } else {
         std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len))
     };
-    cm_link::device().reject(&cm_id(p), data, reason)
+    crate::cm::reject(&mut r, p, &mut g, data)
 }
 
 /// `rdma_disconnect`: librdmacm first moves the QP to ERR (an id on a
@@ -1323,11 +1474,12 @@ pub unsafe fn disconnect(id: *mut rdma_cm_id) -> Result<(), c_int> {
         verb_result(ibv_modify_qp((*id).qp, &mut a, IBV_QP_STATE))?;
     }
     {
-        let g = lock(p);
+        let _r = crate::cm::lock();
+        let mut g = lock(p);
         if !g.in_cm || g.state != State::Connect {
             return Err(libc::EINVAL);
         }
-        cm_link::device().disconnect(&cm_id(p))?;
+        crate::cm::disconnect(p, &mut g);
     }
     complete(p)
 }
@@ -1338,11 +1490,21 @@ pub unsafe fn disconnect(id: *mut rdma_cm_id) -> Result<(), c_int> {
 /// `id` NULL or live.
 pub unsafe fn notify(id: *mut rdma_cm_id, event: c_int) -> Result<(), c_int> {
     let p = from_c(id)?;
-    let g = lock(p);
+    let _r = crate::cm::lock();
+    let mut g = lock(p);
     if !g.in_cm || g.state == State::Listen {
         return Err(libc::EINVAL);
     }
-    cm_link::device().notify(&cm_id(p), event)
+    // IBV_EVENT_COMM_EST (traffic came before the RTU) on the passive
+    // side of a connection, as the kernel's `cm_establish`: EISCONN once
+    // established, EINVAL in any other state; no other event is taken.
+    if event != 8 || g.cm.is_none() || g.conn.active {
+        return Err(libc::EINVAL);
+    }
+    if g.conn.established {
+        return Err(libc::EISCONN);
+    }
+    crate::cm::establish(p, &mut g).map_err(|_| libc::EINVAL)
 }
 
 /// `rdma_establish`: an id without a QP, connecting.
@@ -1354,11 +1516,12 @@ pub unsafe fn establish(id: *mut rdma_cm_id) -> Result<(), c_int> {
     if !(*id).qp.is_null() {
         return Err(libc::EINVAL);
     }
-    let g = lock(p);
+    let _r = crate::cm::lock();
+    let mut g = lock(p);
     if g.state != State::Connect || !g.in_cm {
         return Err(libc::EINVAL);
     }
-    cm_link::device().establish(&cm_id(p))
+    crate::cm::establish(p, &mut g)
 }
 
 /// `rdma_join_multicast2`: a UD id on a device, bound or resolved.
@@ -1380,11 +1543,10 @@ pub unsafe fn join_multicast(
     {
         return Err(libc::EINVAL);
     }
-    cm_link::device().join_multicast(&cm_id(p), sa, flags)?;
-    let bytes = std::slice::from_raw_parts(group.cast::<u8>(), len).to_vec();
-    g.mc.push(Multicast { addr: bytes, join_flags: flags });
-    drop(g);
-    complete(p)
+    // Multicast groups (an SA join, on RoCE an IGMP/MLD one) are not
+    // offered by uroce's device yet: a group is never joined.
+    let _ = (sa, len, flags, &mut g.mc);
+    Err(libc::ENOSYS)
 }
 
 /// `rdma_leave_multicast`: EADDRNOTAVAIL for a group not joined.
@@ -1405,7 +1567,8 @@ pub unsafe fn leave_multicast(id: *mut rdma_cm_id, group: *const sockaddr) -> Re
     let m = g.mc.remove(k);
     let sa = addr::read(group).ok_or(libc::EINVAL)?;
     let _ = m.join_flags;
-    cm_link::device().leave_multicast(&cm_id(p), sa)
+    let _ = sa;
+    Ok(())
 }
 
 /// `rdma_get_request`: the next connection request of a synchronous

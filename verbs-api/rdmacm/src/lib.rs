@@ -17,23 +17,20 @@
 //! 0 picks a free one), address and route resolution (RoCE needs no
 //! message: ADDR_RESOLVED, ROUTE_RESOLVED with the path the kernel makes,
 //! or ADDR_ERROR), QPs, CQs and SRQs made for an id (the QP moved to INIT,
-//! or to RTS for UD, as librdmacm), `rdma_init_qp_attr` for an id without
-//! a connection, options, `rdma_migrate_id`, `rdma_create_ep` (everything
+//! or to RTS for UD, as librdmacm), `rdma_init_qp_attr`, options, `rdma_migrate_id`, `rdma_create_ep` (everything
 //! up to the connection), the device list, `rdma_getaddrinfo`, ECE, the
 //! event strings, `rpoll`/`rselect`.
 //!
-//! Waiting for the device's CM (`cm_link.rs`: one trait, ENOSYS until
-//! uroce's device offers its CM commands and events): `rdma_listen`,
-//! `rdma_connect`, `rdma_accept`, `rdma_reject`, `rdma_reject_ece`,
-//! `rdma_establish`, `rdma_disconnect`, `rdma_notify`,
-//! `rdma_join_multicast`, `rdma_join_multicast_ex`, and `rsocket` (the
-//! other `r*` calls answer EBADF: no rsocket can exist). Each checks its
-//! arguments and the id's state first, as librdmacm and the kernel do
-//! (EINVAL for a wrong state, so `rdma_accept`, `rdma_reject`,
-//! `rdma_disconnect`, `rdma_notify` and `rdma_establish` answer EINVAL
-//! while no connection can exist), and only then asks the CM.
-//! `rdma_get_request` and `rdma_leave_multicast` need an id listening or
-//! a group joined, which only the CM makes: EINVAL and EADDRNOTAVAIL.
+//! Connections go through the CM uroce's device runs on its QP1
+//! (`cm_link.rs`: the door, a private entry point of uroce's libibverbs
+//! and the thread taking the CM's events; `cm.rs`: what the kernel's and
+//! librdmacm's `cma.c` do with them): `rdma_listen`, `rdma_connect`,
+//! `rdma_accept`, `rdma_reject`, `rdma_establish`, `rdma_notify`,
+//! `rdma_disconnect`, `rdma_get_request`, RC and UC (REQ, REP, RTU, REJ,
+//! DREQ/DREP) and UD (SIDR), with their events. Each checks its arguments
+//! and the id's state first, as librdmacm and the kernel do. Not offered
+//! yet: multicast (`rdma_join_multicast`: ENOSYS) and rsockets (`rsocket`:
+//! ENOSYS; the other `r*` calls EBADF).
 //!
 //! | file | what |
 //! | --- | --- |
@@ -46,7 +43,8 @@
 //! | `ports.rs` | the port spaces |
 //! | `addr.rs` | socket addresses |
 //! | `addrinfo.rs` | `rdma_getaddrinfo` |
-//! | `cm_link.rs` | the door to the device's CM |
+//! | `cm_link.rs` | the door to the device's CM, the CM events' thread |
+//! | `cm.rs` | the RDMA CM over the device's CM: commands, QP transitions, events |
 //! | `rsocket.rs` | the rsocket calls |
 //! | `ffi.rs` | errno, and the guard that keeps panics from crossing into C |
 
@@ -54,7 +52,8 @@ pub mod abi;
 mod addr;
 mod addrinfo;
 mod channel;
-pub mod cm_link;
+mod cm;
+mod cm_link;
 mod devices;
 mod exports;
 mod ffi;

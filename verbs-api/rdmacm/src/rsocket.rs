@@ -1,7 +1,7 @@
 //! The rsocket calls (`<rdma/rsocket.h>`): sockets over RDMA connections.
 //! `rsocket` checks its arguments as librdmacm does (ENOTSUP for a domain,
-//! type or protocol it does not take) and then needs the device CM
-//! (`cm_link`: ENOSYS until it lands). So no rsocket exists, and every call
+//! type or protocol it does not take) and then answers ENOSYS: rsockets
+//! over the device CM's connections are not offered yet. So no rsocket exists, and every call
 //! on one is EBADF, as librdmacm answers for a descriptor that is not an
 //! rsocket; `rpoll` and `rselect` on ordinary descriptors are `poll` and
 //! `select`, as librdmacm's are when no rsocket is among them.
@@ -23,13 +23,11 @@ pub unsafe extern "C" fn rsocket(domain: c_int, kind: c_int, protocol: c_int) ->
             set_errno(libc::ENOTSUP);
             return -1;
         }
-        match crate::cm_link::device().rsocket(domain, kind, protocol) {
-            Ok(fd) => fd,
-            Err(e) => {
-                set_errno(e);
-                -1
-            }
-        }
+        // rsockets (streams and datagrams over connected ids) are not
+        // offered yet.
+        let _ = protocol;
+        set_errno(libc::ENOSYS);
+        -1
     })
 }
 

@@ -1,8 +1,9 @@
 //! uroce's `librdmacm.so.1` from outside: its exports against the
 //! system's library, a C program built against the real
 //! `<rdma/rdma_cma.h>` run on uroce's two libraries (and again under
-//! AddressSanitizer's leak checker), and Debian's rdmacm tools, which must
-//! fail cleanly where the device CM is still missing.
+//! AddressSanitizer's leak checker), and Debian's rdmacm tools run end to
+//! end between two uroce processes (rping, ucmatose, rdma_server and
+//! rdma_client, udaddy), and refused where nothing listens.
 //!
 //! Without the Debian packages (`librdmacm-dev`, `rdmacm-utils`, a C
 //! compiler, binutils) a test prints why it skips; under `CI=true` it
@@ -67,39 +68,7 @@ struct Ended {
 /// Runs `program` on uroce's libraries, its device at `addr`, for at
 /// most `limit`.
 fn run_on_uroce(program: &Path, args: &[&str], dir: &Path, addr: &str, limit: Duration) -> Ended {
-    let mut child = Command::new(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .env("UROCE_ADDR", addr)
-        .env_remove("UROCE_LINK")
-        .env_remove("UROCE_TAP")
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-    let deadline = Instant::now() + limit;
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status.code(),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let (mut stdout, mut stderr) = (String::new(), String::new());
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut stdout);
-    }
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_string(&mut stderr);
-    }
-    Ended { code, stdout, stderr }
+    start_on_uroce(program, args, dir, addr, limit).finish()
 }
 
 /// The defined, versioned dynamic symbols of a shared object.
@@ -199,11 +168,12 @@ fn a_c_program_resolves_binds_and_makes_qps_on_uroce() {
     eprintln!("{}{}", run.stdout, run.stderr);
     assert_eq!(run.code, Some(0), "cm_basic on uroce: {run:?}");
     let steps = run.stdout.lines().filter(|l| l.starts_with("ok: ")).count();
-    assert_eq!(steps, 15, "every step passed: {}", run.stdout);
+    assert_eq!(steps, 16, "every step passed: {}", run.stdout);
     for step in [
         "ok: ADDR_RESOLVED through poll, id->verbs is uroce0",
         "ok: rdma_create_qp: QP in INIT on the id's PD, ibv_post_recv works",
         "ok: EADDRINUSE, port 0, EADDRNOTAVAIL",
+        "ok: a connection through the device's CM: CONNECT_REQUEST, ESTABLISHED, DISCONNECTED",
         "ok: ADDR_ERROR for an address no device reaches",
         "ok: everything destroyed, no fd left open",
     ] {
@@ -236,51 +206,281 @@ fn the_c_program_leaks_nothing_under_the_leak_sanitizer() {
     assert_eq!(run.code, Some(0), "cm_basic under ASan: {run:?}");
 }
 
-/// Debian's rdmacm tools on uroce: a server stops at `rdma_listen`, a
-/// client at `rdma_connect`, with the error (ENOSYS) and a plain exit code:
-/// no crash, no hang.
-#[test]
-fn the_rdmacm_tools_fail_cleanly_where_the_device_cm_is_missing() {
-    let test = "the_rdmacm_tools_fail_cleanly_where_the_device_cm_is_missing";
+/// A process started on uroce's libraries, its device at `addr`.
+struct Running {
+    child: std::process::Child,
+    deadline: Instant,
+}
+
+fn start_on_uroce(
+    program: &Path,
+    args: &[&str],
+    dir: &Path,
+    addr: &str,
+    limit: Duration,
+) -> Running {
+    let child = Command::new(program)
+        .args(args)
+        .env("LD_LIBRARY_PATH", dir)
+        .env("UROCE_ADDR", addr)
+        .env_remove("UROCE_LINK")
+        .env_remove("UROCE_TAP")
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_CAPTURE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+    Running { child, deadline: Instant::now() + limit }
+}
+
+impl Running {
+    /// Waits for the exit, killing the process at its deadline.
+    fn finish(mut self) -> Ended {
+        let code = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break status.code(),
+                Ok(None) if Instant::now() < self.deadline => {
+                    std::thread::sleep(Duration::from_millis(10))
+                }
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        let (mut stdout, mut stderr) = (String::new(), String::new());
+        if let Some(mut out) = self.child.stdout.take() {
+            let _ = out.read_to_string(&mut stdout);
+        }
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr);
+        }
+        Ended { code, stdout, stderr }
+    }
+
+    /// Kills the process now (a server that would wait forever).
+    fn stop(mut self) -> Ended {
+        self.deadline = Instant::now();
+        self.finish()
+    }
+}
+
+/// Waits (up to 20 s) until a uroce device receives at `addr` (its UDP
+/// socket on port 4791 is bound): a REQ sent before would find no CM to
+/// answer it and be retried for minutes, as on Linux. A server listens
+/// right after its device opens; a client refused meanwhile tries again.
+fn device_is_up(addr: &str) {
+    let ip: std::net::Ipv4Addr = addr.parse().expect("an IPv4 address");
+    let want = format!("{:08X}:12B7", u32::from_le_bytes(ip.octets()));
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let table = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+        if table.lines().any(|l| l.split_whitespace().nth(1) == Some(want.as_str())) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no uroce device at {addr} after 20 s");
+}
+
+/// The rdmacm tools this file runs, when installed (`rdmacm-utils`).
+fn rdmacm_tools(test: &str) -> bool {
     let tools = ["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"];
-    if !require(test, tools.iter().all(|t| tool(t).is_some()), "no rdmacm tools (rdmacm-utils)") {
+    require(test, tools.iter().all(|t| tool(t).is_some()), "no rdmacm tools (rdmacm-utils)")
+}
+
+/// A server and a client of one tool on two uroce devices (two processes,
+/// two loopback addresses), each bounded in time. The server gets a
+/// moment to listen; a client refused meanwhile (the device answers a REQ
+/// for a service nobody listens to yet with REJ 8) tries again.
+fn server_and_client(
+    name: &str,
+    server: (&[&str], &str),
+    client: (&[&str], &str),
+    refused: &str,
+) -> (Ended, Ended) {
+    let program = tool(name).expect("checked");
+    let libs = library_dir();
+    let limit = Duration::from_secs(60);
+    let srv = start_on_uroce(&program, server.0, libs.path(), server.1, limit);
+    device_is_up(server.1);
+    let mut tries = 0;
+    let cli = loop {
+        tries += 1;
+        let run = run_on_uroce(&program, client.0, libs.path(), client.1, limit);
+        let all = format!("{}{}", run.stdout, run.stderr);
+        if run.code == Some(0) || tries == 10 || !all.contains(refused) {
+            break run;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    eprintln!("{name} server {:?}: {srv:?}\n{name} client {:?}: {cli:?}", server.0, client.0);
+    (srv, cli)
+}
+
+/// rping, with data verified, as on rxe: REQ/REP/RTU, ten RDMA
+/// READ/WRITE/SEND rounds, DREQ/DREP; both exit 0.
+#[test]
+fn rping_runs_between_two_uroce_processes() {
+    let test = "rping_runs_between_two_uroce_processes";
+    if !rdmacm_tools(test) {
+        return;
+    }
+    let (srv, cli) = server_and_client(
+        "rping",
+        (&["-s", "-a", "127.74.0.1", "-p", "7610", "-C", "10", "-S", "64", "-V"], "127.74.0.1"),
+        (
+            &["-c", "-a", "127.74.0.1", "-p", "7610", "-C", "10", "-S", "64", "-V", "-v"],
+            "127.74.0.2",
+        ),
+        "REJECTED",
+    );
+    assert_eq!(cli.code, Some(0), "rping -c exits 0: {cli:?}");
+    assert_eq!(srv.code, Some(0), "rping -s exits 0: {srv:?}");
+    let pings = cli.stdout.lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count();
+    assert_eq!(pings, 10, "ten pings, verified (-V): {}", cli.stdout);
+    assert!(!cli.stderr.contains("data mismatch") && !srv.stderr.contains("data mismatch"));
+}
+
+/// ucmatose: four connections at once, each with its messages both ways.
+#[test]
+fn ucmatose_connects_four_times() {
+    let test = "ucmatose_connects_four_times";
+    if !rdmacm_tools(test) {
+        return;
+    }
+    let (srv, cli) = server_and_client(
+        "ucmatose",
+        (&["-b", "127.74.0.3", "-p", "7611", "-c", "4"], "127.74.0.3"),
+        (&["-s", "127.74.0.3", "-p", "7611", "-c", "4"], "127.74.0.4"),
+        "REJECTED",
+    );
+    assert_eq!(cli.code, Some(0), "ucmatose client exits 0: {cli:?}");
+    assert_eq!(srv.code, Some(0), "ucmatose server exits 0: {srv:?}");
+    assert!(cli.stdout.contains("data transfers complete"), "{cli:?}");
+    assert!(srv.stdout.contains("disconnected") && srv.stdout.contains("return status 0"));
+}
+
+/// rdma_server and rdma_client: synchronous ids (`rdma_create_ep`,
+/// `rdma_get_request`, `rdma_accept`, `rdma_connect` waiting for their
+/// events), a message each way.
+#[test]
+fn rdma_server_and_rdma_client_exchange_a_message() {
+    let test = "rdma_server_and_rdma_client_exchange_a_message";
+    if !rdmacm_tools(test) {
         return;
     }
     let libs = library_dir();
+    let limit = Duration::from_secs(60);
+    let server = tool("rdma_server").expect("checked");
+    let client = tool("rdma_client").expect("checked");
+    let srv = start_on_uroce(
+        &server,
+        &["-s", "127.74.0.5", "-p", "7612"],
+        libs.path(),
+        "127.74.0.5",
+        limit,
+    );
+    device_is_up("127.74.0.5");
+    let mut cli = run_on_uroce(
+        &client,
+        &["-s", "127.74.0.5", "-p", "7612"],
+        libs.path(),
+        "127.74.0.6",
+        limit,
+    );
+    for _ in 0..10 {
+        if cli.code == Some(0) || !cli.stderr.contains("Connection refused") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        cli = run_on_uroce(
+            &client,
+            &["-s", "127.74.0.5", "-p", "7612"],
+            libs.path(),
+            "127.74.0.6",
+            limit,
+        );
+    }
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    eprintln!("rdma_server: {srv:?}\nrdma_client: {cli:?}");
+    assert_eq!(cli.code, Some(0), "rdma_client exits 0: {cli:?}");
+    assert_eq!(srv.code, Some(0), "rdma_server exits 0: {srv:?}");
+    assert!(cli.stdout.contains("rdma_client: end 0"), "{cli:?}");
+    assert!(srv.stdout.contains("rdma_server: end 0"), "{srv:?}");
+}
+
+/// udaddy: UD through SIDR (SIDR_REQ, SIDR_REP with the QP and
+/// `RDMA_UDP_QKEY`), then datagrams both ways on the address vector the
+/// client's ESTABLISHED event carries.
+#[test]
+fn udaddy_resolves_a_ud_service_and_sends_datagrams() {
+    let test = "udaddy_resolves_a_ud_service_and_sends_datagrams";
+    if !rdmacm_tools(test) {
+        return;
+    }
+    let (srv, cli) = server_and_client(
+        "udaddy",
+        (&["-b", "127.74.0.7"], "127.74.0.7"),
+        (&["-s", "127.74.0.7"], "127.74.0.8"),
+        "UNREACHABLE",
+    );
+    assert_eq!(cli.code, Some(0), "udaddy client exits 0: {cli:?}");
+    assert_eq!(srv.code, Some(0), "udaddy server exits 0: {srv:?}");
+    assert!(cli.stdout.contains("data transfers complete"), "{cli:?}");
+    assert!(srv.stdout.contains("data transfers complete"), "{srv:?}");
+}
+
+/// A client of a port nothing listens to, on a device that is there:
+/// the device's CM answers the REQ with REJ reason 8 (invalid service ID),
+/// as Linux's, and every tool fails at once with REJECTED, status 8 (the
+/// SIDR_REQ of udaddy: SIDR_REP status 1, "service not supported",
+/// UNREACHABLE).
+#[test]
+fn a_client_of_a_port_nothing_listens_to_is_rejected() {
+    let test = "a_client_of_a_port_nothing_listens_to_is_rejected";
+    if !rdmacm_tools(test) {
+        return;
+    }
+    let libs = library_dir();
+    // A device at the server's address: an rping server on another port.
+    let rping = tool("rping").expect("checked");
+    let there = start_on_uroce(
+        &rping,
+        &["-s", "-a", "127.74.0.9", "-p", "7613"],
+        libs.path(),
+        "127.74.0.9",
+        Duration::from_secs(120),
+    );
+    device_is_up("127.74.0.9");
     let cases: &[(&str, &[&str], &str)] = &[
+        ("ucmatose", &["-s", "127.74.0.9", "-p", "7614"], "RDMA_CM_EVENT_REJECTED, error: 8"),
         (
             "rping",
-            &["-s", "-a", "127.71.0.3", "-p", "7473"],
-            "rdma_listen: Function not implemented",
+            &["-c", "-a", "127.74.0.9", "-p", "7614", "-C", "1"],
+            "RDMA_CM_EVENT_REJECTED, error 8",
         ),
-        (
-            "ucmatose",
-            &["-b", "127.71.0.3", "-p", "7474"],
-            "failure trying to listen: Function not implemented",
-        ),
-        ("udaddy", &["-b", "127.71.0.3"], "failure trying to listen: Function not implemented"),
-        ("rdma_server", &["-p", "7475"], "rdma_listen: Function not implemented"),
-        (
-            "ucmatose",
-            &["-s", "127.71.0.3", "-p", "7476"],
-            "failure connecting: Function not implemented",
-        ),
-        ("udaddy", &["-s", "127.71.0.3"], "failure connecting: Function not implemented"),
-        (
-            "rdma_client",
-            &["-s", "127.71.0.3", "-p", "7477"],
-            "rdma_connect: Function not implemented",
-        ),
+        ("rdma_client", &["-s", "127.74.0.9", "-p", "7614"], "rdma_connect: Connection refused"),
+        ("udaddy", &["-s", "127.74.0.9"], "RDMA_CM_EVENT_UNREACHABLE, error: 1"),
     ];
     for (name, args, says) in cases {
         let program = tool(name).expect("checked");
-        let run = run_on_uroce(&program, args, libs.path(), "127.71.0.3", Duration::from_secs(20));
+        let started = Instant::now();
+        let run = run_on_uroce(&program, args, libs.path(), "127.74.0.10", Duration::from_secs(30));
+        let took = started.elapsed();
         let all = format!("{}{}", run.stdout, run.stderr);
         assert!(
             matches!(run.code, Some(c) if c != 0),
             "{name} {args:?} exits with an error code (not a signal, not a hang): {run:?}"
         );
         assert!(all.contains(says), "{name} {args:?} says {says:?}: {all}");
-        eprintln!("{name} {}: exit {:?}: {says}", args.join(" "), run.code);
+        assert!(took < Duration::from_secs(10), "{name} is refused at once: {took:?}");
+        eprintln!("{name} {}: exit {:?} in {took:?}: {says}", args.join(" "), run.code);
     }
+    let srv = there.stop();
+    assert!(srv.code.is_none(), "the rping server was still waiting: {srv:?}");
 }

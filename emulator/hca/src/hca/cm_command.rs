@@ -28,6 +28,16 @@ impl Hca {
             self.gsi.set_route(Gid(params.remote_gid.0), local);
             return Ok(Reply::CmId { id: id.0 .0 });
         }
+        if let Command::CmPollEvent = command {
+            let event = self.gsi.cm.poll_event().map(cm_event);
+            // The driver took the last one: the next event that comes is
+            // announced again, even before a runtime step sees the queue
+            // empty (else it could wait unannounced behind this one).
+            if !self.gsi.cm.has_event() {
+                self.gsi.events_notified = false;
+            }
+            return Ok(Reply::CmEvent(event));
+        }
         let cm = &mut self.gsi.cm;
         let result = match command {
             Command::CmListen { service_id } => cm.listen(ServiceId(service_id)),
@@ -72,7 +82,6 @@ impl Hca {
                 };
                 cm.sidr_reply(now_ns, engine_id(id), &params, &private_data)
             }
-            Command::CmPollEvent => return Ok(Reply::CmEvent(cm.poll_event().map(cm_event))),
             _ => return Err(CmdError::Invalid("not a CM command")),
         };
         result.map(|()| Reply::Done).map_err(cm_error)

@@ -64,6 +64,39 @@ static struct rdma_cm_event *next_event(struct rdma_event_channel *ch, int want)
 	return e;
 }
 
+/* The next event of `ch` (waiting up to 5 s), whatever it is. */
+static struct rdma_cm_event *any_event(struct rdma_event_channel *ch)
+{
+	struct rdma_cm_event *e;
+	CHECK(readable(ch->fd, 5000) == 1, "an event comes");
+	CHECK(rdma_get_cm_event(ch, &e) == 0, "rdma_get_cm_event");
+	return e;
+}
+
+/* Waits for `want` on both `a` and `b` (in either order). */
+static void both(struct rdma_event_channel *ch, int want, struct rdma_cm_id *a,
+		 struct rdma_cm_id *b, const char *data_for_a)
+{
+	int got_a = 0, got_b = 0;
+	while (!got_a || !got_b) {
+		struct rdma_cm_event *e = any_event(ch);
+		CHECK(e->event == want && e->status == 0, "event %s (status %d), want %s",
+		      rdma_event_str(e->event), e->status, rdma_event_str(want));
+		if (e->id == a) {
+			CHECK(!got_a, "one %s for a", rdma_event_str(want));
+			if (data_for_a)
+				CHECK(e->param.conn.private_data &&
+				      !strcmp(e->param.conn.private_data, data_for_a),
+				      "the peer's private data");
+			got_a = 1;
+		} else {
+			CHECK(e->id == b && !got_b, "one %s for b", rdma_event_str(want));
+			got_b = 1;
+		}
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *ip = argv[1], *port = argv[2];
@@ -200,27 +233,164 @@ int main(int argc, char **argv)
 	      "an address no device has");
 	printf("ok: EADDRINUSE, port 0, EADDRNOTAVAIL\n");
 
-	/* The calls that need the device's CM. */
-	CHECK(rdma_listen(id2, 4) == -1 && errno == ENOSYS, "rdma_listen waits for the CM");
+	/* The calls that go to the device's CM. */
+	CHECK(rdma_listen(id2, 4) == 0, "rdma_listen");
+	{
+		struct rdma_cm_id *again;
+		CHECK(rdma_create_id(ch, &again, NULL, RDMA_PS_TCP) == 0, "another id");
+		memcpy(&sin, rdma_get_local_addr(id2), sizeof sin);
+		sin.sin_addr.s_addr = htonl(INADDR_ANY);
+		CHECK(rdma_bind_addr(again, (struct sockaddr *)&sin) == -1 &&
+		      errno == EADDRNOTAVAIL, "the unspecified address at a listened port");
+		CHECK(rdma_destroy_id(again) == 0, "destroy it");
+	}
 	CHECK(rdma_listen(id, 4) == -1 && errno == EINVAL, "a resolved id does not listen");
 	CHECK(rdma_connect(id, NULL) == -1 && errno == EINVAL, "no QP and no parameters");
 	{
 		struct rdma_conn_param cp = { .responder_resources = 1, .initiator_depth = 1 };
-		CHECK(rdma_connect(id, &cp) == -1 && errno == ENOSYS, "rdma_connect waits for the CM");
 		CHECK(rdma_connect(id3, &cp) == -1 && errno == EINVAL, "an unbound id");
 		CHECK(rdma_accept(id, &cp) == -1 && errno == EINVAL, "no request to accept");
+		CHECK(rdma_establish(id) == -1 && errno == EINVAL, "not connecting");
+		/* A REQ to this very device, at a port nothing listens to: REJ
+		 * reason 8 (invalid service ID), as Linux's CM answers. */
+		CHECK(rdma_connect(id, &cp) == 0, "rdma_connect (a QP number given)");
+		CHECK(rdma_connect(id, &cp) == -1 && errno == EINVAL, "connecting twice");
+		CHECK(readable(ch->fd, 5000) == 1, "an answer comes");
+		e = next_event(ch, RDMA_CM_EVENT_REJECTED);
+		CHECK(e->id == id && e->status == 8, "REJECTED, status %d (invalid service ID)",
+		      e->status);
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
 	}
 	CHECK(rdma_reject(id, NULL, 0) == -1 && errno == EINVAL, "no request to reject");
 	CHECK(rdma_disconnect(id3) == -1 && errno == EINVAL, "no connection");
-	CHECK(rdma_disconnect(id) == -1 && errno == EINVAL, "no connection");
-	CHECK(rdma_establish(id) == -1 && errno == EINVAL, "not connecting");
+	CHECK(rdma_establish(id) == -1 && errno == EINVAL, "rejected");
 	CHECK(rdma_notify(id, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL, "no connection");
 	CHECK(rdma_leave_multicast(id, res->ai_dst_addr) == -1 && errno == EADDRNOTAVAIL,
 	      "no group joined");
 	CHECK(rsocket(AF_INET, SOCK_STREAM, 0) == -1 && errno == ENOSYS, "rsocket waits");
 	CHECK(rsocket(AF_UNIX, SOCK_STREAM, 0) == -1 && errno == ENOTSUP, "rsocket AF_UNIX");
 	CHECK(rclose(3) == -1 && errno == EBADF, "no rsocket");
-	printf("ok: the CM calls: ENOSYS after librdmacm's checks\n");
+	printf("ok: the CM calls: listen, REJECTED (8) from the device's own CM, the state checks\n");
+
+	/* A connection through the device's CM within this process: REQ, REP,
+	 * RTU (ESTABLISHED on both ids), then DREQ/DREP (DISCONNECTED on both);
+	 * a listener destroyed with a request not taken refuses it. */
+	{
+		struct rdma_event_channel *ch2 = rdma_create_event_channel();
+		struct rdma_cm_id *lis, *cli, *srv, *cli2;
+		struct rdma_conn_param cp = { .private_data = "hello", .private_data_len = 6,
+					      .responder_resources = 1, .initiator_depth = 2,
+					      .retry_count = 5, .rnr_retry_count = 6 };
+		struct rdma_conn_param ap = { .private_data = "world", .private_data_len = 6,
+					      .responder_resources = 1, .initiator_depth = 1 };
+		struct ibv_qp_init_attr qa = { .cap = { .max_send_wr = 4, .max_recv_wr = 4,
+							.max_send_sge = 1, .max_recv_sge = 1 },
+					       .qp_type = IBV_QPT_RC };
+		struct sockaddr_in la;
+
+		CHECK(ch2, "a second channel");
+		CHECK(rdma_create_id(ch2, &lis, (void *)0x5678, RDMA_PS_TCP) == 0, "listener");
+		memcpy(&la, res->ai_dst_addr, sizeof la);
+		la.sin_port = 0;
+		CHECK(rdma_bind_addr(lis, (struct sockaddr *)&la) == 0 && rdma_listen(lis, 1) == 0,
+		      "bind and listen");
+		la.sin_port = rdma_get_src_port(lis);
+		CHECK(rdma_create_id(ch2, &cli, NULL, RDMA_PS_TCP) == 0, "client id");
+		CHECK(rdma_resolve_addr(cli, NULL, (struct sockaddr *)&la, 2000) == 0, "resolve");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ADDR_RESOLVED)) == 0, "ack");
+		CHECK(rdma_resolve_route(cli, 2000) == 0, "route");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ROUTE_RESOLVED)) == 0, "ack");
+		CHECK(rdma_create_qp(cli, NULL, &qa) == 0, "the client's QP");
+		CHECK(rdma_connect(cli, &cp) == 0, "rdma_connect");
+		e = any_event(ch2);
+		CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST, "CONNECT_REQUEST: %s",
+		      rdma_event_str(e->event));
+		srv = e->id;
+		CHECK(e->listen_id == lis && srv != lis && srv->channel == ch2 &&
+		      srv->context == (void *)0x5678 && srv->verbs == lis->verbs &&
+		      srv->ps == RDMA_PS_TCP && srv->qp_type == IBV_QPT_RC, "a new id, the listener's child");
+		CHECK(e->param.conn.private_data_len == 56 &&
+		      !strcmp(e->param.conn.private_data, "hello"), "the REQ's private data (56 bytes)");
+		CHECK(e->param.conn.responder_resources == 2 && e->param.conn.initiator_depth == 1 &&
+		      e->param.conn.retry_count == 5 && e->param.conn.rnr_retry_count == 6 &&
+		      e->param.conn.qp_num == cli->qp->qp_num, "the REQ's parameters, depths swapped");
+		CHECK(rdma_get_dst_port(srv) == rdma_get_src_port(cli) &&
+		      rdma_get_src_port(srv) == la.sin_port &&
+		      ((struct sockaddr_in *)rdma_get_peer_addr(srv))->sin_addr.s_addr ==
+			      la.sin_addr.s_addr, "the child's addresses, from the rdma_cm header");
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		qa.send_cq = qa.recv_cq = NULL; /* rdma_create_qp wrote the client's */
+		CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "the child's QP");
+		CHECK(rdma_accept(srv, &ap) == 0, "rdma_accept");
+		both(ch2, RDMA_CM_EVENT_ESTABLISHED, cli, srv, "world");
+		{
+			struct ibv_qp_attr qx;
+			struct ibv_qp_init_attr qi;
+			CHECK(ibv_query_qp(cli->qp, &qx, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0 &&
+			      qx.qp_state == IBV_QPS_RTS && qx.dest_qp_num == srv->qp->qp_num,
+			      "the client's QP in RTS, to the child's");
+			CHECK(ibv_query_qp(srv->qp, &qx, IBV_QP_STATE | IBV_QP_DEST_QPN, &qi) == 0 &&
+			      qx.qp_state == IBV_QPS_RTS && qx.dest_qp_num == cli->qp->qp_num,
+			      "the child's QP in RTS, to the client's");
+			/* Linux's flow label, (sport * 31 + dport) & 0xfffff, on both
+			 * (the child's from the REQ's path): the RC QPs' UDP source
+			 * port is rxe's. */
+			unsigned fl = (ntohs(rdma_get_src_port(cli)) * 31u +
+				       ntohs(rdma_get_dst_port(cli))) & 0xfffff;
+			CHECK(ibv_query_qp(cli->qp, &qx, IBV_QP_AV, &qi) == 0 &&
+			      qx.ah_attr.grh.flow_label == fl && qx.ah_attr.is_global,
+			      "the client's flow label %x, want %x", qx.ah_attr.grh.flow_label, fl);
+			CHECK(ibv_query_qp(srv->qp, &qx, IBV_QP_AV, &qi) == 0 &&
+			      qx.ah_attr.grh.flow_label == fl,
+			      "the child's flow label %x, want %x", qx.ah_attr.grh.flow_label, fl);
+		}
+		CHECK(rdma_disconnect(cli) == 0, "rdma_disconnect");
+		both(ch2, RDMA_CM_EVENT_DISCONNECTED, cli, srv, NULL);
+		CHECK(rdma_disconnect(srv) == 0, "rdma_disconnect after the peer's");
+		both(ch2, RDMA_CM_EVENT_TIMEWAIT_EXIT, cli, srv, NULL);
+		rdma_destroy_qp(cli);
+		rdma_destroy_qp(srv);
+		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
+
+		/* A request the program refuses: REJ reason 28 (consumer defined)
+		 * with its private data. */
+		CHECK(rdma_create_id(ch2, &cli, NULL, RDMA_PS_TCP) == 0, "a third client");
+		CHECK(rdma_resolve_addr(cli, NULL, (struct sockaddr *)&la, 2000) == 0, "resolve");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ADDR_RESOLVED)) == 0, "ack");
+		CHECK(rdma_resolve_route(cli, 2000) == 0, "route");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ROUTE_RESOLVED)) == 0, "ack");
+		cp.qp_num = 0x98;
+		CHECK(rdma_connect(cli, &cp) == 0, "rdma_connect (no QP)");
+		e = any_event(ch2);
+		CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST && e->param.conn.qp_num == 0x98,
+		      "CONNECT_REQUEST: %s", rdma_event_str(e->event));
+		srv = e->id;
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_reject(srv, "busy", 5) == 0, "rdma_reject");
+		e = any_event(ch2);
+		CHECK(e->id == cli && e->event == RDMA_CM_EVENT_REJECTED && e->status == 28 &&
+		      e->param.conn.private_data && !strcmp(e->param.conn.private_data, "busy"),
+		      "REJECTED, status %d (28), the private data", e->status);
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
+
+		CHECK(rdma_create_id(ch2, &cli2, NULL, RDMA_PS_TCP) == 0, "another client");
+		CHECK(rdma_resolve_addr(cli2, NULL, (struct sockaddr *)&la, 2000) == 0, "resolve");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ADDR_RESOLVED)) == 0, "ack");
+		CHECK(rdma_resolve_route(cli2, 2000) == 0, "route");
+		CHECK(rdma_ack_cm_event(next_event(ch2, RDMA_CM_EVENT_ROUTE_RESOLVED)) == 0, "ack");
+		cp.qp_num = 0x99;
+		CHECK(rdma_connect(cli2, &cp) == 0, "rdma_connect (no QP)");
+		CHECK(readable(ch2->fd, 5000) == 1, "the request waits");
+		CHECK(rdma_destroy_id(lis) == 0, "destroy the listener, the request not taken");
+		e = any_event(ch2);
+		CHECK(e->id == cli2 && e->event == RDMA_CM_EVENT_REJECTED, "the client is refused: %s",
+		      rdma_event_str(e->event));
+		CHECK(rdma_ack_cm_event(e) == 0 && rdma_destroy_id(cli2) == 0, "destroy it");
+		CHECK(readable(ch2->fd, 0) == 0, "nothing else");
+		rdma_destroy_event_channel(ch2);
+	}
+	printf("ok: a connection through the device's CM: CONNECT_REQUEST, ESTABLISHED, DISCONNECTED, TIMEWAIT_EXIT; REJECTED\n");
 
 	/* An address no device reaches: ADDR_ERROR. */
 	CHECK(rdma_create_id(ch, &id4, NULL, RDMA_PS_TCP) == 0, "id4");
