@@ -60,6 +60,8 @@ impl Write for CaptureFile {
 pub(super) struct Capture {
     writer: CaptureWriter<CaptureFile>,
     file: CaptureFile,
+    /// Frames were written since the last flush.
+    dirty: bool,
 }
 
 impl Capture {
@@ -74,7 +76,7 @@ impl Capture {
         let writer = CaptureWriter::new(file.clone()).map_err(|e| {
             UdpError::Io(format!("cannot write the capture file {}", path.display()), e)
         })?;
-        Ok(Capture { writer, file })
+        Ok(Capture { writer, file, dirty: false })
     }
 
     /// Writes an IP packet from `source` to `destination` as an Ethernet
@@ -87,6 +89,7 @@ impl Capture {
         packet: &[u8],
     ) {
         let (to, from) = (mac_for(destination), mac_for(source));
+        self.dirty = true;
         if self.writer.write_packet(wall_clock(), to, from, packet).is_err() {
             stats.capture_errors += 1;
         }
@@ -94,8 +97,19 @@ impl Capture {
 
     /// Writes an Ethernet frame as it is (the L2 transport).
     pub(super) fn frame(&mut self, stats: &mut UdpStats, frame: &[u8]) {
+        self.dirty = true;
         if self.writer.write_frame(wall_clock(), frame).is_err() {
             stats.capture_errors += 1;
+        }
+    }
+
+    /// Ends a batch of frames: what was written goes to the file now, one
+    /// write for the batch. A program that exits without closing its device
+    /// (librdmacm never closes one, many verbs programs just exit) still
+    /// leaves every frame up to its last batch in the file.
+    pub(super) fn end_batch(&mut self) {
+        if std::mem::take(&mut self.dirty) {
+            let _ = self.file.flush();
         }
     }
 

@@ -125,9 +125,20 @@ impl Runtime {
             return 0;
         }
         io.stats.rx_batches += 1;
-        if io.transport.is_link() {
-            return self.receive_frames(io, now_ns);
+        let received = if io.transport.is_link() {
+            self.receive_frames(io, now_ns)
+        } else {
+            self.receive_datagrams(io, now_ns)
+        };
+        if let Some(capture) = io.capture.as_mut() {
+            capture.end_batch();
         }
+        received
+    }
+
+    /// The kernel UDP transport's receive: each datagram (or GRO segment)
+    /// is one RoCE packet, its IP header rebuilt.
+    fn receive_datagrams(&self, io: &mut Io, now_ns: u64) -> usize {
         let Io { rx_buffers, rx_meta, capture, stats, .. } = io;
         let now = Instant::from_nanos(now_ns);
         let mut hca = self.hca.lock();
@@ -289,6 +300,9 @@ impl Runtime {
             first_round = false;
             sent += self.queue_link_frames(io, now_ns);
             self.flush_batch(io);
+            if let Some(capture) = io.capture.as_mut() {
+                capture.end_batch();
+            }
             if drained {
                 break;
             }
