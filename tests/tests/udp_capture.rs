@@ -61,3 +61,43 @@ fn a_capture_holds_every_frame_while_the_device_is_still_open() {
     assert!(acks >= 3, "every ACK A received is in the file: {acks}");
     drop((qa, qb, ma, mb));
 }
+
+/// The local comm ID of the first REQ a device at `addr` sends, read from
+/// its capture.
+fn first_req_comm_id(addr: Ipv4Addr, path: &std::path::Path) -> u32 {
+    use uroce_device::cm::CmConnectParams;
+    use uroce_device::command::{Command, Gid, Reply};
+    use uroce_device::link::DeviceLink;
+    let mut config = UdpConfig::new(IpAddr::V4(addr));
+    config.capture = Some(path.to_path_buf());
+    let dev = uroce_net::udp::UdpDevice::open(config).unwrap();
+    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 96, 1, 99)));
+    let params = CmConnectParams::rdma_cm(1, nowhere, 0x0106_1f90, uroce_verbs::Qpn::new(0x11), 7);
+    let reply = dev.hca().command(Command::CmConnect { params, private_data: Vec::new() });
+    assert!(matches!(reply, Ok(Reply::CmId { .. })), "{reply:?}");
+    dev.flush_capture().unwrap();
+    let bytes = std::fs::read(path).unwrap();
+    for frame in CaptureReader::new(&bytes).unwrap().map_while(Result::ok) {
+        let Classified::Roce(r) = classify(frame.data, frame.link.expect("link")) else {
+            continue;
+        };
+        let packet = r.packet().expect("parses");
+        let mad = uroce_wire::mad::Packet::new_checked(packet.payload()).expect("a MAD");
+        if let Ok(uroce_wire::mad::CmMessage::Req(req)) = uroce_wire::mad::CmMessage::parse(&mad) {
+            return req.local_comm_id.0;
+        }
+    }
+    panic!("no REQ in the capture");
+}
+
+#[test]
+fn a_device_opened_again_at_an_address_draws_new_comm_ids() {
+    // Linux draws its CM's comm IDs at random at boot; a program started
+    // again at the same address must not reuse its last life's, which a
+    // peer still in time-wait would take for a stale connection's.
+    let dir = tempfile::tempdir().unwrap();
+    let addr = Ipv4Addr::new(127, 96, 1, 1);
+    let first = first_req_comm_id(addr, &dir.path().join("1.pcap"));
+    let second = first_req_comm_id(addr, &dir.path().join("2.pcap"));
+    assert_ne!(first, second, "the same comm ID twice: {first:#x}");
+}

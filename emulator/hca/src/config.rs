@@ -59,8 +59,10 @@ pub struct HcaConfig {
     /// Which UDP source port each QP's packets carry.
     pub source_ports: SourcePortPolicy,
     /// Seeds the local comm IDs of the CM on QP1, mixed with the device's
-    /// GIDs (Linux draws a random number at boot; uroce stays
-    /// deterministic).
+    /// GIDs (Linux draws a random number at boot). The HCA stays
+    /// deterministic: the simulator passes its run's seed, and the real
+    /// runtime draws one when this is 0, so that a device opened again at
+    /// an address does not reuse the comm IDs of its last life.
     pub cm_seed: u64,
 }
 

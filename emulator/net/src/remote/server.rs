@@ -67,7 +67,12 @@ pub fn serve(mut stream: UnixStream, config: &ServeConfig) -> Result<(), ServeEr
         .map_err(ServeError::Io)?;
     let mac = [0x02, 0, 0, 0, 0, 1];
     let gids = vec![Gid::link_local_from_mac(mac), Gid::from_ip(config.addr)];
-    let mut hca = Hca::new(config.hca.clone(), gids, memory)
+    let mut hca_config = config.hca.clone();
+    if hca_config.cm_seed == 0 {
+        // As a device in the application's process (`UdpDevice::open`).
+        hca_config.cm_seed = crate::udp::random_seed();
+    }
+    let mut hca = Hca::new(hca_config, gids, memory)
         .map_err(|e| ServeError::Protocol(format!("HCA configuration: {e}")))?;
     let clock = std::time::Instant::now();
     let now = || Instant::from_nanos(clock.elapsed().as_nanos() as u64);

@@ -164,6 +164,13 @@ impl UdpDevice {
             }
             None => hca_config.ipv4_id = Ipv4IdPolicy::Zero,
         }
+        // Linux's CM draws its comm IDs at random at boot. A device opened
+        // again at the same address must not reuse those of its last life:
+        // a peer still in time-wait would take its REQ for a stale one. A
+        // seed set in the configuration (tests) is kept.
+        if hca_config.cm_seed == 0 {
+            hca_config.cm_seed = random_seed();
+        }
         let (transport, receive_buffer_bytes) = Transport::open(&config, random_seed())?;
         let is_link = transport.is_link();
         // Held doorbells pay where different QPs' packets can share a send
@@ -373,7 +380,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A seed nobody else has (smoltcp's TCP sequence numbers and ports):
 /// std's per-process random hash keys over the time.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     use std::hash::BuildHasher;
     std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now())
 }

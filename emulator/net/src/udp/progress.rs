@@ -178,10 +178,18 @@ impl Runtime {
 
     /// Hands waiting events to the application (completion channels). An
     /// event is what an application that armed a CQ sleeps for: once one
-    /// is raised, it is awake again.
+    /// is raised, it is awake again. CM events (a REQ for a listener, a
+    /// REP...) wake whoever waits on the device's CM too (librdmacm's event
+    /// thread), but are no CQ event.
     fn deliver_events(&self) {
-        if self.hca.lock().has_events() {
+        let (events, cm_events) = {
+            let hca = self.hca.lock();
+            (hca.has_events(), hca.has_cm_events())
+        };
+        if events {
             self.app_sleeping.store(false, Ordering::Release);
+        }
+        if events || cm_events {
             self.hca.notify_if_events();
         }
     }
