@@ -1,8 +1,11 @@
 //! rdma-core 44's own test suite (Debian's `python3-pyverbs` ships it in
 //! `/usr/share/doc/rdma-core/tests`) against `uroce0`, on uroce's
-//! `libibverbs.so.1`: no test fails or errors, and every test listed in
-//! `tests/pyverbs/pass.txt` passes (a test that passed before and stops
-//! passing fails this test). `docs/libibverbs.md` has the per-module table.
+//! `libibverbs.so.1` (and `librdmacm.so.1`): no test fails or errors, and
+//! every test listed in `tests/pyverbs/pass.txt` passes (a test that passed
+//! before and stops passing fails this test). `docs/libibverbs.md` has the
+//! per-module table. The copy of the suite is patched for `test_rdmacm` by
+//! `tests/pyverbs/uroce_suite_patch.py` (the device's IP address from its
+//! GID table; the two sides of a connection on two uroce devices).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,7 +70,13 @@ fn rdma_core_test_suite_passes_on_uroce() {
         let unzipped = Command::new("gunzip").arg("-f").args(&gz).status().expect("gunzip");
         assert!(unzipped.success(), "gunzip the suite");
     }
+    // test_rdmacm on uroce: the device's address from its GID table, each
+    // side of a connection a process on its own device (the script says why).
+    let patch = concat!(env!("CARGO_MANIFEST_DIR"), "/pyverbs/uroce_suite_patch.py");
+    let patched = Command::new(PYTHON).arg(patch).arg(&copy).status().expect("patch");
+    assert!(patched.success(), "patch the copy of the suite for test_rdmacm");
     let lib = library_dir().expect("cargo builds libibverbs.so beside the tests");
+    assert!(lib.join("librdmacm.so.1").exists(), "cargo builds librdmacm.so beside the tests");
     let child = Command::new(PYTHON)
         .current_dir(dir.path())
         .args(["tests/run_tests.py", "--dev", "uroce0", "--gid", "1", "-v"])

@@ -300,7 +300,6 @@ pub unsafe fn accept(
     }
     g.conn.responder_resources = depths.0.unwrap_or(g.conn.responder_resources.min(limits.1));
     g.conn.initiator_depth = depths.1.unwrap_or(g.conn.initiator_depth.min(limits.0));
-    g.conn.sq_psn = random_psn();
     if let Err(e) = qp_to_rts(p, g) {
         qp_to_err(p);
         return Err(e);
@@ -532,6 +531,11 @@ unsafe fn request(
                 retry_count: req.retry_count,
                 rnr_retry_count: req.rnr_retry_count,
                 timeout: req.primary_path.local_ack_timeout,
+                // This side's starting PSN, chosen now (the kernel's
+                // `seq_num`, random from the id's creation): a program that
+                // moves its own QP (`rdma_init_qp_attr` to RTS) before
+                // `rdma_accept` gets the PSN the REP will carry.
+                sq_psn: random_psn(),
                 ..Default::default()
             };
         }

@@ -3,7 +3,8 @@
 //! `<rdma/rdma_cma.h>` run on uroce's two libraries (and again under
 //! AddressSanitizer's leak checker), and Debian's rdmacm tools run end to
 //! end between two uroce processes (rping, ucmatose, rdma_server and
-//! rdma_client, udaddy), and refused where nothing listens.
+//! rdma_client, udaddy, perftest with `-R`), refused where nothing
+//! listens, and rping on devices that lose and duplicate packets.
 //!
 //! Without the Debian packages (`librdmacm-dev`, `rdmacm-utils`, a C
 //! compiler, binutils) a test prints why it skips; under `CI=true` it
@@ -233,6 +234,16 @@ fn start_on_uroce(
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
     Running { child, deadline: Instant::now() + limit }
+}
+
+impl Drop for Running {
+    /// A process a failed test leaves behind is killed.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Running {
@@ -483,4 +494,305 @@ fn a_client_of_a_port_nothing_listens_to_is_rejected() {
     }
     let srv = there.stop();
     assert!(srv.code.is_none(), "the rping server was still waiting: {srv:?}");
+}
+
+/// A process on uroce's libraries whose output goes to files, so that the
+/// test can wait for a line it prints while it runs.
+struct Logged {
+    running: Running,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+fn start_logged(program: &Path, args: &[&str], dir: &Path, addr: &str, limit: Duration) -> Logged {
+    let logs = dir.join(format!("{}-{addr}", program.file_name().unwrap().to_string_lossy()));
+    let (out, err) = (logs.with_extension("out"), logs.with_extension("err"));
+    // stdbuf: the program's stdout, a file, line-buffered like a terminal's.
+    let child = Command::new("stdbuf")
+        .arg("-oL")
+        .arg(program)
+        .args(args)
+        .env("LD_LIBRARY_PATH", dir)
+        .env("UROCE_ADDR", addr)
+        .env_remove("UROCE_LINK")
+        .env_remove("UROCE_TAP")
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_CAPTURE")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(std::fs::File::create(&err).expect("stderr file"))
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+    Logged { running: Running { child, deadline: Instant::now() + limit }, out, err }
+}
+
+impl Logged {
+    /// Waits (up to 30 s) until the process printed `line` on stdout.
+    fn wait_for(&self, line: &str) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            if std::fs::read_to_string(&self.out).unwrap_or_default().contains(line) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("{} printed no {line:?} in 30 s", self.out.display());
+    }
+
+    /// Kills the process now; what it printed.
+    fn stop(mut self) -> Ended {
+        self.running.deadline = Instant::now();
+        self.finish()
+    }
+
+    fn finish(self) -> Ended {
+        let end = self.running.finish();
+        Ended {
+            code: end.code,
+            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
+        }
+    }
+}
+
+/// perftest with `-R` (its QPs made and connected through the RDMA CM,
+/// `rdma_cm` the data exchange method): the server (`<tool> -R`) on one uroce
+/// device, the client (`<tool> -R <server>`) on another once the server
+/// waits; both exit 0 and print their result row.
+fn perftest_rdma_cm(name: &str, net: &str, port: u16, extra: &[&str]) {
+    let test = format!("{name} -R");
+    let Some(program) = tool(name) else {
+        require(&test, false, &format!("no {name} (Debian's perftest)"));
+        return;
+    };
+    // One pair at a time: perftest's race (below) is likelier under load.
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let libs = library_dir();
+    let port = port.to_string();
+    let mut args = vec!["-R", "-d", "uroce0", "-x", "1", "-p", &port, "-n", "5"];
+    args.extend_from_slice(extra);
+    let limit = Duration::from_secs(60);
+    // perftest -R connects twice: the connection its data exchange goes
+    // over, then the test's, for which the server listens again only after
+    // the exchange. A client whose second REQ comes first is refused (REJ 8,
+    // as Linux's CM refuses it), and its retry loop
+    // (rdma_cm_client_connection) reuses the ids it destroyed, which ends it
+    // (on uroce: an abort on the freed id) while the server waits on the
+    // dead first connection. Then the pair starts again, on new devices.
+    let mut attempt = 0;
+    let (srv, cli) = loop {
+        attempt += 1;
+        let (srv_addr, cli_addr) =
+            (format!("{net}.{}", 2 * attempt - 1), format!("{net}.{}", 2 * attempt));
+        let srv = start_logged(&program, &args, libs.path(), &srv_addr, limit);
+        srv.wait_for("Waiting for client to connect");
+        device_is_up(&srv_addr);
+        std::thread::sleep(Duration::from_secs(1));
+        let mut client_args = args.clone();
+        client_args.push(&srv_addr);
+        let cli = run_on_uroce(&program, &client_args, libs.path(), &cli_addr, limit);
+        if cli.code == Some(0) {
+            break (srv.finish(), cli);
+        }
+        let srv = srv.stop();
+        eprintln!("{name} -R attempt {attempt}: client exit {:?}: {}", cli.code, cli.stderr);
+        if attempt == 6 || !cli.stderr.contains("RDMA_CM_EVENT_REJECTED") {
+            break (srv, cli);
+        }
+    };
+    eprintln!("{name} -R server: {srv:?}\n{name} -R client: {cli:?}");
+    assert_eq!(cli.code, Some(0), "{name} -R client exits 0: {cli:?}");
+    assert_eq!(srv.code, Some(0), "{name} -R server exits 0: {srv:?}");
+    for (side, end) in [("server", &srv), ("client", &cli)] {
+        assert!(end.stdout.contains("Data ex. method : rdma_cm"), "{name} {side}: {end:?}");
+        let row = end.stdout.lines().find(|l| {
+            let cols: Vec<_> = l.split_whitespace().collect();
+            cols.len() >= 4 && cols.iter().all(|c| c.parse::<f64>().is_ok())
+        });
+        assert!(row.is_some(), "{name} -R {side} prints its result row: {}", end.stdout);
+    }
+}
+
+#[test]
+fn ib_send_bw_connects_through_the_rdma_cm() {
+    perftest_rdma_cm("ib_send_bw", "127.74.2", 7620, &["-s", "4096"]);
+}
+
+#[test]
+fn ib_write_lat_connects_through_the_rdma_cm() {
+    perftest_rdma_cm("ib_write_lat", "127.74.3", 7621, &["-s", "64"]);
+}
+
+#[test]
+fn ib_read_bw_connects_through_the_rdma_cm() {
+    perftest_rdma_cm("ib_read_bw", "127.74.4", 7622, &["-s", "65536"]);
+}
+
+#[test]
+fn ib_write_bw_connects_through_the_rdma_cm() {
+    perftest_rdma_cm("ib_write_bw", "127.74.5", 7623, &["-s", "65536"]);
+}
+
+/// The CM MADs of a uroce capture (`UROCE_CAPTURE`: Ethernet frames, every
+/// packet the device sent and received, after its faults): (seconds since
+/// the epoch, source address, attribute ID) of each UD SEND to QP1 whose
+/// MAD is of the CM class.
+fn cm_mads(pcap: &Path) -> Vec<(f64, std::net::Ipv4Addr, u16)> {
+    let bytes = std::fs::read(pcap).unwrap_or_else(|e| panic!("{}: {e}", pcap.display()));
+    assert!(bytes.len() >= 24, "a pcap file: {}", pcap.display());
+    // The magic number in the file's byte order (uroce writes big-endian),
+    // 0xa1b23c4d for nanoseconds.
+    let big = bytes[0] == 0xa1;
+    let u32_at = |b: &[u8], at: usize| {
+        let word = b[at..at + 4].try_into().unwrap();
+        if big {
+            u32::from_be_bytes(word)
+        } else {
+            u32::from_le_bytes(word)
+        }
+    };
+    let frac = if u32_at(&bytes, 0) == 0xa1b2_3c4d { 1e-9 } else { 1e-6 };
+    let mut out = Vec::new();
+    let mut at = 24;
+    while at + 16 <= bytes.len() {
+        let time = f64::from(u32_at(&bytes, at)) + f64::from(u32_at(&bytes, at + 4)) * frac;
+        let len = u32_at(&bytes, at + 8) as usize;
+        let frame = &bytes[at + 16..(at + 16 + len).min(bytes.len())];
+        at += 16 + len;
+        // Ethernet (14), IPv4 (IHL), UDP (8) to 4791, BTH (12), DETH (8), MAD.
+        if frame.len() < 14 + 20 || frame[12..14] != [0x08, 0x00] {
+            continue;
+        }
+        let ip = &frame[14..];
+        let ihl = usize::from(ip[0] & 0x0f) * 4;
+        let Some(udp) = ip.get(ihl..) else { continue };
+        if udp.len() < 8 + 12 + 8 + 24 || udp[2..4] != 4791u16.to_be_bytes() {
+            continue;
+        }
+        let bth = &udp[8..];
+        let dest_qp = u32::from_be_bytes([0, bth[5], bth[6], bth[7]]);
+        let mad = &bth[20..];
+        if bth[0] != 0x64 || dest_qp != 1 || mad[1] != 0x07 {
+            continue;
+        }
+        let source = std::net::Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        out.push((time, source, u16::from_be_bytes([mad[16], mad[17]])));
+    }
+    out
+}
+
+const REQ: u16 = 0x0010;
+const REP: u16 = 0x0013;
+const RTU: u16 = 0x0014;
+
+/// The (lost, duplicated) verdicts `spec`'s injector gives a device's first
+/// `n` packets (the same for any packet: only corruption reads it).
+fn verdicts(spec: &str, n: usize) -> Vec<(bool, bool)> {
+    let spec = uroce_faults::FaultSpec::parse(spec).expect("a fault specification");
+    let mut injector = uroce_faults::Injector::new(spec);
+    (0..n).map(|_| injector.apply(&[0; 64])).map(|v| (v.lost(), v.duplicated())).collect()
+}
+
+/// The first seed from `from` whose verdicts satisfy `good`.
+fn seed(faults: &str, from: u64, good: impl Fn(&[(bool, bool)]) -> bool) -> u64 {
+    (from..from + 100_000)
+        .find(|s| good(&verdicts(&format!("{faults},seed={s}"), 80)))
+        .expect("a seed")
+}
+
+/// rping on two lossy devices (`UROCE_FAULTS=loss=0.2,dup=0.1,seed=…` on
+/// both): seeds picked so that the client's first packet, its REQ, is lost
+/// (the CM sends it again after its response timeout, ≈ 6.4 s: `2 ×
+/// packet life 18 + CM response timeout 20`, as Linux's), the server's
+/// first, its REP, is duplicated (the client's CM takes one and answers the
+/// copy with the RTU again, as Linux's), and a few of the data packets after
+/// are lost (RC retransmissions). Both exit 0 with their pings verified;
+/// the captures show what the faults did to the MADs (pings of 4 KiB, so
+/// that the captures' buffers reach their files while the programs run:
+/// rping exits without closing its devices).
+#[test]
+fn rping_completes_when_the_devices_lose_and_duplicate_packets() {
+    let test = "rping_completes_when_the_devices_lose_and_duplicate_packets";
+    if !rdmacm_tools(test) {
+        return;
+    }
+    let faults = "loss=0.2,dup=0.1";
+    let few = |v: &[(bool, bool)]| v[4..].iter().filter(|f| f.0).count() <= 4;
+    // Client: REQ lost, its retransmission, the RTU (and one for the REP's
+    // copy) go; a few data packets lost.
+    let client_seed =
+        seed(faults, 1, |v| v[0].0 && !v[1].0 && !v[1].1 && !v[2].0 && !v[3].0 && few(v));
+    // Server: the REP goes twice; a few data packets lost.
+    let server_seed = seed(faults, 1, |v| !v[0].0 && v[0].1 && few(v));
+    let rping = tool("rping").expect("checked");
+    let libs = library_dir();
+    let (srv_addr, cli_addr) = ("127.74.6.1", "127.74.6.2");
+    let caps = tempfile::tempdir().expect("a temporary directory");
+    let (srv_cap, cli_cap) = (caps.path().join("server.pcap"), caps.path().join("client.pcap"));
+    let start = |args: &[&str], addr: &str, seed: u64, cap: &Path| {
+        let child = Command::new(&rping)
+            .args(args)
+            .env("LD_LIBRARY_PATH", libs.path())
+            .env("UROCE_ADDR", addr)
+            .env("UROCE_FAULTS", format!("{faults},seed={seed}"))
+            .env("UROCE_CAPTURE", cap)
+            .env_remove("UROCE_LINK")
+            .env_remove("UROCE_TAP")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rping");
+        Running { child, deadline: Instant::now() + Duration::from_secs(60) }
+    };
+    let srv = start(
+        &["-s", "-a", srv_addr, "-p", "7630", "-C", "5", "-S", "4096", "-V"],
+        srv_addr,
+        server_seed,
+        &srv_cap,
+    );
+    device_is_up(srv_addr);
+    // The server listens right after its device opens.
+    std::thread::sleep(Duration::from_millis(500));
+    let began = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let started = Instant::now();
+    let cli = start(
+        &["-c", "-a", srv_addr, "-p", "7630", "-C", "5", "-S", "4096", "-V", "-v"],
+        cli_addr,
+        client_seed,
+        &cli_cap,
+    )
+    .finish();
+    let took = started.elapsed();
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    eprintln!(
+        "seeds: client {client_seed}, server {server_seed}; {took:?}; server exit {:?}: {}; \
+         client exit {:?}: {}",
+        srv.code, srv.stderr, cli.code, cli.stderr
+    );
+    let pings = cli.stdout.lines().filter(|l| l.starts_with("ping data: rdma-ping-")).count();
+    assert_eq!(cli.code, Some(0), "rping -c exits 0 ({pings} pings)");
+    assert_eq!(srv.code, Some(0), "rping -s exits 0");
+    assert_eq!(pings, 5, "five pings, verified");
+    let srv_ip: std::net::Ipv4Addr = srv_addr.parse().unwrap();
+    let cli_ip: std::net::Ipv4Addr = cli_addr.parse().unwrap();
+    let client = cm_mads(&cli_cap);
+    let server = cm_mads(&srv_cap);
+    eprintln!("CM MADs: client's capture {client:x?}, server's {server:x?}");
+    let count = |mads: &[(f64, std::net::Ipv4Addr, u16)], from: std::net::Ipv4Addr, attr: u16| {
+        mads.iter().filter(|m| m.1 == from && m.2 == attr).count()
+    };
+    // The first REQ never left (lost), so the one the client's capture
+    // holds is the CM's retransmission, a response timeout after the start.
+    let reqs: Vec<_> = client.iter().filter(|m| m.1 == cli_ip && m.2 == REQ).collect();
+    assert_eq!(reqs.len(), 1, "one REQ left the client: {client:x?}");
+    let after = reqs[0].0 - began.as_secs_f64();
+    assert!(after > 4.0, "the REQ that left is the retransmission ({after:.1} s after the start)");
+    assert_eq!(count(&server, cli_ip, REQ), 1, "the server received one REQ");
+    // The REP went twice; the client received both and connected once.
+    assert_eq!(count(&server, srv_ip, REP), 2, "the server's REP and its copy");
+    assert_eq!(count(&client, srv_ip, REP), 2, "the client received the REP twice");
+    assert!(count(&client, cli_ip, RTU) >= 1, "the client sent the RTU");
+    assert!(count(&server, cli_ip, RTU) >= 1, "the server received the RTU");
 }
