@@ -179,9 +179,17 @@ impl Runtime {
     /// Hands waiting events to the application (completion channels). An
     /// event is what an application that armed a CQ sleeps for: once one
     /// is raised, it is awake again.
+    /// CM events (a MAD received or timed out) are announced too: the
+    /// driver's CM thread sleeps on the notifiers as well.
     fn deliver_events(&self) {
-        if self.hca.lock().has_events() {
+        let (events, cm) = {
+            let hca = self.hca.lock();
+            (hca.has_events(), hca.cm_notification_pending())
+        };
+        if events {
             self.app_sleeping.store(false, Ordering::Release);
+        }
+        if events || cm {
             self.hca.notify_if_events();
         }
     }
