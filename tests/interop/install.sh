@@ -6,6 +6,8 @@
 #   qemu-system-x86  the VM (qemu-system-x86_64, TCG)        cpio, gzip, kmod  vm/build.sh packs the initramfs
 #   gcc, libc6-dev   vm/build.sh compiles rxe-opcodes.c        iproute2          `ip`, for matrix.sh's own netns
 #   ibverbs-utils, perftest  the host side of the lib_ rows     python3-minimal   oob-relay.py (lib_ rows)
+#   rdmacm-utils     the host side of the RDMA CM rows (rping, ucmatose, udaddy)
+#   tshark           the RDMA CM rows: their captures must decode as CM MADs in Wireshark's dissector
 set -euo pipefail
 
 # tool or file -> package
@@ -22,6 +24,8 @@ NEEDS=(
   "ibv_rc_pingpong ibverbs-utils"
   "ib_write_bw perftest"
   "python3 python3-minimal"
+  "rping rdmacm-utils"
+  "tshark tshark"
 )
 missing=()
 for need in "${NEEDS[@]}"; do
@@ -35,7 +39,7 @@ done
 lists=0; compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null && lists=1
 
 if [ ${#missing[@]} -eq 0 ] && [ $lists = 1 ]; then
-  echo "install.sh: nothing to do (qemu, cpio, gzip, kmod, gcc, libc6-dev, iproute2, ibverbs-utils, perftest, python3 present; apt lists present)"
+  echo "install.sh: nothing to do (qemu, cpio, gzip, kmod, gcc, libc6-dev, iproute2, ibverbs-utils, perftest, python3, rdmacm-utils, tshark present; apt lists present)"
   exit 0
 fi
 command -v apt-get >/dev/null || { echo "install.sh: no apt-get: the interop VM needs a Debian bookworm host" >&2; exit 1; }

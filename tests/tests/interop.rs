@@ -6,7 +6,9 @@
 //! kernel, rdma-core and perftest come from them). As root, the test
 //! first runs `tests/interop/install.sh`. Without qemu or bookworm it
 //! fails under `CI=true` and is skipped otherwise, saying why;
-//! `UROCE_INTEROP=0` skips it on a developer's machine (never under CI).
+//! `UROCE_INTEROP=0` skips it on a developer's machine (never under CI);
+//! `UROCE_INTEROP_ROWS=PATTERN` runs only the rows whose id matches
+//! (`matrix.sh --rows`).
 //!
 //! The uroce side is this test binary itself: the `uroce` command's code
 //! is a library, and a test of this package cannot name the `uroce`
@@ -83,6 +85,11 @@ fn uroce_wrapper(dir: &Path) -> PathBuf {
     uroce_tests::child::uroce_wrapper(dir, "uroce_child", CHILD_ENV)
 }
 
+/// The rows `UROCE_INTEROP_ROWS` asks for (every row when unset or empty).
+fn rows_asked() -> Option<String> {
+    std::env::var("UROCE_INTEROP_ROWS").ok().filter(|rows| !rows.is_empty())
+}
+
 #[test]
 fn interop_matrix() {
     if std::env::var("UROCE_INTEROP").as_deref() == Ok("0") {
@@ -117,6 +124,7 @@ fn interop_matrix() {
         .arg(interop.join("matrix.sh"))
         .arg("--uroce")
         .arg(&uroce)
+        .args(rows_asked().map(|rows| ["--rows".to_string(), rows]).into_iter().flatten())
         .stdin(Stdio::null())
         .stdout(std::io::stderr())
         .status()

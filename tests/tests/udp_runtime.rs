@@ -386,38 +386,3 @@ fn every_fault_kind_on_the_real_path_is_applied_counted_and_survived() {
     assert!(ca.rcvd_icrc_err + cb.rcvd_icrc_err > 0, "{ca:?} {cb:?}");
     assert!(ca.completer_retry_err > 0, "{ca:?}");
 }
-
-#[test]
-fn a_cm_event_from_the_background_threads_receive_wakes_the_cms_waiter() {
-    // librdmacm's event thread sleeps until the device's notifier fires;
-    // a REQ taken in by the background thread (nobody calls verbs on B)
-    // must fire it, not wait for someone's poll.
-    use std::sync::atomic::{AtomicU32, Ordering};
-    use std::sync::Arc;
-    use uroce_device::cm::CmConnectParams;
-    use uroce_device::command::{Command, Reply};
-    use uroce_device::link::DeviceLink;
-    let a = Node::open(config(10, 1, ProgressMode::HYBRID, None), 64).unwrap();
-    let b = Node::open(config(10, 2, ProgressMode::Event, None), 64).unwrap();
-    let fired = Arc::new(AtomicU32::new(0));
-    let count = fired.clone();
-    b.dev.hca().on_events(Box::new(move || {
-        count.fetch_add(1, Ordering::SeqCst);
-        true
-    }));
-    let service = 0x0106_1f91;
-    assert!(b.dev.hca().command(Command::CmListen { service_id: service }).is_ok());
-    std::thread::sleep(Duration::from_millis(5));
-    let params = CmConnectParams::rdma_cm(1, b.gid(), service, Qpn::new(0x11), 7);
-    let reply = a.dev.hca().command(Command::CmConnect { params, private_data: Vec::new() });
-    assert!(matches!(reply, Ok(Reply::CmId { .. })), "{reply:?}");
-    let t0 = Instant::now();
-    while fired.load(Ordering::SeqCst) == 0 && t0.elapsed() < Duration::from_secs(3) {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    let took = t0.elapsed();
-    assert!(fired.load(Ordering::SeqCst) > 0, "B's notifier never fired");
-    assert!(took < PROMPT, "the REQ's event took {took:?}");
-    let event = b.dev.hca().command(Command::CmPollEvent);
-    assert!(matches!(event, Ok(Reply::CmEvent(Some(_)))), "{event:?}");
-}

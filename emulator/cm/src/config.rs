@@ -60,7 +60,10 @@ pub struct ConnectParams {
     pub service_id: ServiceId,
     /// The local QP.
     pub qpn: Qpn,
-    /// The local QP's starting send PSN.
+    /// The REQ's starting PSN: the PSN the local QP *receives* from (its
+    /// RTR `rq_psn`), which the passive side sends from. That is what
+    /// Linux means by it (`ib_send_cm_req` keeps it as `rq_psn`); the
+    /// local QP sends from the REP's starting PSN.
     pub starting_psn: Psn,
     /// RC or UC ([`transport`]).
     pub transport: u8,
@@ -137,7 +140,10 @@ impl ConnectParams {
 pub struct AcceptParams {
     /// The local QP.
     pub qpn: Qpn,
-    /// The local QP's starting send PSN.
+    /// The REP's starting PSN: the PSN the local QP *receives* from (its
+    /// RTR `rq_psn`), which the active side sends from, as Linux means it
+    /// (`ib_send_cm_rep` keeps it as `rq_psn`). The local QP sends from
+    /// the REQ's starting PSN.
     pub starting_psn: Psn,
     /// RDMA READ / atomic requests this side will accept at once.
     pub responder_resources: u8,

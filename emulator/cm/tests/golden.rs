@@ -9,6 +9,7 @@ use uroce_cm::{AcceptParams, Cm, CmConfig, CmId, Event, Peer, State, NS_PER_MS};
 use uroce_wire::frame::{classify, Classified};
 use uroce_wire::mad::cma::{self, PortSpace};
 use uroce_wire::mad::{self, CmMessage, CommId, Gid, Guid, ServiceId, TransactionId};
+use uroce_wire::opcode::Opcode;
 use uroce_wire::pcap::CaptureReader;
 use uroce_wire::{Psn, Qpn};
 
@@ -124,4 +125,59 @@ fn linux_req_without_listener_gets_rej_8() {
     assert_eq!((rej.local_comm_id, rej.remote_comm_id), (CommId(0), CLIENT_COMM_ID));
     assert_eq!(cm.id_count(), 0);
     assert!(cm.poll_event().is_none());
+}
+
+/// The first RoCE request of a connection's QP in the capture: who sent
+/// it (the IP source) and its PSN.
+fn first_request_psn_from(source: Ipv4Addr) -> Psn {
+    CaptureReader::new(RPING)
+        .unwrap()
+        .map(Result::unwrap)
+        .find_map(|frame| {
+            let Classified::Roce(roce) = classify(frame.data, frame.link.unwrap()) else {
+                return None;
+            };
+            let packet = roce.packet().ok()?;
+            let request = packet.bth().dest_qpn() != Qpn::GSI
+                && packet.bth().opcode() != Opcode::RC_ACKNOWLEDGE;
+            (request && roce.ip.source() == core::net::IpAddr::V4(source))
+                .then(|| packet.bth().psn())
+        })
+        .unwrap()
+}
+
+/// What the starting PSNs mean to Linux, which librdmacm and uroce's
+/// CM users must follow to talk to it: the REQ's starting PSN is the PSN
+/// the *passive* side sends from (the active side's `rq_psn`; kernel
+/// `ib_send_cm_req` keeps it as `rq_psn`), the REP's the PSN the *active*
+/// side sends from (the passive side's `rq_psn`). In rping.pcap the
+/// client (active) sends its first SEND with the REP's PSN 0x2f0a44 (frame
+/// 23) and the server its first READ with the REQ's 0xc708f9 (frame 25).
+/// Taking them the other way round (each side sending from its own
+/// message's PSN) works between two such peers but not with Linux: rxe
+/// then ACKs every request as a duplicate and nothing is ever received
+/// (the interop matrix's lib_rping rows).
+#[test]
+fn starting_psns_are_what_each_side_receives_from() {
+    let CmMessage::Req(req) =
+        CmMessage::parse(&mad::Packet::new_checked(&mad_of_frame(20)[..]).unwrap()).unwrap()
+    else {
+        panic!("frame 20 is the REQ")
+    };
+    let CmMessage::Rep(rep) =
+        CmMessage::parse(&mad::Packet::new_checked(&mad_of_frame(21)[..]).unwrap()).unwrap()
+    else {
+        panic!("frame 21 is the REP")
+    };
+    assert_eq!((req.starting_psn, rep.starting_psn), (Psn::new(0xc708f9), Psn::new(0x2f0a44)));
+    assert_eq!(
+        first_request_psn_from(CLIENT),
+        rep.starting_psn,
+        "the active side sends from the REP's PSN"
+    );
+    assert_eq!(
+        first_request_psn_from(SERVER),
+        req.starting_psn,
+        "the passive side sends from the REQ's PSN"
+    );
 }

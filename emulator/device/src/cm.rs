@@ -39,7 +39,9 @@ pub struct CmConnectParams {
     pub service_id: u64,
     /// The local QP.
     pub qpn: Qpn,
-    /// The local QP's first send PSN (24 bits).
+    /// The REQ's starting PSN (24 bits): the PSN the local QP receives
+    /// from (RTR `rq_psn`), which the passive side sends from, as Linux
+    /// means it. The local QP sends from the REP's starting PSN.
     pub starting_psn: u32,
     /// 0 RC, 1 UC.
     pub transport: u8,
@@ -116,7 +118,9 @@ impl CmConnectParams {
 pub struct CmAcceptParams {
     /// The local QP.
     pub qpn: Qpn,
-    /// The local QP's first send PSN (24 bits).
+    /// The REP's starting PSN (24 bits): the PSN the local QP receives
+    /// from (RTR `rq_psn`), which the active side sends from, as Linux
+    /// means it. The local QP sends from the REQ's starting PSN.
     pub starting_psn: u32,
     /// READ/atomic requests this side accepts at once.
     pub responder_resources: u8,

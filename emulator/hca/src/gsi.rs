@@ -194,6 +194,16 @@ impl Hca {
         self.gsi.events_notified = waiting;
         new
     }
+
+    /// Whether [`Hca::take_cm_notification`] would return `true`: CM
+    /// events wait that nobody was told of. A runtime that calls its event
+    /// notifiers only when something waits must ask this besides
+    /// [`Hca::has_events`] (which is about completion and async events):
+    /// else a MAD's event waits until some completion comes, and
+    /// librdmacm's thread sleeps on its fallback timer meanwhile.
+    pub fn cm_notification_pending(&self) -> bool {
+        self.gsi.cm.has_event() && !self.gsi.events_notified
+    }
 }
 
 #[cfg(test)]

@@ -178,18 +178,18 @@ impl Runtime {
 
     /// Hands waiting events to the application (completion channels). An
     /// event is what an application that armed a CQ sleeps for: once one
-    /// is raised, it is awake again. CM events (a REQ for a listener, a
-    /// REP...) wake whoever waits on the device's CM too (librdmacm's event
-    /// thread), but are no CQ event.
+    /// is raised, it is awake again.
+    /// CM events (a MAD received or timed out) are announced too: the
+    /// driver's CM thread sleeps on the notifiers as well.
     fn deliver_events(&self) {
-        let (events, cm_events) = {
+        let (events, cm) = {
             let hca = self.hca.lock();
-            (hca.has_events(), hca.has_cm_events())
+            (hca.has_events(), hca.cm_notification_pending())
         };
         if events {
             self.app_sleeping.store(false, Ordering::Release);
         }
-        if events || cm_events {
+        if events || cm {
             self.hca.notify_if_events();
         }
     }
