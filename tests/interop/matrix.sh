@@ -122,13 +122,13 @@ c lib_rc_pingpong_loss 1500 13 60 "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c
 # cm rows: the same librdmacm tools on both sides, uroce's librdmacm.so.1 and the device's CM on the host, the
 # kernel's rdma_cm and ib_cm in the VM. The capture must hold the CM messages named (uroce decode's CM[...], and
 # tshark must decode them as CM MADs). A last field marks a row known to fail, and why: its FAIL is an XFAIL, which
-# fails no run (MATRIX_STRICT=1 counts it as a FAIL); a marked row that passes says so (docs/interop.md).
-K_PSN="librdmacm: starting PSNs swapped vs Linux (REQ's is the active side's rq_psn)"
+# fails no run (MATRIX_STRICT=1 counts it as a FAIL); a marked row that passes says so (docs/interop.md); a mark
+# "u2r:WHY" or "r2u:WHY" holds for one direction.
 K_PERF="perftest -R: its test-QP REQ comes before the VM's server listens again (REJ 8, not retried)"
-c lib_rping        1500 -    20   "rping -s -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v | rping -c -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v" cm  "ping data: rdma-ping-9: " "<=1024" "REQ REP RTU" "$K_PSN"
-c lib_ucmatose     1500 -    20   "ucmatose -b @SRV@ -p @PORT@ -c 2 | ucmatose -s @SRV@ -p @PORT@ -c 2"   cm                     "data transfers complete"  "<=1024" "REQ REP RTU" "$K_PSN"
+c lib_rping        1500 -    20   "rping -s -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v | rping -c -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v" cm  "ping data: rdma-ping-9: " "<=1024" "REQ REP RTU"
+c lib_ucmatose     1500 -    20   "ucmatose -b @SRV@ -p @PORT@ -c 2 | ucmatose -s @SRV@ -p @PORT@ -c 2"   cm                     "data transfers complete"  "<=1024" "REQ REP RTU"
 c lib_udaddy       1500 -    20   "udaddy -b @SRV@ | udaddy -s @SRV@"                                     cm                     "data transfers complete"  "<=1024" "SIDR_REQ SIDR_REP"
-c lib_send_bw_rdmacm 1500 -    20   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ | ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ @SRV@" cm "$(pt 4096 100)" "=1024" "REQ REP RTU" "$K_PSN; u2r also $K_PERF"
+c lib_send_bw_rdmacm 1500 -    20   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ | ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ @SRV@" cm "$(pt 4096 100)" "=1024" "REQ REP RTU" "u2r:$K_PERF"
 
 # Expand the cases into rows (arrays indexed by row number).
 R_ID=() R_DIR=() R_LINK=() R_LOSS=() R_SECS=() R_VM=() R_U=() R_CHECK=() R_PMTU=() R_PORT=() R_LIB=() R_CM=() R_CMSG=() R_KNOWN=()
@@ -138,6 +138,8 @@ for dir in u2r r2u; do
     IFS=$'\x1f' read -r name link loss secs vm u check pmtu cmsg known <<< "$entry"
     R_ID[n]=$name/$dir R_DIR[n]=$dir R_LINK[n]=$link R_LOSS[n]=$loss R_SECS[n]=$secs R_VM[n]=$vm R_U[n]=$u
     R_CHECK[n]=$check R_PMTU[n]=$pmtu R_PORT[n]=$((19000 + n)) R_LIB[n]=0 R_CM[n]=0 R_CMSG[n]=${cmsg:-} R_KNOWN[n]=${known:-}
+    # a mark "u2r:WHY" or "r2u:WHY" holds for that direction only
+    case "${known:-}" in u2r:*|r2u:*) if [ "${known%%:*}" = "$dir" ]; then R_KNOWN[n]=${known#*:}; else R_KNOWN[n]=; fi ;; esac
     # a lib row: the host runs the VM's tool on uroce's library (the uroce field is the host tool's command)
     [ "$u" = lib ] && R_LIB[n]=1 R_U[n]=${vm//-d rxe0/-d uroce0}
     # a cm row: a lib row without out-of-band TCP (the uroce field "cm"; see the cases)

@@ -232,9 +232,12 @@ pub unsafe fn connect(
     };
     r.by_cm.insert(id, p as usize);
     g.cm = Some(id);
+    // A starting PSN is what the message's sender receives from (Linux's
+    // `ib_send_cm_req`: rq_psn := the REQ's; rping.pcap: the server's first
+    // packet carries the REQ's PSN): this side sends from the REP's.
+    g.seq_num = psn;
     g.conn = id::Conn {
         active: true,
-        sq_psn: psn,
         path_mtu: path.mtu,
         responder_resources: c.responder_resources,
         initiator_depth: c.initiator_depth,
@@ -306,7 +309,9 @@ pub unsafe fn accept(
     }
     let params = CmAcceptParams {
         qpn: c.qp_num.into(),
-        starting_psn: g.conn.sq_psn,
+        // What this side receives from (the REQ's PSN is what it sends
+        // from).
+        starting_psn: g.seq_num,
         responder_resources: g.conn.responder_resources,
         initiator_depth: g.conn.initiator_depth,
         rnr_retry_count: c.rnr_retry_count.min(7),
@@ -522,7 +527,12 @@ unsafe fn request(
         g.in_cm = true;
         g.cm = Some(cm);
         if let Some(req) = &req {
-            g.seq_num = req.starting_psn.value();
+            // This side receives from the PSN its REP will carry, chosen
+            // now (the kernel's `seq_num`, random from the id's creation):
+            // a program that moves its own QP (`rdma_init_qp_attr`) before
+            // `rdma_accept` gets the PSNs the REP announces. It sends from
+            // the REQ's (`cm_req_handler`: sq_psn := the REQ's PSN).
+            g.seq_num = random_psn();
             g.conn = id::Conn {
                 remote_qpn: req.local_qpn.value(),
                 path_mtu: req.path_mtu,
@@ -531,11 +541,7 @@ unsafe fn request(
                 retry_count: req.retry_count,
                 rnr_retry_count: req.rnr_retry_count,
                 timeout: req.primary_path.local_ack_timeout,
-                // This side's starting PSN, chosen now (the kernel's
-                // `seq_num`, random from the id's creation): a program that
-                // moves its own QP (`rdma_init_qp_attr` to RTS) before
-                // `rdma_accept` gets the PSN the REP will carry.
-                sq_psn: random_psn(),
+                sq_psn: req.starting_psn.value(),
                 ..Default::default()
             };
         }
@@ -588,7 +594,9 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
         CmEventKind::ConnectReply { rep } => {
             let Ok(pk) = rep::Packet::new_checked(&rep[..]) else { return false };
             let Ok(rep) = rep::Repr::parse(&pk) else { return false };
-            g.seq_num = rep.starting_psn.value();
+            // The REP's PSN is what the passive side receives from: this
+            // side sends from it (`cm_rep_handler`: sq_psn := the REP's).
+            g.conn.sq_psn = rep.starting_psn.value();
             g.conn.remote_qpn = rep.local_qpn.value();
             g.conn.initiator_depth = rep.responder_resources;
             g.conn.responder_resources = rep.initiator_depth;

@@ -65,7 +65,8 @@ pub struct Inner {
     pub mc: Vec<Multicast>,
     /// The device CM holds this id (listening, connecting, connected).
     pub in_cm: bool,
-    /// The starting PSN the CM agreed (RTR's `rq_psn`).
+    /// The PSN this side receives from (RTR's `rq_psn`): the starting PSN
+    /// of the message this side sent (REQ or REP).
     pub seq_num: u32,
     /// The device CM's ID of the connection (or SIDR exchange), while it
     /// has one.
@@ -90,6 +91,8 @@ pub struct Conn {
     /// DISCONNECTED was reported.
     pub disconnected: bool,
     pub remote_qpn: u32,
+    /// The PSN this side sends from (RTS's `sq_psn`): the starting PSN of
+    /// the message it received (REQ or REP).
     pub sq_psn: u32,
     pub path_mtu: u8,
     pub responder_resources: u8,
