@@ -504,6 +504,8 @@ pub const RDMA_OPTION_ID_AFONLY: c_int = 2;
 pub const RDMA_OPTION_ID_ACK_TIMEOUT: c_int = 3;
 pub const RDMA_OPTION_IB_PATH: c_int = 1;
 
+/// `enum ibv_event_type`'s `IBV_EVENT_COMM_EST` (`rdma_notify`).
+pub const IBV_EVENT_COMM_EST: c_int = 4;
 pub const IBV_QPT_RC: c_int = 2;
 pub const IBV_QPT_UC: c_int = 3;
 pub const IBV_QPT_UD: c_int = 4;

@@ -1501,7 +1501,7 @@ pub unsafe fn notify(id: *mut rdma_cm_id, event: c_int) -> Result<(), c_int> {
     // IBV_EVENT_COMM_EST (traffic came before the RTU) on the passive
     // side of a connection, as the kernel's `cm_establish`: EISCONN once
     // established, EINVAL in any other state; no other event is taken.
-    if event != 8 || g.cm.is_none() || g.conn.active {
+    if event != IBV_EVENT_COMM_EST || g.cm.is_none() || g.conn.active {
         return Err(libc::EINVAL);
     }
     if g.conn.established {

@@ -323,6 +323,10 @@ int main(int argc, char **argv)
 		CHECK(rdma_create_qp(srv, NULL, &qa) == 0, "the child's QP");
 		CHECK(rdma_accept(srv, &ap) == 0, "rdma_accept");
 		both(ch2, RDMA_CM_EVENT_ESTABLISHED, cli, srv, "world");
+		CHECK(rdma_notify(srv, IBV_EVENT_COMM_EST) == -1 && errno == EISCONN,
+		      "COMM_EST on the established passive side: EISCONN (as cm_establish)");
+		CHECK(rdma_notify(cli, IBV_EVENT_COMM_EST) == -1 && errno == EINVAL,
+		      "COMM_EST on the active side: EINVAL");
 		{
 			struct ibv_qp_attr qx;
 			struct ibv_qp_init_attr qi;
