@@ -52,6 +52,9 @@ pub unsafe extern "C" fn device_command(
             unsafe { *reply_len = out.len() };
         }
         if out.len() > cap {
+            // The command ran; its reply is lost. Callers pass a buffer far
+            // above the largest reply (librdmacm: 16 KiB) and must not run
+            // the command again on ENOSPC.
             return fail(libc::ENOSPC);
         }
         // SAFETY: the caller's reply buffer holds `cap` bytes.

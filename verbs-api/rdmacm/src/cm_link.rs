@@ -65,30 +65,37 @@ pub fn command(verbs: *mut ibv_context, command: &Command) -> Result<Reply, c_in
         return Err(libc::ENODEV);
     }
     let bytes = postcard::to_stdvec(command).map_err(|_| libc::EINVAL)?;
-    let mut cap = 1024;
-    loop {
-        let mut out = vec![0u8; cap];
-        let mut len = 0usize;
-        // SAFETY: the buffers are as long as said; verbs is an open context.
-        let r = unsafe {
-            (door.command)(verbs, bytes.as_ptr(), bytes.len(), out.as_mut_ptr(), cap, &mut len)
-        };
-        match r {
-            0 => {
-                let result: Result<Reply, i32> =
-                    postcard::from_bytes(&out[..len]).map_err(|_| libc::EIO)?;
-                return result;
-            }
-            libc::ENOSPC if len > cap => cap = len,
-            e => return Err(e),
+    // The device runs the command before it knows whether its reply fits
+    // (ENOSPC then means the reply is lost, not that the command did not
+    // run): one buffer far above the largest reply (a CM event carries at
+    // most one 232-byte message and its private data), and never a retry,
+    // which would run the command twice (a second REQ, a lost event).
+    let mut out = vec![0u8; MAX_REPLY_BYTES];
+    let mut len = 0usize;
+    // SAFETY: the buffers are as long as said; verbs is an open context.
+    let r = unsafe {
+        (door.command)(verbs, bytes.as_ptr(), bytes.len(), out.as_mut_ptr(), out.len(), &mut len)
+    };
+    match r {
+        0 => {
+            let result: Result<Reply, i32> =
+                postcard::from_bytes(&out[..len.min(out.len())]).map_err(|_| libc::EIO)?;
+            result
         }
+        libc::ENOSPC => Err(libc::EIO),
+        e => Err(e),
     }
 }
+
+/// The reply buffer of [`command`]: a device reply is a few hundred bytes.
+const MAX_REPLY_BYTES: usize = 16 * 1024;
+
+/// The contexts whose CM events a thread takes.
+static WATCHED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 
 /// Makes sure a thread takes the CM events of `verbs` (started once per
 /// context).
 pub fn watch(verbs: *mut ibv_context) -> Result<(), c_int> {
-    static WATCHED: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
     let door = door().ok_or(libc::ENOSYS)?;
     if verbs.is_null() {
         return Err(libc::ENODEV);
@@ -127,8 +134,18 @@ fn run(verbs: *mut ibv_context, fd: c_int) {
             match command(verbs, &Command::CmPollEvent) {
                 Ok(Reply::CmEvent(Some(event))) => dispatch(verbs, event),
                 Ok(_) => break,
-                // The device is gone (the context closed).
-                Err(_) => return,
+                // The device is gone (the context closed): a later
+                // `watch` of a context at this address starts anew.
+                Err(libc::ENODEV | libc::ENOSYS) => {
+                    let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+                    if let Some(set) = watched.as_mut() {
+                        set.remove(&(verbs as usize));
+                    }
+                    return;
+                }
+                // Anything else (a reply that would not decode) loses at
+                // most that event; the thread goes on, paced by the poll.
+                Err(_) => break,
             }
         }
     }
