@@ -20,8 +20,9 @@ pub struct CmConfig {
     pub ack_delay: u8,
     /// The most CM IDs (connections, SIDR requests) alive at once.
     pub max_ids: usize,
-    /// The most transmits or events queued before new ones are dropped
-    /// (and counted).
+    /// The most transmits queued before new ones are dropped (and
+    /// counted; a MAD lost is retried); with this many events waiting, a
+    /// REQ or SIDR_REQ that would make a new ID is refused (no resources).
     pub max_queue: usize,
 }
 

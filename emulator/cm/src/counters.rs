@@ -42,7 +42,8 @@ pub struct Counters {
     pub tx_retries: u64,
     /// Transmits dropped because the transmit queue was full.
     pub tx_queue_full: u64,
-    /// Events dropped because the event queue was full.
+    /// REQs and SIDR_REQs refused because the consumer had `max_queue`
+    /// events waiting (no event is ever dropped).
     pub event_queue_full: u64,
     /// REQ, REP, DREQ or SIDR_REQ that ran out of retries.
     pub timeouts: u64,

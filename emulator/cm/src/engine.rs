@@ -320,12 +320,24 @@ impl Cm {
         self.transmits.push_back(Transmit { peer, dest_qpn: Qpn::GSI, mad });
     }
 
+    /// Queues an event for the consumer. Never drops one: an event may be
+    /// the only news that an ID was made or freed (a lost ConnectRequest
+    /// would leave its connection waiting for ever, a lost Rejected a
+    /// consumer). The queue stays bounded because new IDs are refused
+    /// while it is full (`events_full`), and each ID raises a few
+    /// events at most before it is freed.
     pub(crate) fn emit(&mut self, event: Event) {
-        if self.events.len() >= self.config.max_queue {
-            self.counters.event_queue_full += 1;
-            return;
-        }
         self.events.push_back(event);
+    }
+
+    /// The consumer has `max_queue` events waiting: a REQ or SIDR_REQ
+    /// that would make a new ID is refused (no resources).
+    pub(crate) fn events_full(&mut self) -> bool {
+        let full = self.events.len() >= self.config.max_queue;
+        if full {
+            self.counters.event_queue_full += 1;
+        }
+        full
     }
 
     fn arm(&mut self, local: CommId, deadline_ns: u64) {

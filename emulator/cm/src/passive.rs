@@ -79,7 +79,8 @@ impl Cm {
             self.issue_req_rej(from, tid, m.local_comm_id, RejectReason::InvalidServiceId);
             return Outcome::NoListener;
         }
-        let Some(local) = self.alloc_id() else {
+        let local = if self.events_full() { None } else { self.alloc_id() };
+        let Some(local) = local else {
             self.issue_req_rej(from, tid, m.local_comm_id, RejectReason::NoResources);
             return Outcome::NoResources;
         };

@@ -137,7 +137,8 @@ impl Cm {
             self.send_once(from, mad);
             return Outcome::SidrNoListener;
         }
-        let Some(local) = self.alloc_id() else { return Outcome::NoResources };
+        let local = if self.events_full() { None } else { self.alloc_id() };
+        let Some(local) = local else { return Outcome::NoResources };
         let mut conn = Conn::new(local, from, State::SidrReqRcvd, tid);
         conn.remote_id = CommId(m.request_id);
         conn.service_id = m.service_id;

@@ -352,3 +352,35 @@ fn a_full_id_table_answers_rej_no_resources() {
     assert!(w.a.events.iter().any(|(_, e)| matches!(e, Event::Rejected { id, rej } if *id == a2 && rej.reason == RejectReason::NoResources)));
     assert_eq!(w.a.count(is_established), 1);
 }
+
+#[test]
+fn a_consumer_that_does_not_take_its_events_gets_new_reqs_refused_not_events_lost() {
+    // B's consumer takes no event: with max_queue waiting, a REQ that would
+    // make a new ID is refused (REJ no resources); nothing queued is lost.
+    let mut config = common::config(0xb, 3);
+    config.max_queue = 1;
+    let mut b = uroce_cm::Cm::new(config);
+    b.listen(SERVICE).unwrap();
+    let mut a = uroce_cm::Cm::new(common::config(0xa, 4));
+    let a_peer = uroce_cm::Peer { gid: A_GID, pkey_index: 0 };
+    let first = World::connect_params();
+    let mut second = first;
+    second.qpn = uroce_wire::Qpn::new(0x12);
+    let id1 = a.connect(0, &first, &[]).unwrap();
+    let id2 = a.connect(0, &second, &[]).unwrap();
+    while let Some(t) = a.poll_transmit() {
+        b.receive(LATENCY_NS, a_peer, &t.mad[..]);
+    }
+    assert_eq!(b.counters().event_queue_full, 1, "{:?}", b.counters());
+    let refusal = b.poll_transmit().expect("B answers the second REQ");
+    let b_peer = uroce_cm::Peer { gid: B_GID, pkey_index: 0 };
+    a.receive(2 * LATENCY_NS, b_peer, &refusal.mad[..]);
+    let rejected: Vec<_> = std::iter::from_fn(|| a.poll_event()).collect();
+    assert!(
+        matches!(&rejected[..], [Event::Rejected { id, rej }] if *id == id2 && rej.reason == RejectReason::NoResources),
+        "{rejected:?}"
+    );
+    let waiting: Vec<_> = std::iter::from_fn(|| b.poll_event()).collect();
+    assert!(matches!(&waiting[..], [Event::ConnectRequest { .. }]), "{waiting:?}");
+    let _ = id1;
+}
