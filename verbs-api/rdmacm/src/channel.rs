@@ -125,6 +125,8 @@ pub unsafe fn take_for(channel: *mut Channel, id: *mut IdPriv) -> Vec<Box<CmaEve
     let mut q = channel.queue();
     let was = q.0.len();
     let (mine, rest): (VecDeque<_>, VecDeque<_>) =
+        // SAFETY: the queue owns its events (boxes leaked into it, freed
+        // only once taken out): each pointer is live while it is queued.
         q.0.drain(..).partition(|e| unsafe { (**e).id } == id);
     q.0 = rest;
     channel.signal(was, q.0.len());
@@ -141,6 +143,7 @@ pub unsafe fn take_requests_of(channel: *mut Channel, listen: *mut IdPriv) -> Ve
     let channel = &*(*channel).shared;
     let mut q = channel.queue();
     let was = q.0.len();
+    // SAFETY: as in `take_for`: a queued event is live.
     let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.0.drain(..).partition(|e| unsafe {
         (**e).event.event == kind::CONNECT_REQUEST && (**e).event.listen_id == listen.cast()
     });

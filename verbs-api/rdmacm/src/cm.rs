@@ -318,10 +318,16 @@ pub unsafe fn accept(
         srq: c.srq,
         flow_control: c.flow_control != 0,
     };
-    cm_link::command(
+    let accepted = cm_link::command(
         verbs,
         &Command::CmAccept { id: cm, params, private_data: c.private_data.clone() },
-    )?;
+    );
+    if let Err(e) = accepted {
+        // No REP left (the peer gave up, or the CM ID is gone): the QP must
+        // not stay in RTS, as librdmacm's `ucma_modify_qp_err` on this path.
+        qp_to_err(p);
+        return Err(e);
+    }
     Ok(())
 }
 
