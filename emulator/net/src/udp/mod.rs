@@ -213,6 +213,7 @@ impl UdpDevice {
             stop: AtomicBool::new(false),
             background_idle: AtomicBool::new(false),
             background_until_ns: AtomicU64::new(u64::MAX),
+            holds_doorbells: doorbell_burst_ns > 0,
             io: Mutex::new(Io::new(transport, faults, capture, stats, doorbell_burst_ns)),
         });
         let driver: Arc<dyn Driver> = runtime.clone();

@@ -51,6 +51,9 @@ pub(super) struct Runtime {
     pub stop: AtomicBool,
     /// The background thread is (about to be) asleep on the socket.
     pub background_idle: AtomicBool,
+    /// Doorbells rung back to back may be held (`doorbells.rs`): a burst
+    /// window above 0, where QPs' packets can share a send call.
+    pub holds_doorbells: bool,
     /// Until when (runtime nanoseconds) the background thread sleeps while
     /// the application drives (`u64::MAX`: on the socket, for any packet).
     pub background_until_ns: AtomicU64,
@@ -79,6 +82,12 @@ impl Driver for Runtime {
     }
 
     fn rang_send_doorbell(&self) {
+        if !self.holds_doorbells {
+            // A socket per QP's port: nothing to gain by holding (the
+            // default), and no lock taken for it on every post.
+            self.flush();
+            return;
+        }
         self.mark_app_active();
         let now = self.now_ns();
         let doorbell = {
