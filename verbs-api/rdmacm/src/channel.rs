@@ -24,7 +24,26 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub struct CmaEvent {
     pub event: rdma_cm_event,
     pub private_data: [u8; RDMA_MAX_PRIVATE_DATA],
+    /// The id the event is counted for (reported, acknowledged): the one
+    /// it is for, except a connection request's, counted for its
+    /// listener (`event.listen_id`), as librdmacm's `evt->id_priv`.
     pub id: *mut IdPriv,
+    /// What `rdma_get_cm_event` does before handing the event out, on the
+    /// program's thread (the event thread never touches a QP).
+    pub deferred: Deferred,
+}
+
+/// Work an event leaves to `rdma_get_cm_event`, as librdmacm does it there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Deferred {
+    #[default]
+    None,
+    /// A REP for the device CM's ID `cm`: with a QP, the QP to RTR and
+    /// RTS and the RTU (`ESTABLISHED`, or `CONNECT_ERROR`); without one,
+    /// `CONNECT_RESPONSE` (`ucma_process_conn_resp`).
+    Reply { cm: u32 },
+    /// A REJ: the QP to ERR (`ucma_modify_qp_err`).
+    QpToErr,
 }
 
 struct Queue(VecDeque<*mut CmaEvent>);
@@ -33,21 +52,24 @@ struct Queue(VecDeque<*mut CmaEvent>);
 // through the channel's mutex.
 unsafe impl Send for Queue {}
 
-/// What a channel's users share: a thread blocked in
-/// `rdma_get_cm_event` holds it, so destroying the channel meanwhile frees
-/// nothing it uses (that thread then gets EBADF, as a read of a closed
-/// `rdma_cm` descriptor would).
-struct Shared {
+/// What a channel's users share: the ids on the channel (their events go
+/// here), and a thread blocked in `rdma_get_cm_event`. Destroying the
+/// channel while either remains frees nothing they use: events for it are
+/// dropped, and the fd closes with the last user.
+pub(crate) struct Shared {
     fd: c_int,
     queue: Mutex<Queue>,
     closed: AtomicBool,
 }
 
+/// A handle on a channel's queue (an id's, the events it raises go there).
+pub(crate) type Sink = Arc<Shared>;
+
 /// An event channel: the C struct first.
 #[repr(C)]
 pub struct Channel {
     pub c: rdma_event_channel,
-    shared: Arc<Shared>,
+    shared: Sink,
 }
 
 impl Shared {
@@ -69,6 +91,22 @@ impl Shared {
             unsafe { libc::read(self.fd, std::ptr::from_mut(&mut value).cast(), 8) };
         }
     }
+
+    fn free_queued(&self) {
+        for event in self.queue().0.drain(..) {
+            // SAFETY: a queued event is a leaked box the queue owns.
+            drop(unsafe { Box::from_raw(event) });
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.free_queued();
+        // SAFETY: the channel's own eventfd, closed once: nobody holds the
+        // channel any more.
+        unsafe { libc::close(self.fd) };
+    }
 }
 
 /// `rdma_create_event_channel`.
@@ -88,76 +126,84 @@ pub fn create() -> Result<*mut Channel, c_int> {
     Ok(Box::into_raw(channel))
 }
 
-/// `rdma_destroy_event_channel`: closes the fd, frees events never taken.
+/// The queue of `channel`, for an id made on it.
+///
+/// # Safety
+/// `channel` is a live channel.
+pub(crate) unsafe fn sink(channel: *mut Channel) -> Sink {
+    Arc::clone(&(*channel).shared)
+}
+
+/// `rdma_destroy_event_channel`: frees the events never taken; events
+/// raised for it later (ids the program left on it) are dropped. A thread
+/// blocked on the channel stays blocked, as a `read` in progress on
+/// librdmacm's descriptor does (the file lives while it is read; rping's
+/// event thread counts on it): the fd closes once no id and no such
+/// thread holds the channel any more (at once, for a program that
+/// destroyed its ids first, as librdmacm requires).
 ///
 /// # Safety
 /// `channel` came from [`create`] and is not used again.
 pub unsafe fn destroy(channel: *mut Channel) {
     let channel = Box::from_raw(channel);
     channel.shared.closed.store(true, Ordering::SeqCst);
-    libc::close(channel.shared.fd);
-    for event in channel.shared.queue().0.drain(..) {
-        drop(Box::from_raw(event));
-    }
+    channel.shared.free_queued();
 }
 
-/// Queues `event` on `channel` (the fd becomes readable).
-///
-/// # Safety
-/// `channel` is a live channel.
-pub unsafe fn push(channel: *mut Channel, event: Box<CmaEvent>) {
-    let channel = &*(*channel).shared;
-    let mut q = channel.queue();
+/// Queues `event` on `sink` (the fd becomes readable); a destroyed
+/// channel drops it.
+pub(crate) fn push(sink: &Sink, event: Box<CmaEvent>) {
+    if sink.closed.load(Ordering::SeqCst) {
+        return;
+    }
+    let mut q = sink.queue();
     let was = q.0.len();
     q.0.push_back(Box::into_raw(event));
-    channel.signal(was, q.0.len());
+    sink.signal(was, q.0.len());
 }
 
-/// Takes the events for `id` not yet taken from `channel` (the kernel
-/// drops them when their id is destroyed, moves them when it migrates).
-///
-/// # Safety
-/// `channel` is a live channel.
+/// Takes the events of `sink` not yet taken that `keep` does not keep.
 // The events stay boxed: the C side holds pointers to them once taken.
 #[allow(clippy::vec_box)]
-pub unsafe fn take_for(channel: *mut Channel, id: *mut IdPriv) -> Vec<Box<CmaEvent>> {
-    let channel = &*(*channel).shared;
-    let mut q = channel.queue();
+fn take_where(sink: &Sink, take: impl Fn(&CmaEvent) -> bool) -> Vec<Box<CmaEvent>> {
+    let mut q = sink.queue();
     let was = q.0.len();
     let (mine, rest): (VecDeque<_>, VecDeque<_>) =
         // SAFETY: the queue owns its events (boxes leaked into it, freed
         // only once taken out): each pointer is live while it is queued.
-        q.0.drain(..).partition(|e| unsafe { (**e).id } == id);
+        q.0.drain(..).partition(|e| take(unsafe { &**e }));
     q.0 = rest;
-    channel.signal(was, q.0.len());
-    mine.into_iter().map(|e| Box::from_raw(e)).collect()
+    sink.signal(was, q.0.len());
+    // SAFETY: taken out of the queue, each box is now owned here.
+    mine.into_iter().map(|e| unsafe { Box::from_raw(e) }).collect()
+}
+
+/// Takes the events counted for `id` not yet taken from `sink` (the
+/// kernel drops them when their id is destroyed, moves them when it
+/// migrates).
+#[allow(clippy::vec_box)]
+pub(crate) fn take_for(sink: &Sink, id: *mut IdPriv) -> Vec<Box<CmaEvent>> {
+    take_where(sink, |e| e.id == id)
 }
 
 /// Takes the connection requests for listener `listen` not yet taken from
-/// `channel` (the kernel destroys their ids with the listener).
-///
-/// # Safety
-/// `channel` is a live channel.
+/// `sink` (the kernel destroys their ids with the listener).
 #[allow(clippy::vec_box)]
-pub unsafe fn take_requests_of(channel: *mut Channel, listen: *mut IdPriv) -> Vec<Box<CmaEvent>> {
-    let channel = &*(*channel).shared;
-    let mut q = channel.queue();
-    let was = q.0.len();
-    // SAFETY: as in `take_for`: a queued event is live.
-    let (mine, rest): (VecDeque<_>, VecDeque<_>) = q.0.drain(..).partition(|e| unsafe {
-        (**e).event.event == kind::CONNECT_REQUEST && (**e).event.listen_id == listen.cast()
-    });
-    q.0 = rest;
-    channel.signal(was, q.0.len());
-    mine.into_iter().map(|e| Box::from_raw(e)).collect()
+pub(crate) fn take_requests_of(sink: &Sink, listen: *mut IdPriv) -> Vec<Box<CmaEvent>> {
+    take_where(sink, |e| {
+        e.event.event == kind::CONNECT_REQUEST && e.event.listen_id == listen.cast()
+    })
 }
 
-/// Takes the next event, blocking unless the fd is `O_NONBLOCK`.
+/// Takes the next event, blocking unless the fd is `O_NONBLOCK`, and
+/// counts it reported for its id while the queue is locked: an
+/// `rdma_destroy_id` takes the id's queued events under that lock, so it
+/// either takes this one or waits for its acknowledgement.
 ///
 /// # Safety
 /// `channel` is a live channel.
 unsafe fn take(channel: *mut Channel) -> Result<*mut CmaEvent, c_int> {
-    let channel = Arc::clone(&(*channel).shared);
+    let channel = sink(channel);
     loop {
         if channel.closed.load(Ordering::SeqCst) {
             return Err(libc::EBADF);
@@ -167,6 +213,7 @@ unsafe fn take(channel: *mut Channel) -> Result<*mut CmaEvent, c_int> {
             let was = q.0.len();
             if let Some(event) = q.0.pop_front() {
                 channel.signal(was, q.0.len());
+                crate::id::reported(&*event);
                 return Ok(event);
             }
         }
@@ -186,18 +233,22 @@ unsafe fn take(channel: *mut Channel) -> Result<*mut CmaEvent, c_int> {
 
 /// A new event of `kind` for `id` with `status` (a negative errno or 0).
 pub fn event(id: *mut IdPriv, kind: c_int, status: c_int) -> Box<CmaEvent> {
-    // SAFETY: every field of a cma_event is plain data or a pointer, for
-    // which zero is NULL.
-    let mut e: Box<CmaEvent> = Box::new(unsafe { std::mem::zeroed() });
-    e.event.id = id.cast();
-    e.event.event = kind;
-    e.event.status = status;
-    e.id = id;
-    e
+    // SAFETY: every field of an rdma_cm_event is plain data or a pointer,
+    // for which zero is NULL.
+    let mut event: rdma_cm_event = unsafe { std::mem::zeroed() };
+    event.id = id.cast();
+    event.event = kind;
+    event.status = status;
+    Box::new(CmaEvent {
+        event,
+        private_data: [0; RDMA_MAX_PRIVATE_DATA],
+        id,
+        deferred: Deferred::None,
+    })
 }
 
 /// `rdma_get_cm_event`: the next event (blocking unless `O_NONBLOCK`),
-/// counted handed out for its id.
+/// counted handed out for its id, its deferred work done.
 ///
 /// # Safety
 /// `channel` NULL or a live channel.
@@ -207,7 +258,7 @@ pub unsafe fn get(channel: *mut rdma_event_channel) -> Result<*mut rdma_cm_event
         return Err(libc::EINVAL);
     }
     let event = take(channel.cast())?;
-    crate::id::reported((*event).id);
+    crate::cm::finish(&mut *event);
     Ok(std::ptr::addr_of_mut!((*event).event))
 }
 

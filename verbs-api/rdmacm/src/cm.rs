@@ -12,10 +12,12 @@
 //!   rdma_cm header; `CONNECT_REQUEST` on the listener's channel.
 //! - `rdma_accept`: the QP INIT, RTR (the peer's QPN and PSN), RTS, then
 //!   `CmAccept`; `ESTABLISHED` when the RTU comes. UD: `CmSidrReply`.
-//! - A REP: the QP INIT, RTR, RTS, `CmReadyToUse` (the RTU),
-//!   `ESTABLISHED` (without a QP: `CONNECT_RESPONSE`, `rdma_establish`
-//!   sends the RTU).
-//! - REJ: `REJECTED` (status the reason), the QP to ERR. Timeouts:
+//! - A REP: when the program takes the event (`rdma_get_cm_event`, on its
+//!   own thread, as librdmacm), the QP INIT, RTR, RTS, `CmReadyToUse` (the
+//!   RTU), `ESTABLISHED` (without a QP: `CONNECT_RESPONSE`,
+//!   `rdma_establish` sends the RTU). The event thread never touches a QP.
+//! - REJ: `REJECTED` (status the reason), the QP to ERR (when taken).
+//!   Requests beyond a listener's backlog are refused. Timeouts:
 //!   `UNREACHABLE` (-ETIMEDOUT). DREQ/DREP: `DISCONNECTED`. Time-wait's
 //!   end: `TIMEWAIT_EXIT`. SIDR_REP: `ESTABLISHED` with the peer's QPN,
 //!   Q_Key and address vector, or `UNREACHABLE`.
@@ -25,7 +27,7 @@
 //! never used by the event thread once `forget` returned.
 
 use crate::abi::*;
-use crate::channel::{self, kind};
+use crate::channel::{self, kind, CmaEvent, Deferred};
 use crate::cm_link::{self, random_psn};
 use crate::devices;
 use crate::id::{self, IdPriv, Inner, State};
@@ -33,6 +35,7 @@ use crate::verbs::*;
 use libc::c_int;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use uroce_device::cm::{
     CmAcceptParams, CmConnectParams, CmDisconnectCause, CmEvent, CmEventKind, CmSidrParams,
@@ -418,9 +421,9 @@ fn no_conn() -> rdma_conn_param {
     }
 }
 
-/// Raises `e` on `p`'s channel.
-unsafe fn push(p: *mut IdPriv, e: Box<channel::CmaEvent>) {
-    channel::push((*p).id.channel.cast(), e);
+/// Raises `e` on the channel of an id (locked, `g`).
+fn push(g: &Inner, e: Box<channel::CmaEvent>) {
+    channel::push(&g.events, e);
 }
 
 /// An event of the device's CM (the event thread).
@@ -480,9 +483,20 @@ unsafe fn request(
     };
     let Some(&listener) = r.listeners.get(&sid) else { return refuse(1) };
     let lp = listener as *mut IdPriv;
-    let (ps, qp_type, context, sync, channel) = {
+    let (ps, qp_type, context, sync, channel, events) = {
         let lg = id::lock(lp);
-        ((*lp).id.ps, (*lp).id.qp_type, (*lp).id.context, lg.sync, (*lp).id.channel)
+        let id = &(*lp).id;
+        (id.ps, id.qp_type, id.context, lg.sync, id.channel, lg.events.clone())
+    };
+    // The listener's backlog: requests it has not taken yet (the kernel's
+    // ucma refuses those beyond it). Room comes back as they are taken.
+    if (*lp).backlog.fetch_sub(1, Ordering::SeqCst) <= 0 {
+        (*lp).backlog.fetch_add(1, Ordering::SeqCst);
+        return refuse(3);
+    }
+    let refuse = |status: u8| {
+        (*lp).backlog.fetch_add(1, Ordering::SeqCst);
+        refuse(status)
     };
     let port = ServiceId(sid).port();
     // The addresses: the rdma_cm header's (the IB port space: the GIDs).
@@ -500,9 +514,8 @@ unsafe fn request(
             SocketAddr::new(devices::canonical(s), h.src_port),
         )
     };
-    let Ok(child) =
-        id::create(if sync { std::ptr::null_mut() } else { channel }, context, ps, qp_type)
-    else {
+    let on = if sync { None } else { Some((channel, events.clone())) };
+    let Ok(child) = id::create_on(on, context, ps, qp_type) else {
         return refuse(3);
     };
     let dev = devices::lock().ok().and_then(|d| d.as_ref().and_then(|d| d.index_of(verbs)));
@@ -562,6 +575,9 @@ unsafe fn request(
     let consumer = &data[header_len(ps).min(data.len())..];
     let mut e = channel::event(child, kind::CONNECT_REQUEST, 0);
     e.event.listen_id = lp.cast();
+    // Counted for the listener, as librdmacm's (the program may destroy
+    // the new id before it acknowledges the request).
+    e.id = lp;
     let n = consumer.len().min(RDMA_MAX_PRIVATE_DATA);
     e.private_data[..n].copy_from_slice(&consumer[..n]);
     let pd_ptr = e.private_data.as_ptr().cast();
@@ -590,7 +606,7 @@ unsafe fn request(
             };
         }
     }
-    channel::push(channel.cast(), e);
+    channel::push(&events, e);
 }
 
 /// An event for an id the CM holds; returns whether its CM ID is gone.
@@ -619,54 +635,37 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
                 srq: u8::from(rep.srq),
                 qp_num: rep.local_qpn.value(),
             };
-            if (*p).id.qp.is_null() {
-                push(p, conn_event(p, ev::CONNECT_RESPONSE, 0, &rep.private_data, conn));
-                return false;
-            }
-            let verbs = (*p).id.verbs;
-            let ready = qp_to_rts(p, &g).and_then(|()| {
-                cm_link::command(verbs, &Command::CmReadyToUse { id: cm, private_data: Vec::new() })
-                    .map(drop)
-            });
-            match ready {
-                Ok(()) => {
-                    g.conn.established = true;
-                    push(p, conn_event(p, ev::ESTABLISHED, 0, &rep.private_data, conn));
-                    false
-                }
-                Err(e) => {
-                    qp_to_err(p);
-                    let _ = cm_link::command(
-                        verbs,
-                        &Command::CmReject { id: cm, private_data: Vec::new() },
-                    );
-                    g.cm = None;
-                    push(p, conn_event(p, ev::CONNECT_ERROR, -e, &rep.private_data, conn));
-                    true
-                }
-            }
+            // The QP's RTR and RTS and the RTU are `rdma_get_cm_event`'s
+            // ([`finish`]), on the program's thread, as librdmacm's.
+            let mut e = conn_event(p, ev::ESTABLISHED, 0, &rep.private_data, conn);
+            e.deferred = Deferred::Reply { cm };
+            push(&g, e);
+            false
         }
         CmEventKind::Established => {
             if !g.conn.established {
                 g.conn.established = true;
-                push(p, channel::event(p, ev::ESTABLISHED, 0));
+                push(&g, channel::event(p, ev::ESTABLISHED, 0));
             }
             false
         }
         CmEventKind::Rejected { reason, rej } => {
-            qp_to_err(p);
             g.cm = None;
             let data = rej::Packet::new_checked(&rej[..])
                 .ok()
                 .and_then(|pk| rej::Repr::parse(&pk).ok())
                 .map(|r| r.private_data.to_vec())
                 .unwrap_or_default();
-            push(p, conn_event(p, kind::REJECTED, c_int::from(reason), &data, no_conn()));
+            let mut e = conn_event(p, kind::REJECTED, c_int::from(reason), &data, no_conn());
+            if (*p).id.qp_type != IBV_QPT_UD {
+                e.deferred = Deferred::QpToErr;
+            }
+            push(&g, e);
             true
         }
         CmEventKind::Unreachable { .. } | CmEventKind::SidrUnreachable => {
             g.cm = None;
-            push(p, channel::event(p, ev::UNREACHABLE, -libc::ETIMEDOUT));
+            push(&g, channel::event(p, ev::UNREACHABLE, -libc::ETIMEDOUT));
             true
         }
         CmEventKind::Disconnected { cause, private_data } => {
@@ -674,13 +673,13 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
                 g.conn.disconnected = true;
                 let status =
                     if cause == CmDisconnectCause::DreqTimedOut { -libc::ETIMEDOUT } else { 0 };
-                push(p, conn_event(p, ev::DISCONNECTED, status, &private_data, no_conn()));
+                push(&g, conn_event(p, ev::DISCONNECTED, status, &private_data, no_conn()));
             }
             false
         }
         CmEventKind::TimewaitExit => {
             g.cm = None;
-            push(p, channel::event(p, ev::TIMEWAIT_EXIT, 0));
+            push(&g, channel::event(p, ev::TIMEWAIT_EXIT, 0));
             true
         }
         CmEventKind::SidrReply { rep } => {
@@ -689,11 +688,11 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
             let Ok(rep) = sidr::rep::Repr::parse(&pk) else { return true };
             let status = u8::from(rep.status);
             if status != 0 {
-                push(p, channel::event(p, ev::UNREACHABLE, c_int::from(status)));
+                push(&g, channel::event(p, ev::UNREACHABLE, c_int::from(status)));
                 return true;
             }
             if rep.qkey.0 != RDMA_UDP_QKEY && (*p).id.ps == RDMA_PS_UDP {
-                push(p, channel::event(p, ev::UNREACHABLE, -libc::EINVAL));
+                push(&g, channel::event(p, ev::UNREACHABLE, -libc::EINVAL));
                 return true;
             }
             let ah = match (*p).id.route.path_rec.as_ref() {
@@ -710,9 +709,57 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
                 qp_num: rep.qpn.value(),
                 qkey: rep.qkey.0,
             };
-            push(p, e);
+            push(&g, e);
             true
         }
         CmEventKind::ConnectRequest { .. } | CmEventKind::SidrRequest { .. } => false,
+    }
+}
+
+/// The work `e` left to `rdma_get_cm_event` (on the program's thread, the
+/// event taken and counted): a REP's QP transitions and RTU
+/// (`ucma_process_conn_resp`), a REJ's QP to ERR.
+///
+/// # Safety
+/// `e` was just taken from its channel: its ids are live.
+pub unsafe fn finish(e: &mut CmaEvent) {
+    let p = e.id;
+    match std::mem::take(&mut e.deferred) {
+        Deferred::None => {}
+        Deferred::QpToErr => qp_to_err(p),
+        Deferred::Reply { cm } => {
+            let mut rg = lock();
+            let r = reg(&mut rg);
+            let mut g = id::lock(p);
+            if g.cm != Some(cm) {
+                // Rejected or destroyed since the REP came.
+                e.event.event = ev::CONNECT_ERROR;
+                e.event.status = -libc::ECONNABORTED;
+                return;
+            }
+            if (*p).id.qp.is_null() {
+                e.event.event = ev::CONNECT_RESPONSE;
+                return;
+            }
+            let verbs = (*p).id.verbs;
+            let ready = qp_to_rts(p, &g).and_then(|()| {
+                cm_link::command(verbs, &Command::CmReadyToUse { id: cm, private_data: Vec::new() })
+                    .map(drop)
+            });
+            match ready {
+                Ok(()) => g.conn.established = true,
+                Err(err) => {
+                    qp_to_err(p);
+                    let _ = cm_link::command(
+                        verbs,
+                        &Command::CmReject { id: cm, private_data: Vec::new() },
+                    );
+                    g.cm = None;
+                    r.by_cm.remove(&cm);
+                    e.event.event = ev::CONNECT_ERROR;
+                    e.event.status = -err;
+                }
+            }
+        }
     }
 }

@@ -10,13 +10,14 @@
 use crate::abi::verbs_offsets as off;
 use crate::abi::*;
 use crate::addr;
-use crate::channel::{self, kind, Channel};
+use crate::channel::{self, kind, Channel, CmaEvent, Sink};
 use crate::devices;
 use crate::ffi::{last_errno, verb_result};
 use crate::ports;
 use crate::verbs::*;
 use libc::{c_int, c_void, sockaddr};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// `enum rdma_cm_state`, the states this library reaches.
@@ -47,8 +48,10 @@ pub struct Inner {
     pub dev: Option<usize>,
     /// Created without a channel: calls wait for their own event.
     pub sync: bool,
-    /// Events handed to the program, and those it acknowledged.
-    pub reported: u64,
+    /// The queue of the id's channel (`id.channel`'s): its events go there.
+    pub(crate) events: Sink,
+    /// Events counted for the id that the program acknowledged (those
+    /// handed out: `IdPriv::reported`).
     pub completed: u64,
     /// Holds a port.
     pub bound: bool,
@@ -123,6 +126,13 @@ pub struct IdPriv {
     pub id: rdma_cm_id,
     pub(crate) inner: Mutex<Inner>,
     acked: Condvar,
+    /// Events counted for the id handed to the program: counted with the
+    /// channel's queue locked (not the id's: the event thread raises
+    /// events holding the id's lock).
+    reported: AtomicU64,
+    /// A listener's room for connection requests not yet taken (its
+    /// backlog): a request beyond it is refused, as the kernel's ucma.
+    pub(crate) backlog: AtomicI32,
 }
 
 /// The library's state of `p`, locked (a reference to that field only:
@@ -154,14 +164,31 @@ pub unsafe fn create(
     ps: c_int,
     qp_type: c_int,
 ) -> Result<*mut IdPriv, c_int> {
+    let on = if channel.is_null() { None } else { Some((channel, channel::sink(channel.cast()))) };
+    create_on(on, context, ps, qp_type)
+}
+
+/// [`create`] on the channel `on` (its C pointer and its queue; None: a
+/// channel of its own).
+///
+/// # Safety
+/// `on`'s pointer is the channel of its queue.
+pub(crate) unsafe fn create_on(
+    on: Option<(*mut rdma_event_channel, Sink)>,
+    context: *mut c_void,
+    ps: c_int,
+    qp_type: c_int,
+) -> Result<*mut IdPriv, c_int> {
     devices::init()?;
     if ![RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB, RDMA_PS_IB].contains(&ps) {
         return Err(libc::EINVAL);
     }
-    let (channel, sync) = if channel.is_null() {
-        (channel::create()?, true)
-    } else {
-        (channel.cast::<Channel>(), false)
+    let (channel, events, sync) = match on {
+        Some((channel, events)) => (channel.cast::<Channel>(), events, false),
+        None => {
+            let channel = channel::create()?;
+            (channel, channel::sink(channel), true)
+        }
     };
     // SAFETY: an rdma_cm_id is pointers and integers: zero is its empty value.
     let mut id: rdma_cm_id = std::mem::zeroed();
@@ -173,7 +200,7 @@ pub unsafe fn create(
         state: State::Idle,
         dev: None,
         sync,
-        reported: 0,
+        events,
         completed: 0,
         bound: false,
         reuseaddr: false,
@@ -192,15 +219,27 @@ pub unsafe fn create(
         listen_ctx: Vec::new(),
         conn: Conn::default(),
     };
-    Ok(Box::into_raw(Box::new(IdPriv { id, inner: Mutex::new(inner), acked: Condvar::new() })))
+    Ok(Box::into_raw(Box::new(IdPriv {
+        id,
+        inner: Mutex::new(inner),
+        acked: Condvar::new(),
+        reported: AtomicU64::new(0),
+        backlog: AtomicI32::new(0),
+    })))
 }
 
-/// An event of `p` was handed to the program.
+/// `e` is being handed to the program: counted for its id (the channel's
+/// queue locked); a connection request taken makes room in its
+/// listener's backlog.
 ///
 /// # Safety
-/// `p` is a live id.
-pub unsafe fn reported(p: *mut IdPriv) {
-    lock(p).reported += 1;
+/// `e.id` is a live id (an id's queued events are taken before it is
+/// freed, under the lock the caller holds).
+pub(crate) unsafe fn reported(e: &CmaEvent) {
+    (*e.id).reported.fetch_add(1, Ordering::SeqCst);
+    if e.event.event == kind::CONNECT_REQUEST {
+        (*e.id).backlog.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// An event of `p` was acknowledged.
@@ -208,13 +247,26 @@ pub unsafe fn reported(p: *mut IdPriv) {
 /// # Safety
 /// `p` is a live id.
 pub unsafe fn completed(p: *mut IdPriv) {
-    lock(p).completed += 1;
+    let mut g = lock(p);
+    g.completed += 1;
+    // Notified with the lock held: a destroy waiting on it frees the id
+    // only once this returned.
     (*p).acked.notify_all();
+    drop(g);
 }
 
-/// Raises an event for `p` on its channel.
-pub(crate) unsafe fn raise(p: *mut IdPriv, kind: c_int, status: c_int) {
-    channel::push((*p).id.channel.cast(), channel::event(p, kind, status));
+/// Waits (the id locked, `g`) until every event handed out for `p` is
+/// acknowledged.
+unsafe fn wait_acked<'a>(p: *mut IdPriv, mut g: MutexGuard<'a, Inner>) -> MutexGuard<'a, Inner> {
+    while g.completed < (*p).reported.load(Ordering::SeqCst) {
+        g = (*p).acked.wait(g).unwrap_or_else(|e| e.into_inner());
+    }
+    g
+}
+
+/// Raises an event for `p` (locked, `g`) on its channel.
+pub(crate) fn raise(p: *mut IdPriv, g: &Inner, kind: c_int, status: c_int) {
+    channel::push(&g.events, channel::event(p, kind, status));
 }
 
 /// `ucma_complete`: in synchronous mode, waits for the id's event, keeps it
@@ -258,22 +310,21 @@ pub unsafe fn destroy(p: *mut IdPriv) -> Result<(), c_int> {
 pub(crate) unsafe fn discard(p: *mut IdPriv) -> Result<(), c_int> {
     let id = std::ptr::addr_of_mut!((*p).id);
     let channel = (*id).channel.cast::<Channel>();
-    drop(channel::take_for(channel, p));
+    let events = lock(p).events.clone();
     // A listener's requests not yet taken go with it (their ids, and the
     // connections the device answers with a REJ), as the kernel's.
-    for request in channel::take_requests_of(channel, p) {
-        let child = request.id;
+    for request in channel::take_requests_of(&events, p) {
+        let child = request.event.id.cast::<IdPriv>();
         drop(request);
         let _ = destroy(child);
     }
+    drop(channel::take_for(&events, p));
+    drop(events);
     if !(*id).event.is_null() {
         channel::ack((*id).event)?;
         (*id).event = std::ptr::null_mut();
     }
-    let mut g = lock(p);
-    while g.completed < g.reported {
-        g = (*p).acked.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
+    let g = wait_acked(p, lock(p));
     if g.bound {
         ports::release(p as usize);
     }
@@ -464,7 +515,7 @@ pub unsafe fn resolve_addr(
                 (kind::ADDR_ERROR, -libc::ENETUNREACH)
             }
         };
-        raise(p, event, status);
+        raise(p, &g, event, status);
     }
     complete(p)
 }
@@ -553,12 +604,12 @@ pub unsafe fn resolve_route(id: *mut rdma_cm_id) -> Result<(), c_int> {
         };
         if mtu <= 0 {
             g.state = State::AddrResolved;
-            raise(p, kind::ROUTE_ERROR, -libc::EINVAL);
+            raise(p, &g, kind::ROUTE_ERROR, -libc::EINVAL);
         } else {
             let path = iboe_path(p, &g, mtu);
             set_path(p, path)?;
             g.state = State::RouteResolved;
-            raise(p, kind::ROUTE_RESOLVED, 0);
+            raise(p, &g, kind::ROUTE_RESOLVED, 0);
         }
     }
     complete(p)
@@ -1016,7 +1067,7 @@ unsafe fn set_ib_path(
     };
     set_path(p, path)?;
     g.state = State::RouteResolved;
-    raise(p, kind::ROUTE_RESOLVED, 0);
+    raise(p, g, kind::ROUTE_RESOLVED, 0);
     Ok(())
 }
 
@@ -1099,23 +1150,31 @@ pub unsafe fn migrate(id: *mut rdma_cm_id, channel: *mut rdma_event_channel) -> 
         (channel.cast::<Channel>(), false)
     };
     let old = (*p).id.channel.cast::<Channel>();
-    for event in channel::take_for(old, p) {
-        channel::push(new, event);
-    }
     if old_sync {
+        // The event a synchronous id keeps is acknowledged on the old one.
         let event = std::ptr::addr_of_mut!((*p).id.event);
         if !(*event).is_null() {
             channel::ack(*event)?;
             *event = std::ptr::null_mut();
         }
+    }
+    {
+        // The CM's registry, then the id: the event thread raises no event
+        // for the id while it and its queued events move.
+        let _r = crate::cm::lock();
+        let mut g = lock(p);
+        let new_events = channel::sink(new);
+        for event in channel::take_for(&g.events, p) {
+            channel::push(&new_events, event);
+        }
+        g.events = new_events;
+        g.sync = sync;
+        (*p).id.channel = new.cast();
+    }
+    if old_sync {
         channel::destroy(old);
     }
-    let mut g = lock(p);
-    g.sync = sync;
-    (*p).id.channel = new.cast();
-    while g.completed < g.reported {
-        g = (*p).acked.wait(g).unwrap_or_else(|e| e.into_inner());
-    }
+    drop(wait_acked(p, lock(p)));
     Ok(())
 }
 
@@ -1330,6 +1389,9 @@ unsafe fn conn_param(
     }
 }
 
+/// The kernel's `net.rdma_ucm.max_backlog` default.
+const MAX_BACKLOG: c_int = 1024;
+
 /// `rdma_listen`: an unbound id binds the IPv4 unspecified address first;
 /// then the id must be bound (not listening, not resolved).
 ///
@@ -1337,7 +1399,6 @@ unsafe fn conn_param(
 /// `id` NULL or live.
 pub unsafe fn listen(id: *mut rdma_cm_id, backlog: c_int) -> Result<(), c_int> {
     let p = from_c(id)?;
-    let _ = backlog;
     let mut r = crate::cm::lock();
     let mut g = lock(p);
     if g.state == State::Idle {
@@ -1348,6 +1409,10 @@ pub unsafe fn listen(id: *mut rdma_cm_id, backlog: c_int) -> Result<(), c_int> {
     }
     ports::listen(p as usize, true)?;
     g.state = State::Listen;
+    // The kernel's ucma: at most `max_backlog` (1024) requests not yet
+    // taken; 0 or less means that many.
+    let backlog = if backlog > 0 && backlog < MAX_BACKLOG { backlog } else { MAX_BACKLOG };
+    (*p).backlog.store(backlog, Ordering::SeqCst);
     match crate::cm::listen(&mut r, p, &mut g) {
         Ok(()) => {
             g.in_cm = true;

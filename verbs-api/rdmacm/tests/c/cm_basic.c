@@ -97,6 +97,18 @@ static void both(struct rdma_event_channel *ch, int want, struct rdma_cm_id *a,
 	}
 }
 
+/* A new id on `ch` with its route to `to` resolved. */
+static struct rdma_cm_id *resolved(struct rdma_event_channel *ch, struct sockaddr_in *to)
+{
+	struct rdma_cm_id *id;
+	CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "a client id");
+	CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr *)to, 2000) == 0, "resolve");
+	CHECK(rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ADDR_RESOLVED)) == 0, "ack");
+	CHECK(rdma_resolve_route(id, 2000) == 0, "route");
+	CHECK(rdma_ack_cm_event(next_event(ch, RDMA_CM_EVENT_ROUTE_RESOLVED)) == 0, "ack");
+	return id;
+}
+
 int main(int argc, char **argv)
 {
 	const char *ip = argv[1], *port = argv[2];
@@ -377,6 +389,43 @@ int main(int argc, char **argv)
 		      "REJECTED, status %d (28), the private data", e->status);
 		CHECK(rdma_ack_cm_event(e) == 0, "ack");
 		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
+
+		/* The backlog (1): a request while the listener has one not taken
+		 * is refused. And a request's id destroyed before the request is
+		 * acknowledged: the event is counted for the listener, as
+		 * librdmacm counts it, so the destroy does not wait for it (nor
+		 * hang), and the peer is refused. */
+		{
+			struct rdma_event_channel *ch3 = rdma_create_event_channel();
+			struct rdma_cm_id *c1, *c2;
+			CHECK(ch3, "a channel for the clients");
+			c1 = resolved(ch3, &la);
+			c2 = resolved(ch3, &la);
+			cp.qp_num = 0x9a;
+			CHECK(rdma_connect(c1, &cp) == 0, "connect the first");
+			CHECK(readable(ch2->fd, 5000) == 1, "its request waits, not taken");
+			cp.qp_num = 0x9b;
+			CHECK(rdma_connect(c2, &cp) == 0, "connect the second");
+			e = any_event(ch3);
+			CHECK(e->id == c2 && e->event == RDMA_CM_EVENT_REJECTED,
+			      "the second, beyond the backlog, is refused: %s",
+			      rdma_event_str(e->event));
+			CHECK(rdma_ack_cm_event(e) == 0, "ack");
+			e = any_event(ch2);
+			CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST && e->listen_id == lis &&
+			      e->param.conn.qp_num == 0x9a, "the first's request: %s",
+			      rdma_event_str(e->event));
+			CHECK(readable(ch2->fd, 0) == 0, "no other request");
+			CHECK(rdma_destroy_id(e->id) == 0, "its id destroyed before the ack");
+			CHECK(rdma_ack_cm_event(e) == 0, "then acknowledged");
+			e = any_event(ch3);
+			CHECK(e->id == c1 && e->event == RDMA_CM_EVENT_REJECTED,
+			      "the first is refused: %s", rdma_event_str(e->event));
+			CHECK(rdma_ack_cm_event(e) == 0, "ack");
+			CHECK(rdma_destroy_id(c1) == 0 && rdma_destroy_id(c2) == 0, "destroy them");
+			rdma_destroy_event_channel(ch3);
+		}
+		printf("ok: the listen backlog; a request's id destroyed before its ack\n");
 
 		CHECK(rdma_create_id(ch2, &cli2, NULL, RDMA_PS_TCP) == 0, "another client");
 		CHECK(rdma_resolve_addr(cli2, NULL, (struct sockaddr *)&la, 2000) == 0, "resolve");
