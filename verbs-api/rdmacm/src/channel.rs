@@ -44,6 +44,8 @@ pub enum Deferred {
     Reply { cm: u32 },
     /// A REJ: the QP to ERR (`ucma_modify_qp_err`).
     QpToErr,
+    /// A multicast join: the QP attached to the group (`ucma_process_join`).
+    Attach { mgid: [u8; 16] },
 }
 
 struct Queue(VecDeque<*mut CmaEvent>);

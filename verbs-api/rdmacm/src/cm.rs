@@ -727,6 +727,7 @@ pub unsafe fn finish(e: &mut CmaEvent) {
     match std::mem::take(&mut e.deferred) {
         Deferred::None => {}
         Deferred::QpToErr => qp_to_err(p),
+        Deferred::Attach { mgid } => crate::multicast::attach(p, mgid, &mut e.event),
         Deferred::Reply { cm } => {
             let mut rg = lock();
             let r = reg(&mut rg);

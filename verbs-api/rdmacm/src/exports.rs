@@ -8,7 +8,7 @@
 
 use crate::abi::*;
 use crate::ffi::{guard, guard_int, guard_ptr};
-use crate::{addrinfo, channel, devices, id, rsocket};
+use crate::{addrinfo, channel, devices, id, multicast, rsocket};
 use libc::{c_char, c_int, c_void, sockaddr};
 
 /// Defines the function `$label` as a jump to `$f`.
@@ -373,21 +373,21 @@ unsafe extern "C" fn disconnect(cm_id: *mut rdma_cm_id) -> c_int {
 unsafe extern "C" fn join_multicast(
     cm_id: *mut rdma_cm_id,
     addr: *mut sockaddr,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     guard_int(|| {
         let len = crate::addr::addrlen(addr) as usize;
         if len == 0 {
             return Err(libc::EINVAL);
         }
-        id::join_multicast(cm_id, addr, len, RDMA_MC_JOIN_FLAG_FULLMEMBER)
+        multicast::join(cm_id, addr, len, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
     })
 }
 
 unsafe extern "C" fn join_multicast_ex(
     cm_id: *mut rdma_cm_id,
     attr: *mut rdma_cm_join_mc_attr_ex,
-    _context: *mut c_void,
+    context: *mut c_void,
 ) -> c_int {
     guard_int(|| {
         let a = attr.as_ref().ok_or(libc::EINVAL)?;
@@ -404,12 +404,12 @@ unsafe extern "C" fn join_multicast_ex(
         if len == 0 {
             return Err(libc::EINVAL);
         }
-        id::join_multicast(cm_id, a.addr, len, a.join_flags)
+        multicast::join(cm_id, a.addr, len, a.join_flags, context)
     })
 }
 
 unsafe extern "C" fn leave_multicast(cm_id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    guard_int(|| id::leave_multicast(cm_id, addr))
+    guard_int(|| multicast::leave(cm_id, addr))
 }
 
 #[cfg(test)]

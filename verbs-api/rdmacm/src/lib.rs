@@ -58,6 +58,7 @@ mod devices;
 mod exports;
 mod ffi;
 mod id;
+mod multicast;
 mod ports;
 mod rsocket;
 mod verbs;
