@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use uroce_cm::{DisconnectCause, Event, State, TimedOut};
-use uroce_wire::mad::AttributeId;
+use uroce_cm::{ConnectParams, DisconnectCause, Event, State, TimedOut};
+use uroce_wire::mad::{req, AttributeId, HEADER_LEN};
 
 /// Connects, then disconnects from `closer`, with the first `n` copies of
 /// `victim` lost; checks that everything happened exactly once.
@@ -102,6 +102,55 @@ fn losing_every_req_times_out_after_sixteen_tries() {
     assert_eq!(w.a.cm.id_count(), 0);
     assert_eq!(w.a.cm.counters().timeouts, 1);
     assert_eq!(w.a.cm.counters().tx_retries, 15);
+}
+
+/// A connect with a shorter CM response timeout and fewer retries (what
+/// a device configured with `UROCE_CM_RESPONSE_TIMEOUT=14` and
+/// `UROCE_CM_RETRIES=3` asks for): the REQ carries them, is sent 1 + 3
+/// times `2 × 2^(18 − 8) + 2^(14 − 8)` = 2112 ms apart, and the connect is
+/// unreachable after 4 × 2112 ms. The passive side waits for the RTU as
+/// the REQ asked (its local CM response timeout, 64 ms, and its retries),
+/// as Linux's `cm_req_handler` does.
+#[test]
+fn a_shorter_cm_timeout_and_fewer_retries_bound_the_handshake() {
+    let params = ConnectParams {
+        local_cm_response_timeout: 14,
+        remote_cm_response_timeout: 14,
+        max_cm_retries: 3,
+        ..World::connect_params()
+    };
+    let mut w = World::listening();
+    w.fault = Box::new(|_, _, _| vec![]);
+    let t0 = w.now;
+    let a_id = w.a.cm.connect(t0, &params, b"hello").unwrap();
+    w.run();
+    let reqs = w.sent_of(Who::A, AttributeId::REQ);
+    let times: Vec<u64> = reqs.iter().map(|(t, _)| (t - t0) / MS).collect();
+    assert_eq!(times, [0, 2112, 2 * 2112, 3 * 2112]);
+    let req =
+        req::Repr::parse(&req::Packet::new_checked(&reqs[0].1[HEADER_LEN..]).unwrap()).unwrap();
+    let timing =
+        (req.local_cm_response_timeout, req.remote_cm_response_timeout, req.max_cm_retries);
+    assert_eq!(timing, (14, 14, 3));
+    let (t, e) = w.a.events.last().unwrap();
+    assert_eq!(*e, Event::Unreachable { id: a_id, stage: TimedOut::Req });
+    assert_eq!(t - t0, 4 * 2112 * MS);
+    assert_eq!(w.a.cm.counters().tx_retries, 3);
+
+    // B gets the REQ, its REPs are lost: 4 REPs 64 ms apart.
+    let mut w = World::listening();
+    w.fault =
+        Box::new(|_, attr, _| if attr == AttributeId::REP { vec![] } else { vec![LATENCY_NS] });
+    let t0 = w.now;
+    w.a.cm.connect(t0, &params, b"hello").unwrap();
+    w.run_for(1000 * MS);
+    let b_id = first_id(&w.b, is_request);
+    let reps = w.sent_of(Who::B, AttributeId::REP);
+    let times: Vec<u64> = reps.iter().map(|(t, _)| t - t0 - LATENCY_NS).collect();
+    assert_eq!(times, [0, 64 * MS, 128 * MS, 192 * MS]);
+    let (tb, eb) = w.b.events.last().unwrap();
+    assert_eq!(*eb, Event::Unreachable { id: b_id, stage: TimedOut::Rep });
+    assert_eq!(tb - t0, LATENCY_NS + 4 * 64 * MS);
 }
 
 #[test]

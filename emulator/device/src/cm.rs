@@ -57,11 +57,17 @@ pub struct CmConnectParams {
     pub rnr_retry_count: u8,
     /// Packet lifetime exponent of the path (rdma_cm on RoCE: 18).
     pub packet_life_time: u8,
-    /// How long this side takes to answer (exponent; rdma_cm: 20).
+    /// How long this side takes to answer (exponent; rdma_cm: 20). The
+    /// device puts its own configured value here (`HcaConfig`'s
+    /// `cm_response_timeout`, `UROCE_CM_RESPONSE_TIMEOUT`), as the kernel
+    /// puts rdma_cm's constant: what the command carries is not used.
     pub local_cm_response_timeout: u8,
-    /// How long the peer is expected to take (exponent; rdma_cm: 20).
+    /// How long the peer is expected to take (exponent; rdma_cm: 20). The
+    /// device's configured value, as `local_cm_response_timeout`.
     pub remote_cm_response_timeout: u8,
-    /// REQ/REP/DREQ retransmissions before giving up (4 bits; rdma_cm: 15).
+    /// REQ/REP/DREQ retransmissions before giving up (4 bits; rdma_cm:
+    /// 15). The device's configured value (`cm_max_retries`,
+    /// `UROCE_CM_RETRIES`): what the command carries is not used.
     pub max_cm_retries: u8,
     /// The path's flow label.
     pub flow_label: u32,
@@ -161,9 +167,13 @@ pub struct CmSidrParams {
     pub pkey: u16,
     /// The service asked about.
     pub service_id: u64,
-    /// Time to wait before a retry (rdma_cm: 4096 ms).
+    /// Time to wait before a retry (rdma_cm: 4096 ms). The device waits
+    /// `2^(cm_response_timeout − 8)` ms of its configuration instead
+    /// (`UROCE_CM_RESPONSE_TIMEOUT`; 20 gives rdma_cm's 4096 ms): what the
+    /// command carries is not used.
     pub timeout_ms: u64,
-    /// Retries before giving up (rdma_cm: 15).
+    /// Retries before giving up (rdma_cm: 15). The device's configured
+    /// `cm_max_retries` (`UROCE_CM_RETRIES`) instead.
     pub max_retries: u8,
 }
 

@@ -64,7 +64,29 @@ pub struct HcaConfig {
     /// runtime draws one when this is 0, so that a device opened again at
     /// an address does not reuse the comm IDs of its last life.
     pub cm_seed: u64,
+    /// The CM response timeout the device's CM asks for and waits with,
+    /// as the IBA exponent (`4.096 µs × 2^t`, 0..=31): Linux rdma_cm's
+    /// `CMA_CM_RESPONSE_TIMEOUT` (20), put where rdma_cm puts it: a
+    /// REQ's local and remote CM response timeouts (the REQ is resent
+    /// every `2 × 2^(packet lifetime − 8) + 2^(t − 8)` ms, and its
+    /// connection's DREQ too) and a SIDR_REQ's wait (`2^(t − 8)` ms, at
+    /// least 1). A REP and the passive side's DREQ wait as the peer's REQ
+    /// asked, as in Linux. It replaces what a `CmConnect` or
+    /// `CmSidrRequest` command carries (`UROCE_CM_RESPONSE_TIMEOUT`).
+    pub cm_response_timeout: u8,
+    /// How many times the device's CM resends a REQ or a SIDR_REQ (and
+    /// that connection's DREQ) before giving up, 0..=15: rdma_cm's
+    /// `CMA_MAX_CM_RETRIES` (15). It replaces what the command carries
+    /// (`UROCE_CM_RETRIES`).
+    pub cm_max_retries: u8,
 }
+
+/// Linux rdma_cm's CM response timeout exponent (`CMA_CM_RESPONSE_TIMEOUT`):
+/// 4.096 µs × 2^20 ≈ 4.3 s (the CM rounds it to 4096 ms).
+pub const CMA_CM_RESPONSE_TIMEOUT: u8 = 20;
+
+/// Linux rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
+pub const CMA_MAX_CM_RETRIES: u8 = 15;
 
 /// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
 /// as in rxe.
@@ -138,6 +160,8 @@ impl Default for HcaConfig {
             ipv4_id: Ipv4IdPolicy::Counter,
             source_ports: SourcePortPolicy::PerQp,
             cm_seed: 0,
+            cm_response_timeout: CMA_CM_RESPONSE_TIMEOUT,
+            cm_max_retries: CMA_MAX_CM_RETRIES,
         }
     }
 }
@@ -145,7 +169,7 @@ impl Default for HcaConfig {
 impl HcaConfig {
     /// Checks the configuration for values the HCA cannot work with.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 8] = [
+        let checks: [(bool, &'static str); 10] = [
             (self.max_qp >= 1 && self.max_qp <= 0x00ff_ffff - FIRST_QPN, "max_qp"),
             (self.max_qp_wr >= 1, "max_qp_wr"),
             (self.max_sge >= 1 && self.max_sge <= 64, "max_sge"),
@@ -154,6 +178,8 @@ impl HcaConfig {
             ((9..=30).contains(&self.page_shift), "page_shift"),
             (self.max_packets_per_turn >= 1, "max_packets_per_turn"),
             (self.max_unacked_psns >= 1 && self.max_unacked_psns < (1 << 22), "max_unacked_psns"),
+            (self.cm_response_timeout <= 31, "cm_response_timeout (an exponent, 0..=31)"),
+            (self.cm_max_retries <= 15, "cm_max_retries (4 bits, 0..=15)"),
         ];
         match checks.iter().find(|(ok, _)| !ok) {
             Some((_, field)) => Err(ConfigError(field)),

@@ -9,7 +9,9 @@
 use core::net::{IpAddr, Ipv4Addr};
 use proptest::prelude::*;
 use std::sync::Arc;
-use uroce_device::cm::{CmAcceptParams, CmConnectParams, CmEvent, CmEventKind, CM_MESSAGE_LEN};
+use uroce_device::cm::{
+    CmAcceptParams, CmConnectParams, CmEvent, CmEventKind, CmSidrParams, CmTimedOut, CM_MESSAGE_LEN,
+};
 use uroce_device::command::{CmdError, Command, Gid, Reply};
 use uroce_device::mem::SimMemory;
 use uroce_hca::config::HcaConfig;
@@ -452,4 +454,97 @@ fn the_active_side_sends_linuxs_req_and_rtu() {
     only_ours(&frame_22, &rtu, &[(tid_at, 8), (class_data_at, 4)]);
     assert_eq!(poll_event(&mut hca).map(|e| e.kind), Some(CmEventKind::Established));
     assert_eq!(hca.counters().sent_mads, 2);
+}
+
+/// Every MAD `hca` sends from `start` until it has an event, driving its
+/// timers: (time in ms, the MAD's class data) and the event.
+fn transmits_until_event(hca: &mut Hca, start: Instant) -> (Vec<(u64, Vec<u8>)>, CmEvent) {
+    let class_data_at = 20 + 8 + 12 + 8 + mad::HEADER_LEN;
+    let mut sent = Vec::new();
+    let mut now = start;
+    for _ in 0..100 {
+        while let Some(packet) = transmit(hca, now) {
+            let ms = (now.as_nanos() - start.as_nanos()) / 1_000_000;
+            sent.push((ms, packet[class_data_at..class_data_at + CM_MESSAGE_LEN].to_vec()));
+        }
+        if let Some(event) = poll_event(hca) {
+            return (sent, event);
+        }
+        now = hca.poll_timeout().expect("a CM timer");
+        hca.handle_timeout(now);
+    }
+    panic!("no event after 100 timers: {} sent", sent.len());
+}
+
+/// The device's CM timing (`HcaConfig::cm_response_timeout`,
+/// `cm_max_retries`, `UROCE_CM_RESPONSE_TIMEOUT`/`UROCE_CM_RETRIES`)
+/// replaces the command's: the REQ carries the configured exponent in
+/// both response timeouts and the configured retries, and is sent
+/// 1 + retries times, `2 × 2^(18 − 8) + 2^(14 − 8)` = 2112 ms apart, before
+/// `Unreachable`; a SIDR_REQ waits `2^(14 − 8)` = 64 ms each time.
+#[test]
+fn the_configured_cm_timeout_and_retries_bound_a_connect_to_a_silent_peer() {
+    let config = HcaConfig { cm_response_timeout: 14, cm_max_retries: 3, ..HcaConfig::default() };
+    let gids = vec![Gid::link_local_from_mac([0x52, 0x54, 0, 0, 0, 2]), Gid::from(CLIENT)];
+    let mut hca = Hca::new(config, gids, Arc::new(SimMemory::new(1 << 20))).unwrap();
+    let start = at_ms(1);
+    // rdma_cm's values in the command (20, 20, 15): the device's win.
+    let params = CmConnectParams::rdma_cm(1, Gid::from(SERVER), RPING_SERVICE, Qpn::new(17), 5);
+    let Ok(Reply::CmId { id }) =
+        hca.command(start, Command::CmConnect { params, private_data: vec![] })
+    else {
+        panic!("connect")
+    };
+    let (sent, event) = transmits_until_event(&mut hca, start);
+    assert_eq!(event, CmEvent { id, kind: CmEventKind::Unreachable { stage: CmTimedOut::Req } });
+    let times: Vec<u64> = sent.iter().map(|(ms, _)| *ms).collect();
+    assert_eq!(times, [0, 2112, 2 * 2112, 3 * 2112]);
+    for (_, data) in &sent {
+        let req = req::Repr::parse(&req::Packet::new_checked(&data[..]).unwrap()).unwrap();
+        let timing =
+            (req.local_cm_response_timeout, req.remote_cm_response_timeout, req.max_cm_retries);
+        assert_eq!(timing, (14, 14, 3));
+    }
+    assert_eq!(hca.now().as_nanos() - start.as_nanos(), 4 * 2112 * 1_000_000);
+
+    // A SIDR_REQ: 64 ms per try, the command's 4096 ms and 15 retries
+    // notwithstanding.
+    let start = hca.now();
+    let params = CmSidrParams {
+        remote_gid: Gid::from(SERVER),
+        pkey_index: 0,
+        pkey: 0xffff,
+        service_id: RPING_SERVICE,
+        timeout_ms: 4096,
+        max_retries: 15,
+    };
+    let Ok(Reply::CmId { id }) =
+        hca.command(start, Command::CmSidrRequest { params, private_data: vec![] })
+    else {
+        panic!("SIDR request")
+    };
+    let (sent, event) = transmits_until_event(&mut hca, start);
+    assert_eq!(event, CmEvent { id, kind: CmEventKind::SidrUnreachable });
+    let times: Vec<u64> = sent.iter().map(|(ms, _)| *ms).collect();
+    assert_eq!(times, [0, 64, 128, 192]);
+    assert_eq!(hca.now().as_nanos() - start.as_nanos(), 4 * 64 * 1_000_000);
+}
+
+/// rdma_cm's timing by default, and a device refuses timing the CM
+/// cannot carry.
+#[test]
+fn the_cm_timing_defaults_to_rdma_cms_and_is_checked() {
+    let config = HcaConfig::default();
+    assert_eq!((config.cm_response_timeout, config.cm_max_retries), (20, 15));
+    let gids = || vec![Gid::from(CLIENT)];
+    let memory = || Arc::new(SimMemory::new(1 << 20));
+    for config in [
+        HcaConfig { cm_response_timeout: 32, ..HcaConfig::default() },
+        HcaConfig { cm_max_retries: 16, ..HcaConfig::default() },
+    ] {
+        let Err(e) = Hca::new(config, gids(), memory()) else { panic!("accepted") };
+        assert!(e.0.starts_with("cm_"), "{e}");
+    }
+    let config = HcaConfig { cm_response_timeout: 31, cm_max_retries: 0, ..HcaConfig::default() };
+    assert!(Hca::new(config, gids(), memory()).is_ok());
 }

@@ -38,6 +38,7 @@ impl Hca {
             }
             return Ok(Reply::CmEvent(event));
         }
+        let (sidr_timeout_ms, max_retries) = self.cm_timing();
         let cm = &mut self.gsi.cm;
         let result = match command {
             Command::CmListen { service_id } => cm.listen(ServiceId(service_id)),
@@ -68,8 +69,9 @@ impl Hca {
                     peer,
                     pkey: params.pkey,
                     service_id: ServiceId(params.service_id),
-                    timeout_ms: params.timeout_ms,
-                    max_retries: params.max_retries,
+                    // The device's, not the command's (`HcaConfig`).
+                    timeout_ms: sidr_timeout_ms,
+                    max_retries,
                 };
                 let id = cm.sidr_request(now_ns, &params, &private_data).map_err(cm_error)?;
                 return Ok(Reply::CmId { id: id.0 .0 });
@@ -96,6 +98,14 @@ impl Hca {
     /// timeouts), for dumps and tests.
     pub fn cm_counters(&self) -> uroce_cm::Counters {
         *self.gsi.cm.counters()
+    }
+
+    /// The device's SIDR_REQ wait and CM retries: rdma_cm's
+    /// `1 << (CMA_CM_RESPONSE_TIMEOUT - 8)` ms (at least 1 ms, as the CM
+    /// rounds a response timeout) and `CMA_MAX_CM_RETRIES`, from the
+    /// configuration.
+    fn cm_timing(&self) -> (u64, u8) {
+        (uroce_cm::iba_time_to_ms(self.config.cm_response_timeout), self.config.cm_max_retries)
     }
 
     /// The engine's parameters of a connect (the local GID from the GID
@@ -130,9 +140,10 @@ impl Hca {
             retry_count: p.retry_count,
             rnr_retry_count: p.rnr_retry_count,
             packet_life_time: p.packet_life_time,
-            local_cm_response_timeout: p.local_cm_response_timeout,
-            remote_cm_response_timeout: p.remote_cm_response_timeout,
-            max_cm_retries: p.max_cm_retries,
+            // The device's CM timing, not the command's (`HcaConfig`).
+            local_cm_response_timeout: self.config.cm_response_timeout,
+            remote_cm_response_timeout: self.config.cm_response_timeout,
+            max_cm_retries: self.config.cm_max_retries,
             flow_label: p.flow_label,
             traffic_class: p.traffic_class,
             hop_limit: p.hop_limit,

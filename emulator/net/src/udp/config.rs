@@ -1,7 +1,8 @@
 //! A device's configuration: `UdpConfig`, from code or from the
 //! environment (`UROCE_ADDR`, `UROCE_PROGRESS`, `UROCE_FAULTS`,
 //! `UROCE_CAPTURE`, `UROCE_OFFLOAD`, `UROCE_LINK`, `UROCE_TAP`,
-//! `UROCE_MTU`), and the checks on a device address.
+//! `UROCE_MTU`, `UROCE_CM_RESPONSE_TIMEOUT`, `UROCE_CM_RETRIES`), and the
+//! checks on a device address.
 
 use super::tap;
 use super::UdpError;
@@ -138,7 +139,10 @@ impl UdpConfig {
     /// HCA's decisions on standard error), and for the L2 transport
     /// `UROCE_LINK` (`<local ip:port>,<remote ip:port>`) or `UROCE_TAP` (a
     /// TAP interface's name), with `UROCE_ADDR`'s `/prefix` saying what is
-    /// on-link, and `UROCE_MTU` (the link MTU).
+    /// on-link, and `UROCE_MTU` (the link MTU). `UROCE_CM_RESPONSE_TIMEOUT`
+    /// (0..=31, an IBA time exponent) and `UROCE_CM_RETRIES` (0..=15) set
+    /// the CM's response timeout and retries (rdma_cm's 20 and 15 by
+    /// default: [`HcaConfig::cm_response_timeout`]).
     pub fn from_env() -> Result<UdpConfig, UdpError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -226,6 +230,13 @@ impl UdpConfig {
                 UdpError::Config(format!("UROCE_SOURCE_PORTS=`{text}`: expected per-qp or shared"))
             })?;
         }
+        if let Some(t) = number_var(&var, "UROCE_CM_RESPONSE_TIMEOUT", 31, "an IBA time exponent")?
+        {
+            config.hca.cm_response_timeout = t;
+        }
+        if let Some(n) = number_var(&var, "UROCE_CM_RETRIES", 15, "CM retries")? {
+            config.hca.cm_max_retries = n;
+        }
         if let Some(text) = var("UROCE_OFFLOAD") {
             config.offload = match text.trim() {
                 "1" | "on" | "yes" | "true" => true,
@@ -238,6 +249,21 @@ impl UdpConfig {
             };
         }
         Ok(config)
+    }
+}
+
+/// Variable `name` as a number from 0 to `max` (`what` it is), or `None`
+/// when unset or empty.
+fn number_var(
+    var: &impl Fn(&str) -> Option<String>,
+    name: &str,
+    max: u8,
+    what: &str,
+) -> Result<Option<u8>, UdpError> {
+    let Some(text) = var(name).filter(|t| !t.trim().is_empty()) else { return Ok(None) };
+    match text.trim().parse::<u8>() {
+        Ok(n) if n <= max => Ok(Some(n)),
+        _ => Err(UdpError::Config(format!("{name}=`{text}`: expected {what}, 0 to {max}"))),
     }
 }
 
@@ -346,6 +372,41 @@ mod tests {
         assert!(UdpConfig::from_vars(vars(&[("UROCE_TRACE", "loud")])).is_err());
         let traced = UdpConfig::from_vars(vars(&[("UROCE_TRACE", "1")])).unwrap();
         assert_eq!(traced.trace, TraceMode::Print);
+    }
+
+    #[test]
+    fn cm_timing_from_variables() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+        };
+        let c = UdpConfig::from_vars(vars(&[])).unwrap();
+        assert_eq!((c.hca.cm_response_timeout, c.hca.cm_max_retries), (20, 15));
+        let c = UdpConfig::from_vars(vars(&[
+            ("UROCE_CM_RESPONSE_TIMEOUT", "14"),
+            ("UROCE_CM_RETRIES", " 3 "),
+        ]))
+        .unwrap();
+        assert_eq!((c.hca.cm_response_timeout, c.hca.cm_max_retries), (14, 3));
+        let c = UdpConfig::from_vars(vars(&[
+            ("UROCE_CM_RESPONSE_TIMEOUT", "0"),
+            ("UROCE_CM_RETRIES", ""),
+        ]))
+        .unwrap();
+        assert_eq!((c.hca.cm_response_timeout, c.hca.cm_max_retries), (0, 15));
+        for (name, value) in [
+            ("UROCE_CM_RESPONSE_TIMEOUT", "32"),
+            ("UROCE_CM_RESPONSE_TIMEOUT", "-1"),
+            ("UROCE_CM_RESPONSE_TIMEOUT", "4s"),
+            ("UROCE_CM_RETRIES", "16"),
+            ("UROCE_CM_RETRIES", "many"),
+        ] {
+            let Err(UdpError::Config(e)) =
+                UdpConfig::from_vars(move |n: &str| (n == name).then(|| value.to_string()))
+            else {
+                panic!("{name}={value} accepted")
+            };
+            assert!(e.contains(&format!("{name}=`{value}`")) && e.contains("0 to"), "{e}");
+        }
     }
 
     #[test]
