@@ -115,6 +115,7 @@ pub use counters::Counters;
 pub use engine::{Cm, Transmit};
 pub use error::CmError;
 pub use event::{CmId, DisconnectCause, Event, TimedOut};
+pub use passive::MRA_DELAY;
 pub use sidr::SIDR_HOLD_MS;
 pub use tid::transaction_id;
 pub use timers::{ack_timeout, iba_time_to_ms, NS_PER_MS};

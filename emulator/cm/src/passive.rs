@@ -14,6 +14,10 @@ use uroce_wire::mad::req::{self, transport};
 use uroce_wire::mad::{rep, rtu, CmMessage, CommId, MessageRef, TransactionId};
 use uroce_wire::Qkey;
 
+/// The flag of [`Cm::mra`]'s service timeout that holds the MRA back
+/// until a duplicate comes (ib_cm's `IB_CM_MRA_FLAG_DELAY`).
+pub const MRA_DELAY: u8 = 0x80;
+
 impl Cm {
     pub(crate) fn on_req(
         &mut self,
@@ -162,7 +166,13 @@ impl Cm {
     /// Asks the peer for patience (`4.096 µs × 2^service_timeout` more) with
     /// an MRA, for a REQ not yet accepted or a REP not yet answered with
     /// [`Cm::ready_to_use`]. Duplicates of the REQ or REP get it again.
+    /// With [`MRA_DELAY`] in `service_timeout` (ib_cm's
+    /// `IB_CM_MRA_FLAG_DELAY`, which Linux's rdma_cm uses for every request
+    /// and reply it hands to its consumer) nothing is sent now: only a
+    /// duplicate gets the MRA, so a peer that retries is told to wait.
     pub fn mra(&mut self, _now_ns: u64, id: CmId, service_timeout: u8) -> Result<(), CmError> {
+        let delay = service_timeout & MRA_DELAY != 0;
+        let service_timeout = service_timeout & !MRA_DELAY;
         let conn = self.conn_of(id)?;
         let (next, mraed) = match conn.state {
             State::ReqRcvd => (State::MraReqSent, MessageRef::REQ),
@@ -175,7 +185,9 @@ impl Cm {
             conn.state = next;
             conn.last_reply = Some(mad.clone());
         }
-        self.send_once(peer, mad);
+        if !delay {
+            self.send_once(peer, mad);
+        }
         Ok(())
     }
 

@@ -286,6 +286,33 @@ fn duplicate_req_while_mraed_gets_the_mra_again() {
 }
 
 #[test]
+fn a_delayed_mra_goes_only_to_a_duplicate_req_as_rdma_cm_sends_it() {
+    let mut w = World::listening();
+    w.b.auto.accept = false;
+    let a_id = w.connect();
+    w.run_for(100 * MS);
+    let b_id = first_id(&w.b, is_request);
+    // rdma_cm's CMA_CM_MRA_SETTING: delayed, 24 (≈ 69 s).
+    w.b.cm.mra(w.now, b_id, uroce_cm::MRA_DELAY | 24).unwrap();
+    assert_eq!(w.b.cm.state(b_id), Some(State::MraReqSent));
+    w.run_for(1_000 * MS);
+    assert_eq!(w.sent_count(Who::B, AttributeId::MRA), 0, "nothing sent while A waits");
+    assert_eq!(w.a.cm.state(a_id), Some(State::ReqSent));
+    // A's REQ times out and is sent again: the duplicate gets the MRA,
+    // and A waits the service timeout instead of retrying on.
+    w.run_for(10_000 * MS);
+    assert_eq!(w.sent_count(Who::A, AttributeId::REQ), 2);
+    assert_eq!(w.sent_count(Who::B, AttributeId::MRA), 1);
+    assert_eq!(w.a.cm.state(a_id), Some(State::MraReqRcvd));
+    w.run_for(60_000 * MS);
+    assert_eq!(w.sent_count(Who::A, AttributeId::REQ), 2, "no retry within the MRA's 69 s");
+    w.b.cm.accept(w.now, b_id, &uroce_cm::AcceptParams::new(B_QPN, Psn::new(1)), &[]).unwrap();
+    w.run();
+    assert_eq!(w.a.count(is_established), 1);
+    assert_eq!(w.b.count(is_established), 1);
+}
+
+#[test]
 fn consumer_errors() {
     let mut w = World::listening();
     assert_eq!(w.b.cm.listen(SERVICE), Err(CmError::ServiceIdInUse));

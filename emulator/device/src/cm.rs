@@ -22,6 +22,10 @@ pub type CmId = u32;
 /// The length of a CM message in an event: a MAD's class data.
 pub const CM_MESSAGE_LEN: usize = 232;
 
+/// `CmMra`'s flag (bit 7 of its service timeout) that holds the MRA back
+/// until a duplicate REQ or REP comes, as ib_cm's `IB_CM_MRA_FLAG_DELAY`.
+pub const CM_MRA_DELAY: u8 = 0x80;
+
 /// What a connect's REQ carries (`ib_cm_req_param` with its primary path):
 /// `ConnectParams` of the CM engine, with the local GID named by its index
 /// in the device's GID table.

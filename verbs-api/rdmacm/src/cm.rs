@@ -607,6 +607,18 @@ unsafe fn request(
         }
     }
     channel::push(&events, e);
+    if !sidr {
+        // The kernel's rdma_cm, the request handed on and not yet answered:
+        // a delayed MRA, so a peer that retries its REQ is told to wait.
+        delayed_mra(verbs, cm);
+    }
+}
+
+/// rdma_cm's `CMA_CM_MRA_SETTING`: an MRA asking `4.096 µs × 2^24` (≈ 69
+/// s), sent only to a duplicate of the REQ or REP (`IB_CM_MRA_FLAG_DELAY`).
+fn delayed_mra(verbs: *mut ibv_context, cm: u32) {
+    let service_timeout = uroce_device::cm::CM_MRA_DELAY | 24;
+    let _ = cm_link::command(verbs, &Command::CmMra { id: cm, service_timeout });
 }
 
 /// An event for an id the CM holds; returns whether its CM ID is gone.
@@ -635,6 +647,9 @@ unsafe fn on_id(p: *mut IdPriv, cm: u32, kind: CmEventKind) -> bool {
                 srq: u8::from(rep.srq),
                 qp_num: rep.local_qpn.value(),
             };
+            // As the kernel's rdma_cm on a REP: a delayed MRA while the
+            // program has not answered it.
+            delayed_mra((*p).id.verbs, cm);
             // The QP's RTR and RTS and the RTU are `rdma_get_cm_event`'s
             // ([`finish`]), on the program's thread, as librdmacm's.
             let mut e = conn_event(p, ev::ESTABLISHED, 0, &rep.private_data, conn);

@@ -53,6 +53,8 @@ impl Hca {
                 cm.ready_to_use(now_ns, engine_id(id), &private_data)
             }
             Command::CmMra { id, service_timeout } => {
+                // The device's delay flag is the engine's (ib_cm's).
+                const _: () = assert!(uroce_device::cm::CM_MRA_DELAY == uroce_cm::MRA_DELAY);
                 cm.mra(now_ns, engine_id(id), service_timeout)
             }
             Command::CmEstablished { id } => cm.established(now_ns, engine_id(id)),
