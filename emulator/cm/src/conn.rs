@@ -75,6 +75,10 @@ pub(crate) struct Conn {
     pub(crate) retransmit: Option<Retransmit>,
     /// The last RTU or MRA sent, sent again when a duplicate asks for it.
     pub(crate) last_reply: Option<Box<[u8; MAD_LEN]>>,
+    /// The consumer destroyed the ID while it was (or was going) in
+    /// time-wait: it is held, unseen, only so that its comm ID is not reused
+    /// before the time-wait ends (Linux keeps its `timewait_info`).
+    pub(crate) destroyed: bool,
 }
 
 impl Conn {
@@ -96,6 +100,7 @@ impl Conn {
             deadline_ns: None,
             retransmit: None,
             last_reply: None,
+            destroyed: false,
         }
     }
 

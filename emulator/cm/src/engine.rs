@@ -96,7 +96,7 @@ impl Cm {
 
     /// The state of a CM ID, or `None` if it does not exist (idle).
     pub fn state(&self, id: CmId) -> Option<State> {
-        self.conns.get(&id.0 .0).map(|c| c.state)
+        self.conns.get(&id.0 .0).filter(|c| !c.destroyed).map(|c| c.state)
     }
 
     /// The peer's comm ID of a CM ID (0 until known).
@@ -106,7 +106,7 @@ impl Cm {
 
     /// How many CM IDs exist.
     pub fn id_count(&self) -> usize {
-        self.conns.len()
+        self.conns.values().filter(|c| !c.destroyed).count()
     }
 
     /// Listens for REQs and SIDR_REQs on exactly `service_id`.
@@ -152,8 +152,11 @@ impl Cm {
             conn.deadline_ns = None;
             match conn.state {
                 State::Timewait => {
+                    let destroyed = conn.destroyed;
                     self.free(local);
-                    self.emit(Event::TimewaitExit { id: CmId(local) });
+                    if !destroyed {
+                        self.emit(Event::TimewaitExit { id: CmId(local) });
+                    }
                     continue;
                 }
                 State::SidrRepSent => {
@@ -308,7 +311,7 @@ impl Cm {
     }
 
     pub(crate) fn conn_of(&self, id: CmId) -> Result<&Conn, CmError> {
-        self.conns.get(&id.0 .0).ok_or(CmError::UnknownId)
+        self.conns.get(&id.0 .0).filter(|c| !c.destroyed).ok_or(CmError::UnknownId)
     }
 
     pub(crate) fn push_transmit(&mut self, peer: Peer, mad: Box<[u8; MAD_LEN]>) {

@@ -40,8 +40,10 @@ impl Cm {
     /// Forgets a CM ID, first telling the peer what Linux's
     /// `ib_destroy_cm_id` tells it: a REJ timeout for an unanswered REQ, a
     /// REJ for a handshake in progress, one DREQ for an established
-    /// connection, a SIDR_REP "rejected" for a pending SIDR_REQ.
-    pub fn destroy(&mut self, _now_ns: u64, id: CmId) -> Result<(), CmError> {
+    /// connection, a SIDR_REP "rejected" for a pending SIDR_REQ. A
+    /// connection that was established goes through time-wait unseen (no
+    /// event), its comm ID held until then, as Linux's `cm_destroy_id`.
+    pub fn destroy(&mut self, now_ns: u64, id: CmId) -> Result<(), CmError> {
         let conn = self.conn_of(id)?;
         let (local, remote, peer, tid) = (conn.local_id, conn.remote_id, conn.peer, conn.tid);
         let mad = match conn.state {
@@ -81,7 +83,20 @@ impl Cm {
             )),
             State::DreqSent | State::Timewait | State::SidrReqSent | State::SidrRepSent => None,
         };
-        self.free(local);
+        // Linux's cm_destroy_id: a connection that was established (its
+        // DREQ sent now or before) goes through time-wait; the ID is gone
+        // for the consumer, its comm ID held until the time-wait ends.
+        let timewait = matches!(conn.state, State::Established | State::DreqSent | State::Timewait);
+        if timewait {
+            if conn.state != State::Timewait {
+                self.enter_timewait(now_ns, local);
+            }
+            if let Some(conn) = self.conn_mut(local) {
+                conn.destroyed = true;
+            }
+        } else {
+            self.free(local);
+        }
         if let Some(mad) = mad {
             self.send_once(peer, mad);
         }

@@ -363,6 +363,34 @@ fn destroy_sends_what_linux_sends() {
 }
 
 #[test]
+fn a_destroyed_connection_goes_through_timewait_unseen() {
+    // Destroyed while established: one DREQ, then time-wait, no event.
+    let (mut w, a_id, _) = established();
+    let before = w.a.events.len();
+    w.a.cm.destroy(w.now, a_id).unwrap();
+    assert_eq!(w.a.cm.state(a_id), None);
+    assert_eq!(w.a.cm.disconnect(w.now, a_id, &[]), Err(CmError::UnknownId));
+    assert_eq!(w.a.cm.destroy(w.now, a_id), Err(CmError::UnknownId));
+    // Its comm ID is held: the time-wait's deadline is still armed.
+    assert!(w.a.cm.poll_timeout().is_some());
+    w.run_for(10_000 * MS);
+    assert_eq!(w.sent_count(Who::A, AttributeId::DREQ), 1);
+    assert_eq!(w.a.events.len(), before, "no event for a destroyed ID: {:?}", w.a.events);
+    assert_eq!(w.a.cm.poll_timeout(), None, "the time-wait ended, the ID freed");
+    // Destroyed with its DREQ unanswered (the DREP lost): no more DREQs.
+    let (mut w, a_id, _) = established();
+    w.fault = Box::new(|who, _, _| if who == Who::B { vec![] } else { vec![LATENCY_NS] });
+    w.a.cm.disconnect(w.now, a_id, &[]).unwrap();
+    w.run_for(10 * MS);
+    let before = w.a.events.len();
+    w.a.cm.destroy(w.now, a_id).unwrap();
+    w.run_for(60_000 * MS);
+    assert_eq!(w.sent_count(Who::A, AttributeId::DREQ), 1);
+    assert_eq!(w.a.events.len(), before, "{:?}", w.a.events);
+    assert_eq!(w.a.cm.poll_timeout(), None);
+}
+
+#[test]
 fn a_full_id_table_answers_rej_no_resources() {
     let mut w = World::listening();
     let mut config = common::config(0xb, 2);
