@@ -1,7 +1,7 @@
 //! Queue pairs and shared receive queues: create, modify, query, destroy.
 
-use crate::abi::{ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex};
 use crate::abi::ibv_qp_init_attr;
+use crate::abi::{ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex};
 use crate::abi::{ibv_srq, ibv_srq_attr, ibv_srq_init_attr};
 use crate::cq::Cq;
 use crate::device::{locked, Ctx};

@@ -45,6 +45,7 @@ mod capture;
 mod config;
 mod datapath;
 mod doorbells;
+mod groups;
 mod link_tcp;
 mod progress;
 mod sockets;

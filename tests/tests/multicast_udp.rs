@@ -1,0 +1,120 @@
+//! UD multicast over the UDP runtime: three devices in this process
+//! (127.131.x.y, addresses no other test uses), each on kernel UDP. QPs of
+//! two of them attach to group 230.131.x.7; a UD SEND from the third to
+//! QPN 0xFFFFFF and the group's GID reaches them through their group
+//! sockets (SO_REUSEPORT on 230.131.x.7:4791, joined on the loopback
+//! interface), with the GRH naming the group, and stops reaching a device
+//! once its QP detached (docs/runtime.md, "Multicast groups").
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
+use uroce::app::{bring_up, default_tuning, Node, ALL_ACCESS};
+use uroce_net::udp::{ProgressMode, UdpConfig};
+use uroce_verbs::{
+    AhAttr, Gid, Mr, Qkey, Qp, QpCap, QpType, Qpn, RecvWr, SendWr, WcStatus, WrOpcode,
+};
+
+/// rdma_cm's Q_Key for UDP port spaces (`RDMA_UDP_QKEY`).
+const QKEY: u32 = 0x0123_4567;
+
+fn cap() -> QpCap {
+    QpCap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    }
+}
+
+fn node(net: u8, host: u8) -> Node {
+    let mut c = UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 131, net, host)));
+    c.progress = ProgressMode::HYBRID;
+    Node::open(c, 256).unwrap()
+}
+
+fn ud_qp(node: &Node) -> Qp {
+    let qp = node.qp(QpType::Ud, cap()).unwrap();
+    bring_up(&qp, None, &default_tuning(), QKEY).unwrap();
+    qp
+}
+
+fn send_to(node: &Node, qp: &Qp, mr: &Mr, group: Gid, wr_id: u64) {
+    let ah = node
+        .pd
+        .create_ah(AhAttr { dgid: group, sgid_index: 1, port_num: 1, ..Default::default() })
+        .unwrap();
+    let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+    wr.sg_list = vec![mr.sge(0, 100)];
+    wr.ud = Some((ah.index(), Qpn::MULTICAST, Qkey(QKEY)));
+    qp.post_send(&[wr]).unwrap();
+}
+
+#[test]
+fn a_group_send_reaches_the_attached_qps_of_other_devices_until_they_detach() {
+    let group = Gid::from_ip("230.131.1.7".parse().unwrap());
+    let (a, b, c) = (node(1, 1), node(1, 2), node(1, 3));
+    let (qa, qb, qc) = (ud_qp(&a), ud_qp(&b), ud_qp(&c));
+    let (ma, mb, mc) = (
+        a.pd.alloc_mr(4096, ALL_ACCESS).unwrap(),
+        b.pd.alloc_mr(4096, ALL_ACCESS).unwrap(),
+        c.pd.alloc_mr(4096, ALL_ACCESS).unwrap(),
+    );
+    for (qp, mr) in [(&qb, &mb), (&qc, &mc)] {
+        let recvs: Vec<RecvWr> =
+            (0..4).map(|i| RecvWr { wr_id: i, sg_list: vec![mr.sge(i * 512, 512)] }).collect();
+        qp.post_recv(&recvs).unwrap();
+        qp.attach_mcast(group, 0).unwrap();
+    }
+    assert_eq!(b.dev.stats().mcast_joins, 1, "the first attach joined the group");
+    ma.write(0, &[0xa5; 100]).unwrap();
+
+    send_to(&a, &qa, &ma, group, 1);
+    assert_eq!(a.wait(1, Duration::from_secs(5))[0].status, WcStatus::Success);
+    for (node, qp, mr) in [(&b, &qb, &mb), (&c, &qc, &mc)] {
+        let got = node.wait(1, Duration::from_secs(5));
+        assert_eq!(got.len(), 1, "{} took the group's packet", node.addr());
+        assert_eq!(
+            (got[0].status, got[0].qp_num, got[0].src_qp),
+            (WcStatus::Success, qp.qpn(), qa.qpn())
+        );
+        assert_eq!(got[0].byte_len, 40 + 100);
+        let grh = mr.read_vec(0, 140).unwrap();
+        assert_eq!(&grh[32..36], &[127, 131, 1, 1], "the GRH's source: the sender");
+        assert_eq!(&grh[36..40], &[230, 131, 1, 7], "the GRH's destination: the group");
+        assert_eq!(&grh[40..], &[0xa5; 100][..]);
+    }
+    assert_eq!(a.dev.stats().tx_mcast_packets, 1);
+    assert!(b.dev.stats().rx_mcast_datagrams >= 1);
+
+    // b leaves: its group socket closes; c still takes the group's packets.
+    qb.detach_mcast(group, 0).unwrap();
+    assert_eq!(b.dev.stats().mcast_leaves, 1);
+    send_to(&a, &qa, &ma, group, 2);
+    assert_eq!(a.wait(1, Duration::from_secs(5))[0].status, WcStatus::Success);
+    assert_eq!(c.wait(1, Duration::from_secs(5)).len(), 1, "c is still attached");
+    assert!(b.wait(1, Duration::from_millis(300)).is_empty(), "b left the group");
+    let b_counters = b.dev.counters();
+    assert_eq!(
+        (b_counters.rcvd_mcast_pkts, b_counters.rcvd_mcast_drop),
+        (1, 0),
+        "b's socket is closed: nothing reaches its HCA"
+    );
+}
+
+#[test]
+fn a_device_takes_its_own_group_sends_as_rxe_does() {
+    // rxe sends a multicast packet through the kernel, which loops it back
+    // to the host's members: the sending device's own attached QPs too.
+    let group = Gid::from_ip("230.131.2.7".parse().unwrap());
+    let a = node(2, 1);
+    let (sender, member) = (ud_qp(&a), ud_qp(&a));
+    let mr = a.pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    member.post_recv(&[RecvWr { wr_id: 9, sg_list: vec![mr.sge(1024, 512)] }]).unwrap();
+    member.attach_mcast(group, 0).unwrap();
+    send_to(&a, &sender, &mr, group, 1);
+    let mut got = a.wait(2, Duration::from_secs(5));
+    got.sort_by_key(|wc| wc.wr_id);
+    assert_eq!(got.len(), 2, "the send and the member's receive: {got:?}");
+    assert_eq!((got[1].wr_id, got[1].qp_num, got[1].status), (9, member.qpn(), WcStatus::Success));
+}
