@@ -444,9 +444,9 @@ fn settle(
 }
 
 /// Joins or leaves a multicast group on the network as the HCA's groups
-/// changed. Over kernel UDP a group is a socket (`groups.rs`); a device on
-/// a link keeps its groups to itself: its attached QPs take what reaches
-/// its address, nothing more (docs/runtime.md).
+/// changed. Over kernel UDP a group is a socket (`groups.rs`). A device on
+/// a link has nothing to join: it takes every RoCE frame under a
+/// multicast MAC, and its HCA keeps those of its groups (docs/runtime.md).
 fn follow_group(io: &mut Io, change: McastChange) {
     let Transport::Udp(sockets) = &mut io.transport else { return };
     let group = change.gid().to_ip();
