@@ -91,7 +91,7 @@ fn open_group_socket(group: IpAddr, addr: IpAddr) -> io::Result<UdpSocket> {
     )?;
     sockopt::set_socket_reuseaddr(&fd, true)?;
     sockopt::set_socket_reuseport(&fd, true)?;
-    if let IpAddr::V6(_) = group {
+    if group.is_ipv6() {
         sockopt::set_ipv6_v6only(&fd, true)?;
     }
     rustix::net::bind(&fd, &SocketAddr::new(group, ROCEV2_UDP_PORT))?;
