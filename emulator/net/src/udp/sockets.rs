@@ -200,7 +200,9 @@ impl UdpSockets {
                 let segment = first.len;
                 let mut j = i + 1;
                 let mut run_bytes = segment;
-                if *offload && !*gso_refused {
+                // Packets to a multicast group leave singly: GSO to a group
+                // (and the kernel's loopback copy of it) is not tested.
+                if *offload && !*gso_refused && !first.destination.is_multicast() {
                     // Every packet of a GSO run but the last has the run's
                     // size (so a request and the smaller ACK behind it, to
                     // one peer, go as one: the peer takes both with one
