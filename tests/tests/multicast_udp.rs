@@ -4,7 +4,10 @@
 //! QPN 0xFFFFFF and the group's GID reaches them through their group
 //! sockets (SO_REUSEPORT on 230.131.x.7:4791, joined on the loopback
 //! interface), with the GRH naming the group, and stops reaching a device
-//! once its QP detached (docs/runtime.md, "Multicast groups").
+//! once its QP detached (docs/runtime.md, "Multicast groups"). The same
+//! across two processes (this binary run again), as rdma-core's
+//! `test_rdmacm` multicast tests run; a device's own group sends; an IPv6
+//! group on lo.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
@@ -155,4 +158,85 @@ fn an_ipv6_group_on_the_loopback_interface() {
     let grh = mr.read_vec(1024, 40).unwrap();
     assert_eq!(grh[0] >> 4, 6, "an IPv6 header as the GRH");
     assert_eq!(&grh[24..40], &group.0, "its destination: the group");
+}
+
+/// Set in the environment of this test binary run again as the other
+/// process of `two_processes_in_one_group`.
+const CHILD_ENV: &str = "UROCE_MCAST_TEST_CHILD";
+
+/// The other process: a device at 127.131.3.2 with a UD QP attached to
+/// 230.131.3.7; prints `ready`, then what its first receive got (`got
+/// <byte_len> <GRH destination>`), then `left` once detached, then whether
+/// anything came within 500 ms after that (`after got`, `after none`).
+#[test]
+fn two_processes_child() {
+    if std::env::var(CHILD_ENV).is_err() {
+        return;
+    }
+    println!();
+    let group = Gid::from_ip("230.131.3.7".parse().unwrap());
+    let b = node(3, 2);
+    let qb = ud_qp(&b);
+    let mb = b.pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let recvs: Vec<RecvWr> =
+        (0..2).map(|i| RecvWr { wr_id: i, sg_list: vec![mb.sge(i * 512, 512)] }).collect();
+    qb.post_recv(&recvs).unwrap();
+    qb.attach_mcast(group, 0).unwrap();
+    println!("@mcast ready");
+    let got = b.wait(1, Duration::from_secs(10));
+    let destination = mb.read_vec(36, 4).unwrap();
+    match got.first() {
+        Some(wc) => println!("@mcast got {} {destination:?}", wc.byte_len),
+        None => println!("@mcast got nothing"),
+    }
+    qb.detach_mcast(group, 0).unwrap();
+    println!("@mcast left");
+    let after = b.wait(1, Duration::from_millis(500));
+    println!("@mcast after {}", if after.is_empty() { "none" } else { "got" });
+}
+
+#[test]
+fn two_processes_in_one_group() {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args(["--exact", "two_processes_child", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let child = Reaped(child);
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(said) = line.strip_prefix("@mcast ") {
+                let _ = tx.send(said.to_string());
+            }
+        }
+    });
+    let next = || lines.recv_timeout(Duration::from_secs(15)).unwrap_or_else(|_| "".into());
+    // This process is in the group too (both bind 230.131.3.7:4791).
+    let group = Gid::from_ip("230.131.3.7".parse().unwrap());
+    let a = node(3, 1);
+    let (sender, member) = (ud_qp(&a), ud_qp(&a));
+    let ma = a.pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    member.attach_mcast(group, 0).unwrap();
+    assert_eq!(next(), "ready");
+    send_to(&a, &sender, &ma, group, 1);
+    assert_eq!(next(), "got 140 [230, 131, 3, 7]", "the other process took it");
+    assert_eq!(next(), "left");
+    send_to(&a, &sender, &ma, group, 2);
+    assert_eq!(next(), "after none", "nothing after it left the group");
+    drop(child);
+}
+
+/// Kills the other process when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
