@@ -58,6 +58,10 @@ impl McastGroups {
     /// Attaches `qpn` to `gid` within `config`'s limits; attaching again
     /// is harmless.
     fn attach(&mut self, config: &HcaConfig, qpn: Qpn, gid: Gid) -> Result<(), CmdError> {
+        if config.max_mcast_grp == 0 || config.max_mcast_qp_attach == 0 {
+            // rxe: -EINVAL when max_mcast_qp_attach is 0.
+            return Err(CmdError::Invalid("the device is configured without multicast"));
+        }
         let is_new_group = !self.groups.contains_key(&gid);
         if is_new_group && self.groups.len() >= config.max_mcast_grp as usize {
             return Err(CmdError::NoResources("multicast group table full"));
@@ -202,6 +206,9 @@ mod tests {
         assert!(matches!(groups, Err(CmdError::NoResources(_))), "max_mcast_grp");
         assert!(!t.detach(c, group(1)), "not attached");
         assert!(!t.detach(a, group(9)), "no such group");
+        let none = HcaConfig { max_mcast_grp: 0, ..small() };
+        let refused = McastGroups::default().attach(&none, a, group(1));
+        assert!(matches!(refused, Err(CmdError::Invalid(_))), "a device without multicast");
     }
 
     #[test]
