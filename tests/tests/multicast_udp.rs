@@ -31,8 +31,12 @@ fn cap() -> QpCap {
 }
 
 fn node(net: u8, host: u8) -> Node {
+    node_in(net, host, ProgressMode::HYBRID)
+}
+
+fn node_in(net: u8, host: u8, progress: ProgressMode) -> Node {
     let mut c = UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 131, net, host)));
-    c.progress = ProgressMode::HYBRID;
+    c.progress = progress;
     Node::open(c, 256).unwrap()
 }
 
@@ -56,7 +60,9 @@ fn send_to(node: &Node, qp: &Qp, mr: &Mr, group: Gid, wr_id: u64) {
 #[test]
 fn a_group_send_reaches_the_attached_qps_of_other_devices_until_they_detach() {
     let group = Gid::from_ip("230.131.1.7".parse().unwrap());
-    let (a, b, c) = (node(1, 1), node(1, 2), node(1, 3));
+    // c's background thread sleeps on its ready descriptor (Event): the
+    // group socket must wake it.
+    let (a, b, c) = (node(1, 1), node(1, 2), node_in(1, 3, ProgressMode::Event));
     let (qa, qb, qc) = (ud_qp(&a), ud_qp(&b), ud_qp(&c));
     let (ma, mb, mc) = (
         a.pd.alloc_mr(4096, ALL_ACCESS).unwrap(),
@@ -72,8 +78,15 @@ fn a_group_send_reaches_the_attached_qps_of_other_devices_until_they_detach() {
     assert_eq!(b.dev.stats().mcast_joins, 1, "the first attach joined the group");
     ma.write(0, &[0xa5; 100]).unwrap();
 
+    std::thread::sleep(Duration::from_millis(20));
     send_to(&a, &qa, &ma, group, 1);
     assert_eq!(a.wait(1, Duration::from_secs(5))[0].status, WcStatus::Success);
+    // No verbs call on c: its background thread takes the packet.
+    let t0 = std::time::Instant::now();
+    while c.dev.counters().rcvd_mcast_pkts == 0 && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(t0.elapsed() < Duration::from_millis(500), "c woke for its group's packet");
     for (node, qp, mr) in [(&b, &qb, &mb), (&c, &qc, &mc)] {
         let got = node.wait(1, Duration::from_secs(5));
         assert_eq!(got.len(), 1, "{} took the group's packet", node.addr());
