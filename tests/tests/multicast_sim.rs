@@ -119,3 +119,26 @@ fn only_ud_qps_attach_and_only_to_multicast_gids() {
     assert!(invalid(ud.detach_mcast(group(), 0)), "never attached");
     ud.attach_mcast(Gid::from_ip("ff0e::88".parse().unwrap()), 0).unwrap();
 }
+
+#[test]
+fn each_nodes_copy_is_a_packet_of_its_own_to_the_faults() {
+    use uroce_sim::{Action, Matcher, NodeId, Rule};
+    let mut w = World::new(3, FabricConfig::new(90));
+    let sender = ud_qp(&w, 0, QKEY);
+    let (one, two) = (ud_qp(&w, 1, QKEY), ud_qp(&w, 2, QKEY));
+    let mrs: Vec<Mr> = (0..3).map(|n| w.nodes[n].pd.alloc_mr(4096, ALL_ACCESS).unwrap()).collect();
+    for (n, qp) in [(1, &one), (2, &two)] {
+        recv(qp, &mrs[n], 1, 0);
+        qp.attach_mcast(group(), 0).unwrap();
+    }
+    // The copy to node 2 is lost; node 1's arrives.
+    let matcher = Matcher::any().dest_qpn(Qpn::MULTICAST).to(NodeId(2));
+    let rule = w.fabric.add_rule(Rule::new(matcher, Action::Drop));
+    send_to_group(&w, &sender, &mrs[0], 1);
+    assert_eq!(w.wait(0, 1, 10 * MS).len(), 1);
+    assert_eq!(w.wait(1, 1, 10 * MS).len(), 1, "node 1's copy");
+    assert!(w.wait(2, 1, 10 * MS).is_empty(), "node 2's copy was dropped");
+    assert_eq!(w.fabric.rule(rule).hits, 1);
+    let sent = w.fabric.counters().sent;
+    assert_eq!(sent, 3, "one copy per node, the sender's own included");
+}
