@@ -172,6 +172,29 @@ int main(void)
 	rc = ibv_resize_cq(cq, 0);
 	CASE("resize_cq_zero", "%d %d", rc, cq->cqe);
 
+	/* Multicast: only a UD QP attaches, only to a multicast GID
+	 * (::ffff:224.0.0.0/100 or ff00::/8); twice is harmless; detaching a
+	 * QP not attached is EINVAL (rxe). */
+	struct ibv_device_attr dattr;
+	rc = ibv_query_device(ctx, &dattr);
+	CASE("mcast_limits", "%d %d %d %d", rc, dattr.max_mcast_grp, dattr.max_mcast_qp_attach,
+	     dattr.max_total_mcast_qp_attach);
+	union ibv_gid group = { .raw = { [10] = 0xff, [11] = 0xff, [12] = 230, [13] = 88,
+					 [14] = 1, [15] = 1 } };
+	CASE("attach_mcast_rc", "%d", ibv_attach_mcast(qp, &group, 0));
+	init.qp_type = IBV_QPT_UD;
+	struct ibv_qp *ud = ibv_create_qp(pd, &init);
+	if (!ud) { printf("create_qp UD failed %d\n", errno); return 1; }
+	rc = ibv_attach_mcast(ud, &group, 0);
+	CASE("attach_mcast_ud", "%d %d", rc, ibv_attach_mcast(ud, &group, 0));
+	union ibv_gid unicast = group;
+	unicast.raw[12] = 127;
+	CASE("attach_mcast_unicast", "%d", ibv_attach_mcast(ud, &unicast, 0));
+	rc = ibv_detach_mcast(ud, &group, 0);
+	CASE("detach_mcast", "%d %d", rc, ibv_detach_mcast(ud, &group, 0));
+	rc = ibv_attach_mcast(ud, &group, 0);
+	CASE("destroy_attached", "%d %d", rc, ibv_destroy_qp(ud));
+
 	rc = ibv_destroy_qp(qp);
 	rc |= ibv_dereg_mr(mr);
 	rc |= ibv_destroy_cq(cq);

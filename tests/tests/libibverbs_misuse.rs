@@ -83,6 +83,15 @@ fn misuse_from_c_gets_the_documented_errors() {
     // ibv_resize_cq: the new depth in cq->cqe; 0 is EINVAL, cqe unchanged.
     assert_eq!(case("resize_cq"), "0 32");
     assert_eq!(case("resize_cq_zero"), "22 32");
+    // Multicast: rxe's limits; an RC QP or a unicast GID is EINVAL; a UD
+    // QP attaches (twice is harmless), detaches once (then EINVAL), and is
+    // destroyed attached.
+    assert_eq!(case("mcast_limits"), format!("0 8192 56 {}", 8192 * 56));
+    assert_eq!(case("attach_mcast_rc"), "22");
+    assert_eq!(case("attach_mcast_ud"), "0 0");
+    assert_eq!(case("attach_mcast_unicast"), "22");
+    assert_eq!(case("detach_mcast"), "0 22");
+    assert_eq!(case("destroy_attached"), "0 0");
     assert_eq!(case("teardown"), "0");
 }
 

@@ -9,7 +9,7 @@ use crate::ring::WorkRing;
 use crate::srq::Srq;
 use crate::wr::{RecvWr, SendWr};
 use std::cell::Cell;
-use uroce_device::command::{Command, DeviceAttr, QpAttr, QpCap, QpInit, Reply};
+use uroce_device::command::{Command, DeviceAttr, Gid, QpAttr, QpCap, QpInit, Reply};
 use uroce_device::ring::{recv_ring_shape, send_ring_shape};
 use uroce_device::types::{Access, AttrMask, QpState, QpType, Qpn, Rkey};
 use uroce_device::Doorbell;
@@ -135,6 +135,20 @@ impl Qp {
                 self.state.set(state);
             }
         }
+        Ok(())
+    }
+
+    /// `ibv_attach_mcast`: UD SENDs to the multicast group `gid` (QPN
+    /// 0xFFFFFF) reach this UD QP from now on. `lid` is InfiniBand's and
+    /// ignored on RoCE.
+    pub fn attach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        self.ctx.command(Command::AttachMcast { qpn: self.qpn, gid, lid })?;
+        Ok(())
+    }
+
+    /// `ibv_detach_mcast`: refused when the QP is not attached to `gid`.
+    pub fn detach_mcast(&self, gid: Gid, lid: u16) -> Result<()> {
+        self.ctx.command(Command::DetachMcast { qpn: self.qpn, gid, lid })?;
         Ok(())
     }
 

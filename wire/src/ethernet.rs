@@ -8,7 +8,7 @@
 //! ```
 
 use crate::{bytes, Result};
-use core::net::Ipv6Addr;
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 mod field {
     use core::ops::Range;
@@ -139,6 +139,26 @@ pub fn ipv6_multicast_mac(group: Ipv6Addr) -> [u8; 6] {
     [0x33, 0x33, o[12], o[13], o[14], o[15]]
 }
 
+/// The multicast MAC of an IPv4 multicast group (RFC 1112: `01:00:5e` and
+/// the group's low 23 bits).
+pub fn ipv4_multicast_mac(group: Ipv4Addr) -> [u8; 6] {
+    let o = group.octets();
+    [0x01, 0x00, 0x5e, o[1] & 0x7f, o[2], o[3]]
+}
+
+/// The multicast MAC of an IP multicast group, IPv4 (or IPv4-mapped) or
+/// IPv6: what the kernel writes on a multicast packet, rxe's included
+/// (they leave through the IP stack).
+pub fn multicast_mac(group: IpAddr) -> [u8; 6] {
+    match group {
+        IpAddr::V4(v4) => ipv4_multicast_mac(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => ipv4_multicast_mac(v4),
+            None => ipv6_multicast_mac(v6),
+        },
+    }
+}
+
 /// Whether a MAC is a unicast address other than all zeros.
 pub fn is_unicast(mac: [u8; 6]) -> bool {
     mac[0] & 1 == 0 && mac != [0; 6]
@@ -174,6 +194,10 @@ mod tests {
         assert_eq!(ipv6_multicast_mac(group), [0x33, 0x33, 0xff, 0, 0, 1]);
         assert_eq!(ether_type_of_ip(&[0x60]), ETHERTYPE_IPV6);
         assert_eq!(ether_type_of_ip(&[0x45]), ETHERTYPE_IPV4);
+        let v4: Ipv4Addr = "230.131.129.7".parse().unwrap();
+        assert_eq!(ipv4_multicast_mac(v4), [0x01, 0x00, 0x5e, 0x03, 0x81, 0x07]);
+        assert_eq!(multicast_mac(IpAddr::V4(v4)), multicast_mac(IpAddr::V6(v4.to_ipv6_mapped())));
+        assert_eq!(multicast_mac(IpAddr::V6(group)), ipv6_multicast_mac(group));
         assert!(is_unicast([2, 0, 0, 0, 0, 1]) && !is_unicast(BROADCAST) && !is_unicast([0; 6]));
     }
 }

@@ -28,6 +28,9 @@ impl Qpn {
     pub const SMI: Qpn = Qpn(0);
     /// QP1, the general services QP that carries CM MADs.
     pub const GSI: Qpn = Qpn(1);
+    /// The multicast QPN (IBA 0xFFFFFF): a UD packet to it goes to every
+    /// QP attached to the group its destination GID names.
+    pub const MULTICAST: Qpn = Qpn(Self::MAX);
 
     /// A QPN from the low 24 bits of `value` (higher bits are dropped, as
     /// they would be on the wire).

@@ -42,6 +42,16 @@ impl Gid {
         }
     }
 
+    /// Whether the GID names a multicast group (`rdma_is_multicast_addr`):
+    /// an IPv6 multicast address (`ff00::/8`), or an IPv4-mapped one in
+    /// `224.0.0.0/4`.
+    pub fn is_multicast(self) -> bool {
+        match self.to_ip() {
+            IpAddr::V4(v4) => v4.is_multicast(),
+            IpAddr::V6(v6) => v6.is_multicast(),
+        }
+    }
+
     /// The link-local GID rxe derives from a MAC address (EUI-64).
     pub fn link_local_from_mac(mac: [u8; 6]) -> Gid {
         let mut g = [0u8; 16];
@@ -223,6 +233,12 @@ pub struct DeviceAttr {
     pub max_srq_wr: u32,
     /// SGEs per SRQ WR.
     pub max_srq_sge: u32,
+    /// Multicast groups (`max_mcast_grp`).
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group (`max_mcast_qp_attach`).
+    pub max_mcast_qp_attach: u32,
+    /// Attachments over all groups (`max_total_mcast_qp_attach`).
+    pub max_total_mcast_qp_attach: u32,
     /// Inline data bytes per send WR (not in `ibv_device_attr`: libibverbs
     /// reports it per QP; drivers size send rings by it).
     pub max_inline_data: u32,
@@ -404,6 +420,30 @@ pub enum Command {
     DestroyAh {
         /// The AH.
         ah: u32,
+    },
+    /// Attach a UD QP to a multicast group (`ibv_attach_mcast`): UD SENDs
+    /// to QPN 0xFFFFFF and the group's address reach it from now on.
+    /// Attaching again is harmless (rxe). Refused (`Invalid`) for a QP not
+    /// UD or a GID not multicast; `NoResources` past the group or
+    /// attachment limits of [`DeviceAttr`].
+    AttachMcast {
+        /// The QP.
+        qpn: Qpn,
+        /// The group's GID (`::ffff:224.0.0.0/100` or `ff00::/8`).
+        gid: Gid,
+        /// The group's LID (InfiniBand; ignored on RoCE).
+        lid: u16,
+    },
+    /// Detach a QP from a multicast group (`ibv_detach_mcast`); `Invalid`
+    /// when it is not attached (rxe's -EINVAL). Destroying a QP detaches
+    /// it from every group.
+    DetachMcast {
+        /// The QP.
+        qpn: Qpn,
+        /// The group's GID.
+        gid: Gid,
+        /// The group's LID (ignored).
+        lid: u16,
     },
     /// The CM (section 9 of the manual): take REQs and SIDR_REQs for a
     /// service ID (exactly that one; rdma_cm's IP service IDs included).
@@ -587,5 +627,10 @@ mod tests {
         // rxe's link-local GID for MAC 52:54:00:00:00:01 (../shared/golden).
         let ll = Gid::link_local_from_mac([0x52, 0x54, 0, 0, 0, 1]);
         assert_eq!(ll.to_ip(), v6);
+        assert!(!ll.is_multicast() && !gid.is_multicast());
+        let group = |ip: &str| Gid::from_ip(ip.parse().unwrap()).is_multicast();
+        assert!(group("230.1.2.3") && group("224.0.0.1") && group("239.255.255.255"));
+        assert!(!group("240.0.0.1") && !group("223.255.255.255"));
+        assert!(group("ff02::1") && group("ff0e::1:2") && !group("fe80::1"));
     }
 }

@@ -33,6 +33,12 @@ pub struct HcaConfig {
     pub max_srq_wr: u32,
     /// SGEs per SRQ WQE.
     pub max_srq_sge: u32,
+    /// Multicast groups with a QP attached (rxe: 8192).
+    pub max_mcast_grp: u32,
+    /// QPs attached to one multicast group (rxe: 56).
+    pub max_mcast_qp_attach: u32,
+    /// Attachments over all groups (rxe: 8192 * 56).
+    pub max_total_mcast_qp_attach: u32,
     /// Outstanding READ/atomic requests a QP may issue (`max_rd_atomic`).
     pub max_qp_init_rd_atom: u8,
     /// READ/atomic requests a QP may have outstanding as responder
@@ -149,6 +155,9 @@ impl Default for HcaConfig {
             max_srq: 960,
             max_srq_wr: 0x4000,
             max_srq_sge: 27,
+            max_mcast_grp: 8192,
+            max_mcast_qp_attach: 56,
+            max_total_mcast_qp_attach: 8192 * 56,
             max_qp_init_rd_atom: 128,
             max_qp_rd_atom: 128,
             max_msg_size: 0x80_0000,

@@ -59,6 +59,13 @@ pub struct Counters {
     /// every packet received lands in `rcvd_pkts` or one drop counter of
     /// the receive path, as before QP1 existed).
     pub rcvd_gsi_drop: u64,
+    /// Multicast packets (to QPN 0xFFFFFF) taken for a group with QPs
+    /// attached (each also in `rcvd_pkts`, once however many QPs it
+    /// reaches, as rxe counts).
+    pub rcvd_mcast_pkts: u64,
+    /// Multicast packets for a group no QP is attached to (dropped; also
+    /// counted in `rcvd_unknown_qp`).
+    pub rcvd_mcast_drop: u64,
     /// MADs the CM wanted sent that could not be (no local address of the
     /// peer's IP version).
     pub mad_send_err: u64,
@@ -66,7 +73,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, for `devinfo`-style dumps.
-    pub fn named(&self) -> [(&'static str, u64); 24] {
+    pub fn named(&self) -> [(&'static str, u64); 26] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -92,6 +99,8 @@ impl Counters {
             ("sent_mads", self.sent_mads),
             ("rcvd_gsi_drop", self.rcvd_gsi_drop),
             ("mad_send_err", self.mad_send_err),
+            ("rcvd_mcast_pkts", self.rcvd_mcast_pkts),
+            ("rcvd_mcast_drop", self.rcvd_mcast_drop),
         ]
     }
 }

@@ -191,6 +191,8 @@ pub struct Hca {
     pub(crate) source_ports: crate::ports::SourcePorts,
     /// QP1 and the CM behind it.
     pub(crate) gsi: crate::gsi::Gsi,
+    /// Multicast groups and their QPs.
+    pub(crate) mcast: crate::mcast::McastGroups,
 }
 
 impl Hca {
@@ -228,6 +230,7 @@ impl Hca {
             wqe_slot: Vec::new(),
             source_ports: crate::ports::SourcePorts::default(),
             gsi,
+            mcast: crate::mcast::McastGroups::default(),
             gids,
             addresses,
             mem,

@@ -18,6 +18,7 @@ pub mod endpoint;
 mod gsi;
 pub mod handles;
 pub mod hca;
+pub mod mcast;
 pub mod mr;
 mod ports;
 pub mod qp;

@@ -11,9 +11,11 @@ use crate::hca::Hca;
 use crate::hca::QpStep;
 use crate::time::Instant;
 use crate::trace::{DropReason, Step};
+use uroce_device::command::Gid;
 use uroce_device::types::{QpState, QpType, Qpn};
-use uroce_wire::frame::{classify, Classified, Link};
+use uroce_wire::frame::{classify, Classified, Link, RoceFrame};
 use uroce_wire::opcode::Transport;
+use uroce_wire::roce::Packet;
 use uroce_wire::{bth, Mask};
 
 impl Hca {
@@ -30,11 +32,23 @@ impl Hca {
         };
         let bth = packet.bth();
         let qpn = bth.dest_qpn();
-        if !self.addresses().contains(&frame.ip.destination()) {
+        let destination = frame.ip.destination();
+        // A group's packets go to the multicast QPN (and the multicast
+        // QPN's to a group: `receive_mcast` finds none for a unicast
+        // address).
+        let ours = if destination.is_multicast() {
+            qpn == Qpn::MULTICAST
+        } else {
+            self.addresses().contains(&destination)
+        };
+        if !ours {
             return self.drop_packet(now, Some(qpn), DropReason::NotOurAddress);
         }
         if !matches!(bth.pkey(), bth::DEFAULT_PKEY | 0x7fff) {
             return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
+        }
+        if qpn == Qpn::MULTICAST {
+            return self.receive_mcast(now, &frame, &packet);
         }
         if qpn == Qpn::GSI {
             return self.receive_gsi(now, (frame.ip.source(), frame.ip.destination()), &packet);
@@ -67,6 +81,35 @@ impl Hca {
             step.completer_receive(now, &packet);
         } else if step.qp.state != QpState::Err {
             step.responder_receive(now, &frame, &packet);
+        }
+    }
+
+    /// A packet to the multicast QPN: to every QP attached to the group
+    /// its destination address names, each checking it as its own (type,
+    /// state, Q_Key), as rxe's `rxe_rcv_mcast_pkt` does. Counted once in
+    /// `rcvd_pkts` however many QPs it reaches.
+    fn receive_mcast(&mut self, now: Instant, frame: &RoceFrame<'_>, packet: &Packet<&[u8]>) {
+        let group = Gid::from_ip(frame.ip.destination());
+        let attached = self.mcast.members(&group).len();
+        if attached == 0 {
+            return self.drop_packet(now, Some(Qpn::MULTICAST), DropReason::NoMulticastGroup);
+        }
+        self.counters.rcvd_pkts += 1;
+        self.counters.rcvd_mcast_pkts += 1;
+        let ud = packet.bth().opcode().transport() == Transport::Ud;
+        // Delivering changes no membership: the list is read by position,
+        // not copied.
+        for at in 0..attached {
+            let Some(&qpn) = self.mcast.members(&group).get(at) else { break };
+            let Some(mut step) = self.qp_slot(qpn).and_then(|index| self.qp_step(index)) else {
+                continue;
+            };
+            let qp = &*step.qp;
+            if !ud || qp.qp_type != QpType::Ud || !qp.can_receive() || qp.state == QpState::Err {
+                step.dev.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
+                continue;
+            }
+            step.responder_receive(now, frame, packet);
         }
     }
 
@@ -108,6 +151,10 @@ pub(crate) fn count_drop(
             // before QP1 existed, and apart.
             c.rcvd_unknown_qp += 1;
             c.rcvd_gsi_drop += 1;
+        }
+        DropReason::NoMulticastGroup => {
+            c.rcvd_unknown_qp += 1;
+            c.rcvd_mcast_drop += 1;
         }
     }
     steps.record(now, Step::Dropped { qpn, reason });

@@ -124,6 +124,9 @@ pub enum DropReason {
     /// To QP1 but not a UD SEND_ONLY of one 256-byte MAD with the GSI
     /// Q_Key (`rcvd_gsi_drop`, and `rcvd_unknown_qp`).
     NotAMad,
+    /// To the multicast QPN for a group no QP of the device is attached
+    /// to (`rcvd_mcast_drop`, and `rcvd_unknown_qp`).
+    NoMulticastGroup,
 }
 
 /// What the responder made of a request.
@@ -300,6 +303,7 @@ impl fmt::Display for DropReason {
             DropReason::NotFromPeer => "not from the QP's peer",
             DropReason::BadQkey => "wrong Q_Key",
             DropReason::NotAMad => "not a UD SEND_ONLY of one 256-byte MAD with the GSI Q_Key",
+            DropReason::NoMulticastGroup => "to a multicast group no QP is attached to",
         })
     }
 }

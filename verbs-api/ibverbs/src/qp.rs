@@ -1,6 +1,7 @@
 //! Queue pairs and shared receive queues: create, modify, query, destroy.
 
-use crate::abi::{ibv_cq, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex, ibv_qp_init_attr};
+use crate::abi::ibv_qp_init_attr;
+use crate::abi::{ibv_cq, ibv_gid, ibv_pd, ibv_qp, ibv_qp_attr, ibv_qp_cap, ibv_qp_ex};
 use crate::abi::{ibv_srq, ibv_srq_attr, ibv_srq_init_attr};
 use crate::cq::Cq;
 use crate::device::{locked, Ctx};
@@ -8,7 +9,7 @@ use crate::ffi::{errno, guard_errno, guard_ptr, EINVAL};
 use crate::pd::{ah_attr_from_c, ah_attr_to_c, device_access, Pd};
 use std::os::raw::c_int;
 use std::sync::Mutex;
-use uroce_verbs::{AttrMask, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
+use uroce_verbs::{AttrMask, Gid, Mtu, QpAttr, QpCap, QpInitAttr, QpState, QpType};
 
 /// The bytes of one SGE in a send WQE: a QP that asks for less inline
 /// data gets this much (as rxe, whose inline space is its SGE space).
@@ -299,6 +300,35 @@ pub unsafe extern "C" fn destroy_qp(qp: *mut ibv_qp) -> c_int {
         // SAFETY: allocated by create_qp; freed once.
         drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         Ok(())
+    })
+}
+
+/// `ibv_attach_mcast`: 0 or an errno (EINVAL for a QP that is not UD or a
+/// GID that is not multicast, ENOMEM past the device's limits).
+pub unsafe extern "C" fn attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: the caller passes a live QP and a GID.
+    unsafe { mcast(qp, gid, lid, true) }
+}
+
+/// `ibv_detach_mcast`: 0 or an errno (EINVAL when the QP is not attached).
+pub unsafe extern "C" fn detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
+    // SAFETY: the caller passes a live QP and a GID.
+    unsafe { mcast(qp, gid, lid, false) }
+}
+
+/// # Safety
+///
+/// `qp` is NULL or a live QP; `gid` is NULL or points to 16 bytes.
+unsafe fn mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16, attach: bool) -> c_int {
+    guard_errno(|| {
+        // SAFETY: the caller passes a live QP.
+        let q = unsafe { Qp::from_ptr(qp) }?;
+        // SAFETY: NULL or 16 readable bytes (the caller's).
+        let gid = Gid(unsafe { gid.as_ref() }.ok_or(EINVAL)?.0);
+        let guard = locked(&q.qp);
+        let inner = guard.as_ref().ok_or(EINVAL)?;
+        let done = if attach { inner.attach_mcast(gid, lid) } else { inner.detach_mcast(gid, lid) };
+        done.map_err(errno)
     })
 }
 

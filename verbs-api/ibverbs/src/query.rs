@@ -76,6 +76,9 @@ fn device_attr(ctx: &Ctx) -> Result<ibv_device_attr, c_int> {
     a.max_srq = clamp(d.max_srq);
     a.max_srq_wr = clamp(d.max_srq_wr);
     a.max_srq_sge = clamp(d.max_srq_sge);
+    a.max_mcast_grp = clamp(d.max_mcast_grp);
+    a.max_mcast_qp_attach = clamp(d.max_mcast_qp_attach);
+    a.max_total_mcast_qp_attach = clamp(d.max_total_mcast_qp_attach);
     a.max_pkeys = d.max_pkeys;
     a.local_ca_ack_delay = d.local_ca_ack_delay;
     a.phys_port_cnt = d.phys_port_cnt;

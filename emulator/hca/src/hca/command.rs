@@ -74,6 +74,8 @@ impl Hca {
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
+            Command::AttachMcast { qpn, gid, lid: _ } => self.attach_mcast(qpn, gid),
+            Command::DetachMcast { qpn, gid, lid: _ } => self.detach_mcast(qpn, gid),
             cm @ (Command::CmListen { .. }
             | Command::CmUnlisten { .. }
             | Command::CmConnect { .. }
@@ -313,6 +315,9 @@ impl Hca {
             max_srq: c.max_srq,
             max_srq_wr: c.max_srq_wr,
             max_srq_sge: c.max_srq_sge,
+            max_mcast_grp: c.max_mcast_grp,
+            max_mcast_qp_attach: c.max_mcast_qp_attach,
+            max_total_mcast_qp_attach: c.max_total_mcast_qp_attach,
             max_inline_data: c.max_inline_data,
             max_pkeys: 64,
             local_ca_ack_delay: 15,

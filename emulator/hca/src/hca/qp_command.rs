@@ -116,6 +116,7 @@ impl Hca {
     pub(super) fn destroy_qp(&mut self, qpn: Qpn) -> Result<Reply, CmdError> {
         let index = self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?;
         let mut qp = self.qps.remove(index).ok_or(CmdError::NotFound("no such QP"))?;
+        self.detach_mcast_all(qpn);
         let generation = &mut self.qp_slot_generation[index.slot()];
         *generation = generation.wrapping_add(1);
         // Its timers go with it: left in the set, they would fire on the

@@ -235,7 +235,14 @@ impl LinkHost {
         }
         if let Some(packet) = roce_packet(ethertype, payload) {
             let destination = packet.destination;
-            if destination_mac != self.mac || !self.is_own(destination) {
+            // A multicast packet under its group's MAC goes to the HCA,
+            // which keeps it if a QP is attached to the group.
+            let mine = if destination.is_multicast() {
+                destination_mac == ethernet::multicast_mac(destination)
+            } else {
+                destination_mac == self.mac && self.is_own(destination)
+            };
+            if !mine {
                 self.stats.rx_dropped += 1;
                 return Ingress::Dropped;
             }
@@ -287,6 +294,13 @@ impl LinkHost {
         destination: IpAddr,
         out: &mut Vec<u8>,
     ) -> Egress {
+        if destination.is_multicast() {
+            // No resolution: the group's MAC (the link's other hosts
+            // filter by it, and their HCAs by their groups).
+            self.write_frame(out, ethernet::multicast_mac(destination), packet);
+            self.stats.tx_roce += 1;
+            return Egress::Ready;
+        }
         if let Some(mac) = self.neighbors.get(destination) {
             self.write_frame(out, mac, packet);
             self.stats.tx_roce += 1;

@@ -303,3 +303,20 @@ fn a_released_connection_to_a_vanished_peer_is_reaped() {
     }
     assert_eq!(a.stats().tcp_sockets, 0, "aborted and removed after 60 s");
 }
+
+#[test]
+fn multicast_roce_leaves_and_arrives_under_the_groups_mac_without_arp() {
+    let (mut a, mut b) = hosts();
+    let now = Instant::from_nanos(0);
+    let group = Ipv4Addr::new(230, 131, 129, 7);
+    let group_mac = [0x01, 0x00, 0x5e, 0x03, 0x81, 0x07];
+    let packet = ipv4_roce(IP_A, group, 16);
+    let mut out = Vec::new();
+    assert_eq!(a.encapsulate(now, &packet, IpAddr::V4(group), &mut out), Egress::Ready);
+    assert_eq!(&out[0..6], &group_mac, "the group's MAC: no neighbour to resolve");
+    assert!(a.take_frame().is_none(), "no ARP request");
+    assert_eq!(b.ingress(&out), Ingress::Roce(&packet[..]));
+    // Under another MAC (its own unicast one included), dropped.
+    let wrong = frame(MAC_B, MAC_A, ETHERTYPE_IPV4, &packet);
+    assert_eq!(b.ingress(&wrong), Ingress::Dropped);
+}

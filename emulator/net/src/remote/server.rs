@@ -141,7 +141,8 @@ fn receive_hello(stream: &UnixStream) -> Result<SharedView, ServeError> {
 }
 
 /// Fires due timers and moves packets: every packet the HCA sends goes
-/// back into it (its own addresses), others are dropped. Returns whether
+/// back into it (its own addresses, and multicast groups), others are
+/// dropped. Returns whether
 /// anything moved (so the next round comes at once).
 fn run_round(hca: &mut Hca, now: Instant, buf: &mut [u8], looped: &mut Vec<Vec<u8>>) -> bool {
     if hca.poll_timeout().is_some_and(|t| t <= now) {
@@ -150,7 +151,10 @@ fn run_round(hca: &mut Hca, now: Instant, buf: &mut [u8], looped: &mut Vec<Vec<u
     let mut moved = false;
     for _ in 0..PACKETS_PER_ROUND {
         let Some(transmit) = hca.poll_transmit(now, buf) else { break };
-        if hca.addresses().contains(&transmit.destination) {
+        // A multicast packet comes back too, as the kernel loops one back
+        // to its host: the device's own attached QPs take it.
+        let to = transmit.destination;
+        if to.is_multicast() || hca.addresses().contains(&to) {
             looped.push(buf[..transmit.len].to_vec());
         }
         moved = true;

@@ -8,10 +8,12 @@ use super::sys;
 use super::transport::{Leaving, Transport, TxBatch};
 use super::UdpStats;
 use crate::link::{Egress, Ingress};
+use core::net::IpAddr;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use uroce_faults::Injector;
 use uroce_hca::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
+use uroce_hca::mcast::McastChange;
 use uroce_hca::time::Instant;
 use uroce_hca::Hca;
 use uroce_wire::ip::{self, DatagramHeaders};
@@ -109,15 +111,26 @@ impl Ord for Delayed {
 }
 
 impl Runtime {
-    /// Takes one batch from the transport into the HCA.
+    /// Takes one batch from each of the transport's receiving descriptors
+    /// (the device's own, and over kernel UDP each multicast group's) into
+    /// the HCA.
     pub(super) fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
-        let count = {
+        let mut received = 0;
+        for from in 0..io.transport.receiving_count() {
+            received += self.receive_from(io, now_ns, single, from);
+        }
+        received
+    }
+
+    /// Takes one batch from receiving descriptor `from` into the HCA.
+    fn receive_from(&self, io: &mut Io, now_ns: u64, single: bool, from: usize) -> usize {
+        let (count, destination) = {
             let Io { rx_buffers, rx_meta, rx_scratch, stats, transport, .. } = &mut *io;
-            match transport.receive(rx_buffers, HEADROOM, rx_scratch, rx_meta, single) {
-                Ok(n) => n,
+            match transport.receive(from, rx_buffers, HEADROOM, rx_scratch, rx_meta, single) {
+                Ok(received) => received,
                 Err(_) => {
                     stats.rx_dropped += 1;
-                    0
+                    (0, None)
                 }
             }
         };
@@ -125,10 +138,13 @@ impl Runtime {
             return 0;
         }
         io.stats.rx_batches += 1;
+        if from > 0 {
+            io.stats.rx_mcast_datagrams += count as u64;
+        }
         let received = if io.transport.is_link() {
             self.receive_frames(io, now_ns)
         } else {
-            self.receive_datagrams(io, now_ns)
+            self.receive_datagrams(io, now_ns, destination.unwrap_or(self.addr))
         };
         if let Some(capture) = io.capture.as_mut() {
             capture.end_batch();
@@ -137,8 +153,9 @@ impl Runtime {
     }
 
     /// The kernel UDP transport's receive: each datagram (or GRO segment)
-    /// is one RoCE packet, its IP header rebuilt.
-    fn receive_datagrams(&self, io: &mut Io, now_ns: u64) -> usize {
+    /// is one RoCE packet, its IP header rebuilt with `destination` (the
+    /// device's address, or the group's a group socket took it for).
+    fn receive_datagrams(&self, io: &mut Io, now_ns: u64, destination: IpAddr) -> usize {
         let Io { rx_buffers, rx_meta, capture, stats, .. } = io;
         let now = Instant::from_nanos(now_ns);
         let mut hca = self.hca.lock();
@@ -157,7 +174,7 @@ impl Runtime {
                 // A UDP socket does not show the IP header: rebuild it as a
                 // DF, unconnected sender (uroce) wrote it, ID 0, and let the
                 // HCA check the ICRC over it.
-                let Ok(headers) = DatagramHeaders::new(source, self.addr, 0, len) else {
+                let Ok(headers) = DatagramHeaders::new(source, destination, 0, len) else {
                     stats.rx_dropped += 1;
                     offset += len;
                     continue;
@@ -170,7 +187,7 @@ impl Runtime {
                 }
                 let packet = &buffer[packet_start..start + len];
                 if let Some(capture) = capture.as_mut() {
-                    capture.packet(stats, source.ip(), self.addr, packet);
+                    capture.packet(stats, source.ip(), destination, packet);
                 }
                 hca.receive(now, packet);
                 offset += len;
@@ -281,12 +298,21 @@ impl Runtime {
                             sockets.can_send_from(port, now_ns);
                         }
                     }
+                    // Groups joined or left (an attach or detach command,
+                    // then this flush): the sockets follow before the
+                    // command returns.
+                    while let Some(change) = hca.poll_mcast_change() {
+                        follow_group(io, change);
+                    }
                 }
                 while io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
                     let Some(transmit) = hca.poll_transmit(now, &mut buffer) else {
                         break;
                     };
                     io.stats.tx_packets += 1;
+                    if transmit.destination.is_multicast() {
+                        io.stats.tx_mcast_packets += 1;
+                    }
                     sent += 1;
                     let packet = &mut buffer[..transmit.len];
                     if let Some(leaving) = settle(io, &mut hca, now_ns, transmit, packet) {
@@ -415,6 +441,26 @@ fn settle(
     }
     io.stats.tx_port_fallbacks += 1;
     Some(Leaving { source_port: ROCEV2_UDP_PORT, ..leaving })
+}
+
+/// Joins or leaves a multicast group on the network as the HCA's groups
+/// changed. Over kernel UDP a group is a socket (`groups.rs`). A device on
+/// a link has nothing to join: it takes every RoCE frame under a
+/// multicast MAC, and its HCA keeps those of its groups (docs/runtime.md).
+fn follow_group(io: &mut Io, change: McastChange) {
+    let Transport::Udp(sockets) = &mut io.transport else { return };
+    let group = change.gid().to_ip();
+    match change {
+        McastChange::Joined(_) => match sockets.join(group) {
+            Ok(()) => io.stats.mcast_joins += 1,
+            Err(_) => io.stats.mcast_join_errors += 1,
+        },
+        McastChange::Left(_) => {
+            if sockets.leave(group) {
+                io.stats.mcast_leaves += 1;
+            }
+        }
+    }
 }
 
 /// Hands a received RoCE packet to the HCA through the fault injector.

@@ -34,7 +34,8 @@
 //! Files: `config.rs` (configuration and the environment), `transport.rs`
 //! (the `Transport` of three kinds: kernel UDP, the L2 link
 //! over UDP-carried frames, a TAP), `sockets.rs` (kernel UDP: a socket per
-//! source port, `sendmmsg` and GSO batching), `datapath.rs` (packets
+//! source port, `sendmmsg` and GSO batching), `groups.rs` (kernel UDP: a
+//! socket per multicast group joined), `datapath.rs` (packets
 //! between the HCA and the transport, faults, capture), `doorbells.rs`
 //! (send doorbells rung back to back leave together), `progress.rs` (the
 //! application's thread and the background thread), `capture.rs`,
@@ -45,6 +46,7 @@ mod capture;
 mod config;
 mod datapath;
 mod doorbells;
+mod groups;
 mod link_tcp;
 mod progress;
 mod sockets;

@@ -36,7 +36,8 @@ pub(super) struct Runtime {
     /// Print the HCA's decisions as they are taken (`TraceMode::Print`).
     pub print_steps: bool,
     /// Readable when something arrives on the transport (a duplicate of
-    /// its descriptor, waited on without the I/O lock).
+    /// its descriptor, or over kernel UDP of the epoll set of its
+    /// receiving sockets; waited on without the I/O lock).
     pub ready_fd: OwnedFd,
     /// Wakes the background thread (stop, or the application went to sleep).
     pub wake: OwnedFd,

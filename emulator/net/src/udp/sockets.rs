@@ -4,6 +4,7 @@
 //! the batched sends over them (`sendmmsg`, and UDP GSO runs with
 //! offload).
 
+use super::groups::{self, GroupSockets};
 use super::sys;
 use super::transport::TxBatch;
 use super::{UdpError, UdpStats};
@@ -11,6 +12,7 @@ use core::net::{IpAddr, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::UdpSocket;
+use std::os::fd::OwnedFd;
 use uroce_hca::PacketKind;
 use uroce_wire::ROCEV2_UDP_PORT;
 
@@ -38,6 +40,10 @@ pub(super) struct UdpSockets {
     /// descriptors), and when to try again; meanwhile the HCA settles
     /// their packets on 4791.
     unbindable: HashMap<u16, u64>,
+    /// The multicast groups the device belongs to (`groups.rs`).
+    groups: GroupSockets,
+    /// Readable when `main` or a group socket is (an epoll descriptor).
+    ready: OwnedFd,
 }
 
 impl UdpSockets {
@@ -66,6 +72,11 @@ impl UdpSockets {
         setup("sizing the send buffer", sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES))?;
         // GRO is an optimisation: a kernel without it still works.
         let _ = sys::enable_gro(&socket);
+        // Without it, a multicast send takes the kernel's route (none on a
+        // host with only loopback): unicast is unaffected.
+        let _ = groups::set_multicast_sending(&socket, addr);
+        let ready = groups::ready_set(&socket)
+            .map_err(|e| UdpError::Io(format!("watching {addr}:{port} with epoll"), e))?;
         let sockets = UdpSockets {
             main: socket,
             addr,
@@ -73,13 +84,39 @@ impl UdpSockets {
             gso_refused: false,
             by_port: HashMap::new(),
             unbindable: HashMap::new(),
+            groups: GroupSockets::default(),
+            ready,
         };
         Ok((sockets, receive_buffer_bytes))
     }
 
-    /// The socket every packet arrives on.
-    pub(super) fn main(&self) -> &UdpSocket {
-        &self.main
+    /// Readable when a packet waits on any of the receiving sockets.
+    pub(super) fn ready(&self) -> &OwnedFd {
+        &self.ready
+    }
+
+    /// The receiving sockets: 0 is `main`, then one per group joined;
+    /// each with the destination address of its packets.
+    pub(super) fn receiving(&self, index: usize) -> Option<(IpAddr, &UdpSocket)> {
+        match index {
+            0 => Some((self.addr, &self.main)),
+            _ => self.groups.get(index - 1),
+        }
+    }
+
+    /// How many receiving sockets.
+    pub(super) fn receiving_count(&self) -> usize {
+        1 + self.groups.len()
+    }
+
+    /// Joins multicast group `group` (`groups.rs`).
+    pub(super) fn join(&mut self, group: IpAddr) -> io::Result<()> {
+        self.groups.join(group, self.addr, &self.ready)
+    }
+
+    /// Leaves multicast group `group`; whether it was joined.
+    pub(super) fn leave(&mut self, group: IpAddr) -> bool {
+        self.groups.leave(group, &self.ready)
     }
 
     /// Whether packets can leave from `port`, binding its socket on first
@@ -123,6 +160,8 @@ impl UdpSockets {
             sys::set_no_udp_checksum(&socket, self.addr.is_ipv6()).ok()?;
         }
         let _ = sys::set_send_buffer(&socket, SOCKET_BUFFER_BYTES);
+        // A UD QP's sends to a multicast group leave from its port.
+        let _ = groups::set_multicast_sending(&socket, self.addr);
         // Nothing is sent to these ports; keep their receive queues small.
         let _ = sys::set_receive_buffer(&socket, 4096);
         Some(socket)
@@ -161,7 +200,9 @@ impl UdpSockets {
                 let segment = first.len;
                 let mut j = i + 1;
                 let mut run_bytes = segment;
-                if *offload && !*gso_refused {
+                // Packets to a multicast group leave singly: GSO to a group
+                // (and the kernel's loopback copy of it) is not tested.
+                if *offload && !*gso_refused && !first.destination.is_multicast() {
                     // Every packet of a GSO run but the last has the run's
                     // size (so a request and the smaller ACK behind it, to
                     // one peer, go as one: the peer takes both with one

@@ -14,6 +14,20 @@ pub struct UdpStats {
     pub rx_dropped: u64,
     /// Packets the HCA handed out.
     pub tx_packets: u64,
+    /// Of those, packets to a multicast group.
+    pub tx_mcast_packets: u64,
+    /// Datagrams taken from multicast group sockets (also in
+    /// `rx_datagrams`).
+    pub rx_mcast_datagrams: u64,
+    /// Multicast groups joined (a group socket opened: the device's first
+    /// QP attached to it).
+    pub mcast_joins: u64,
+    /// Multicast groups left (the group's last QP detached).
+    pub mcast_leaves: u64,
+    /// Groups that could not be joined (the socket or the membership was
+    /// refused: the attached QPs get only what reaches the device's own
+    /// address).
+    pub mcast_join_errors: u64,
     /// Send system calls (a GSO send counts once).
     pub tx_calls: u64,
     /// Sends the kernel refused (the packet is lost; the transport's
@@ -65,6 +79,11 @@ impl UdpStats {
             ("rx_batches", self.rx_batches),
             ("rx_dropped", self.rx_dropped),
             ("tx_packets", self.tx_packets),
+            ("tx_mcast_packets", self.tx_mcast_packets),
+            ("rx_mcast_datagrams", self.rx_mcast_datagrams),
+            ("mcast_joins", self.mcast_joins),
+            ("mcast_leaves", self.mcast_leaves),
+            ("mcast_join_errors", self.mcast_join_errors),
             ("tx_calls", self.tx_calls),
             ("tx_errors", self.tx_errors),
             ("tx_gso_refused", self.tx_gso_refused),

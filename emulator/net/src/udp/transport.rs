@@ -122,7 +122,7 @@ impl Transport {
     /// of the transport's own, to wait on without the I/O lock).
     pub(super) fn ready_fd(&self) -> io::Result<OwnedFd> {
         match self {
-            Transport::Udp(sockets) => sockets.main().as_fd().try_clone_to_owned(),
+            Transport::Udp(sockets) => sockets.ready().try_clone(),
             Transport::LinkUdp { socket, .. } => socket.as_fd().try_clone_to_owned(),
             Transport::LinkTap { tap, .. } => tap.as_fd().try_clone_to_owned(),
         }
@@ -141,30 +141,48 @@ impl Transport {
         }
     }
 
-    /// Takes what has arrived without blocking: one datagram (or frame)
-    /// with `single`, else up to one per buffer, each into its buffer from
-    /// `headroom` on. Returns how many.
+    /// How many descriptors packets arrive on: kernel UDP has the device
+    /// address's socket and one per multicast group joined.
+    pub(super) fn receiving_count(&self) -> usize {
+        match self {
+            Transport::Udp(sockets) => sockets.receiving_count(),
+            Transport::LinkUdp { .. } | Transport::LinkTap { .. } => 1,
+        }
+    }
+
+    /// Takes what has arrived on receiving descriptor `from` (0: the
+    /// device's own; see [`Transport::receiving_count`]) without blocking:
+    /// one datagram (or frame) with `single`, else up to one per buffer,
+    /// each into its buffer from `headroom` on. Returns how many, and for
+    /// kernel UDP the destination address they were sent to.
     pub(super) fn receive(
         &self,
+        from: usize,
         buffers: &mut [Vec<u8>],
         headroom: usize,
         scratch: &mut sys::ReceiveScratch,
         meta: &mut Vec<sys::Received>,
         single: bool,
-    ) -> io::Result<usize> {
-        let socket = match self {
+    ) -> io::Result<(usize, Option<IpAddr>)> {
+        let (socket, destination) = match self {
             Transport::LinkTap { tap, .. } => {
                 let take = if single { 1 } else { buffers.len() };
-                return tap.receive_batch(&mut buffers[..take], headroom, meta);
+                return Ok((tap.receive_batch(&mut buffers[..take], headroom, meta)?, None));
             }
-            Transport::Udp(sockets) => sockets.main(),
-            Transport::LinkUdp { socket, .. } => socket,
+            Transport::Udp(sockets) => {
+                let Some((destination, socket)) = sockets.receiving(from) else {
+                    return Ok((0, None));
+                };
+                (socket, Some(destination))
+            }
+            Transport::LinkUdp { socket, .. } => (socket, None),
         };
-        if single {
+        let received = if single {
             sys::receive_one(socket, scratch, &mut buffers[0], headroom, meta)
         } else {
             sys::receive_batch(socket, scratch, buffers, headroom, meta)
-        }
+        };
+        Ok((received?, destination))
     }
 
     /// Sends the batch and empties it.

@@ -12,13 +12,33 @@ use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;
 
 impl<E: Endpoint> Fabric<E> {
+    /// Sends a packet a node handed out: to the node that has its
+    /// destination address, or, to a multicast address, a copy to every
+    /// node, the sender included (as the kernel loops a multicast
+    /// datagram back to the sending host: rxe's devices take their own
+    /// multicast sends). Each HCA keeps the copies its groups want; each
+    /// copy is a packet of its own to the rules and the faults.
     pub(super) fn send(&mut self, from: NodeId, destination: IpAddr, bytes: Packet) {
+        if !destination.is_multicast() {
+            let to = self.route(destination);
+            return self.send_to(from, to, bytes);
+        }
+        let last = self.node_count() - 1;
+        for n in 0..last {
+            let buf = self.pool.pop().unwrap_or_default();
+            let copy = Packet::copy_of(buf, &bytes);
+            self.send_to(from, Some(NodeId(n)), copy);
+        }
+        self.send_to(from, Some(NodeId(last)), bytes);
+    }
+
+    /// Sends one packet to node `to` (`None`: no node has its address).
+    fn send_to(&mut self, from: NodeId, to: Option<NodeId>, bytes: Packet) {
         let packet = self.next_packet_number();
         let now = self.now;
         self.counters.sent += 1;
         let digest = self.packet_digest(&bytes);
         self.trace.record(TraceEvent::Send { at: now, packet, from, len: bytes.len(), digest });
-        let to = self.route(destination);
         if let Some(capture) = self.capture.as_mut().filter(|c| c.point().sent()) {
             capture.write(now, from, to, &bytes);
         }
