@@ -17,7 +17,19 @@ impl Cm {
     /// Refuses a [`Event::ConnectRequest`] (or, on the active side, a
     /// [`Event::ConnectReply`]) with a REJ, reason 28 (consumer defined),
     /// at most 148 bytes of private data. The CM ID is gone.
-    pub fn reject(&mut self, _now_ns: u64, id: CmId, private_data: &[u8]) -> Result<(), CmError> {
+    pub fn reject(&mut self, now_ns: u64, id: CmId, private_data: &[u8]) -> Result<(), CmError> {
+        self.reject_with(now_ns, id, RejectReason::ConsumerDefined, private_data)
+    }
+
+    /// [`Cm::reject`] with another reason, as `ib_send_cm_rej` takes one
+    /// (librdmacm's `rdma_reject_ece`: 35, vendor option not supported).
+    pub fn reject_with(
+        &mut self,
+        _now_ns: u64,
+        id: CmId,
+        reason: RejectReason,
+        private_data: &[u8],
+    ) -> Result<(), CmError> {
         if private_data.len() > rej_msg::PRIVATE_DATA_LEN {
             return Err(CmError::PrivateDataTooLong);
         }
@@ -29,8 +41,7 @@ impl Cm {
             State::RepRcvd | State::MraRepSent => (conn.local_id, MessageRef::REP),
             _ => return Err(CmError::WrongState),
         };
-        let msg =
-            rej(local, conn.remote_id, rejected, RejectReason::ConsumerDefined, &[], private_data);
+        let msg = rej(local, conn.remote_id, rejected, reason, &[], private_data);
         let (mad, peer) = (build(conn.tid, &msg), conn.peer);
         self.free(id.0);
         self.send_once(peer, mad);

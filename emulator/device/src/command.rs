@@ -472,11 +472,13 @@ pub enum Command {
         /// At most 196 bytes.
         private_data: Vec<u8>,
     },
-    /// Refuse a connect request or a reply with a REJ (reason 28, consumer
-    /// reject); the CM ID is gone.
+    /// Refuse a connect request or a reply with a REJ; the CM ID is gone.
     CmReject {
         /// The CM ID.
         id: CmId,
+        /// The REJ's reason: 28 (consumer defined) for `rdma_reject`, 35
+        /// (vendor option not supported) for `rdma_reject_ece`.
+        reason: u16,
         /// At most 148 bytes.
         private_data: Vec<u8>,
     },

@@ -167,7 +167,7 @@ fn cm_commands_refuse_unknown_ids_and_bad_parameters() {
     let accept = CmAcceptParams::new(Qpn::new(17), 0);
     for command in [
         Command::CmAccept { id: unknown, params: accept, private_data: vec![] },
-        Command::CmReject { id: unknown, private_data: vec![] },
+        Command::CmReject { id: unknown, reason: 28, private_data: vec![] },
         Command::CmReadyToUse { id: unknown, private_data: vec![] },
         Command::CmMra { id: unknown, service_timeout: 20 },
         Command::CmEstablished { id: unknown },

@@ -66,6 +66,9 @@ fn reg<'a>(g: &'a mut MutexGuard<'static, Option<Registry>>) -> &'a mut Registry
     g.get_or_insert_with(Registry::default)
 }
 
+/// IBTA's REJ reason "consumer defined" (librdmacm's `rdma_reject`).
+pub const REJ_CONSUMER_DEFINED: u16 = 28;
+
 /// The rdma_cm event kinds not in `channel::kind`.
 mod ev {
     use libc::c_int;
@@ -334,12 +337,13 @@ pub unsafe fn accept(
     Ok(())
 }
 
-/// `rdma_reject`: a REJ (reason 28, consumer defined), or a SIDR_REP
-/// "rejected" (UD).
+/// `rdma_reject`: a REJ (`reason`: 28, consumer defined; `rdma_reject_ece`
+/// 35), or a SIDR_REP "rejected" (UD).
 pub unsafe fn reject(
     r: &mut MutexGuard<'static, Option<Registry>>,
     p: *mut IdPriv,
     g: &mut Inner,
+    reason: u16,
     data: &[u8],
 ) -> Result<(), c_int> {
     let r = reg(r);
@@ -349,7 +353,7 @@ pub unsafe fn reject(
         let params = CmSidrReplyParams { status: 2, qpn: 0.into(), qkey: 0 };
         Command::CmSidrReply { id: cm, params, private_data: data.to_vec() }
     } else {
-        Command::CmReject { id: cm, private_data: data.to_vec() }
+        Command::CmReject { id: cm, reason, private_data: data.to_vec() }
     };
     cm_link::command(verbs, &command)?;
     r.by_cm.remove(&cm);
@@ -467,7 +471,7 @@ unsafe fn request(
             let params = CmSidrReplyParams { status, qpn: 0.into(), qkey: 0 };
             Command::CmSidrReply { id: cm, params, private_data: Vec::new() }
         } else {
-            Command::CmReject { id: cm, private_data: Vec::new() }
+            Command::CmReject { id: cm, reason: REJ_CONSUMER_DEFINED, private_data: Vec::new() }
         };
         let _ = cm_link::command(verbs, &command);
     };
@@ -768,7 +772,11 @@ pub unsafe fn finish(e: &mut CmaEvent) {
                     qp_to_err(p);
                     let _ = cm_link::command(
                         verbs,
-                        &Command::CmReject { id: cm, private_data: Vec::new() },
+                        &Command::CmReject {
+                            id: cm,
+                            reason: REJ_CONSUMER_DEFINED,
+                            private_data: Vec::new(),
+                        },
                     );
                     g.cm = None;
                     r.by_cm.remove(&cm);

@@ -352,14 +352,14 @@ unsafe extern "C" fn accept(cm_id: *mut rdma_cm_id, param: *mut rdma_conn_param)
 }
 
 unsafe extern "C" fn reject(cm_id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
-    guard_int(|| id::reject(cm_id, data, len, None))
+    guard_int(|| id::reject(cm_id, data, len, crate::cm::REJ_CONSUMER_DEFINED))
 }
 
 /// IBTA's "vendor option not supported" (`CM_REJ_VENDOR_OPTION_NOT_SUPPORTED`).
-const REJ_VENDOR_OPTION_NOT_SUPPORTED: u8 = 35;
+const REJ_VENDOR_OPTION_NOT_SUPPORTED: u16 = 35;
 
 unsafe extern "C" fn reject_ece(cm_id: *mut rdma_cm_id, data: *const c_void, len: u8) -> c_int {
-    guard_int(|| id::reject(cm_id, data, len, Some(REJ_VENDOR_OPTION_NOT_SUPPORTED)))
+    guard_int(|| id::reject(cm_id, data, len, REJ_VENDOR_OPTION_NOT_SUPPORTED))
 }
 
 unsafe extern "C" fn notify(cm_id: *mut rdma_cm_id, event: c_int) -> c_int {

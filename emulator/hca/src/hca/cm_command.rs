@@ -14,7 +14,7 @@ use uroce_device::cm::{
     CmAcceptParams, CmConnectParams, CmDisconnectCause, CmEvent, CmEventKind, CmId, CmTimedOut,
 };
 use uroce_device::command::{CmdError, Command, Gid, Reply};
-use uroce_wire::mad::{self, sidr::SidrStatus, CmMessage, CommId, ServiceId};
+use uroce_wire::mad::{self, rej::RejectReason, sidr::SidrStatus, CmMessage, CommId, ServiceId};
 use uroce_wire::{Psn, Qkey};
 
 impl Hca {
@@ -46,8 +46,8 @@ impl Hca {
             Command::CmAccept { id, params, private_data } => {
                 cm.accept(now_ns, engine_id(id), &accept_params(&params), &private_data)
             }
-            Command::CmReject { id, private_data } => {
-                cm.reject(now_ns, engine_id(id), &private_data)
+            Command::CmReject { id, reason, private_data } => {
+                cm.reject_with(now_ns, engine_id(id), RejectReason::from(reason), &private_data)
             }
             Command::CmReadyToUse { id, private_data } => {
                 cm.ready_to_use(now_ns, engine_id(id), &private_data)

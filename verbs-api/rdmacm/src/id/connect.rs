@@ -204,13 +204,12 @@ pub unsafe fn reject(
     id: *mut rdma_cm_id,
     data: *const c_void,
     len: u8,
-    reason: Option<u8>,
+    reason: u16,
 ) -> Result<(), c_int> {
     let p = from_c(id)?;
     if usize::from(len) > 148 {
         return Err(libc::EINVAL);
     }
-    let _ = reason;
     let mut r = crate::cm::lock();
     let mut g = lock(p);
     if g.state != State::Connect || !g.in_cm {
@@ -221,7 +220,7 @@ pub unsafe fn reject(
     } else {
         std::slice::from_raw_parts(data.cast::<u8>(), usize::from(len))
     };
-    crate::cm::reject(&mut r, p, &mut g, data)
+    crate::cm::reject(&mut r, p, &mut g, reason, data)
 }
 
 /// `rdma_disconnect`: librdmacm first moves the QP to ERR (an id on a

@@ -390,6 +390,21 @@ int main(int argc, char **argv)
 		CHECK(rdma_ack_cm_event(e) == 0, "ack");
 		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
 
+		/* rdma_reject_ece: reason 35 (vendor option not supported). */
+		cli = resolved(ch2, &la);
+		CHECK(rdma_connect(cli, &cp) == 0, "rdma_connect (no QP)");
+		e = any_event(ch2);
+		CHECK(e->event == RDMA_CM_EVENT_CONNECT_REQUEST, "CONNECT_REQUEST: %s",
+		      rdma_event_str(e->event));
+		srv = e->id;
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_reject_ece(srv, NULL, 0) == 0, "rdma_reject_ece");
+		e = any_event(ch2);
+		CHECK(e->id == cli && e->event == RDMA_CM_EVENT_REJECTED && e->status == 35,
+		      "REJECTED, status %d (35)", e->status);
+		CHECK(rdma_ack_cm_event(e) == 0, "ack");
+		CHECK(rdma_destroy_id(cli) == 0 && rdma_destroy_id(srv) == 0, "destroy them");
+
 		/* The backlog (1): a request while the listener has one not taken
 		 * is refused. And a request's id destroyed before the request is
 		 * acknowledged: the event is counted for the listener, as
