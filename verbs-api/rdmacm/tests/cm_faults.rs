@@ -18,59 +18,17 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use uroce_wire::mad::{self, CmMessage};
 
-fn strict() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
+mod common;
+use common::*;
 
-/// True when `ok`; otherwise prints why `test` skips (or panics under CI).
-fn require(test: &str, ok: bool, missing: &str) -> bool {
-    if !ok {
-        assert!(!strict(), "{test}: {missing} (CI=true: nothing may be missing)");
-        eprintln!("skipping {test}: {missing}");
-    }
-    ok
-}
-
-/// A program on `PATH`.
-fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
-
-/// The rdmacm tools this file runs, when installed (`rdmacm-utils`).
-fn rdmacm_tools(test: &str) -> bool {
-    let tools = ["rping", "ucmatose", "udaddy"];
-    require(test, tools.iter().all(|t| tool(t).is_some()), "no rdmacm tools (rdmacm-utils)")
-}
-
-/// A library cargo built beside the tests (target/<profile>/).
-fn built(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let deps = exe.parent().expect("deps/");
-    [deps.join(name), deps.join("..").join(name)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("cargo builds {name} beside the tests"))
-}
-
-/// A directory holding uroce's `libibverbs.so.1` and `librdmacm.so.1`, for
-/// `LD_LIBRARY_PATH` (as `uroce run` makes it); the processes' logs go
-/// there too.
-fn library_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    for (file, soname) in [("libibverbs.so", "libibverbs.so.1"), ("librdmacm.so", "librdmacm.so.1")]
-    {
-        let lib = built(file).canonicalize().expect("the library's path");
-        std::os::unix::fs::symlink(lib, dir.path().join(soname)).expect("link the library");
-    }
-    dir
-}
+/// The rdmacm tools this file runs (`rdmacm-utils`).
+const TOOLS: &[&str] = &["rping", "ucmatose", "udaddy"];
 
 /// The CM timing of the fast clients: `4.096 µs × 2^14` ≈ 67 ms (the CM
 /// waits `2 × 2^(18 − 8) + 2^(14 − 8)` = 2112 ms for a REP, the packet
@@ -79,113 +37,6 @@ const FAST: &[(&str, &str)] = &[("UROCE_CM_RESPONSE_TIMEOUT", "14"), ("UROCE_CM_
 
 /// How long a fast client waits for a REP: 2112 ms.
 const FAST_REQ_WAIT: Duration = Duration::from_millis(2 * 1024 + 64);
-
-/// What a process did.
-#[derive(Debug)]
-struct Ended {
-    /// Exit code (None: killed by the deadline or a signal).
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-/// A process on uroce's libraries, its device at `addr` with the device
-/// variables `env`; its output goes to files in `dir`.
-struct Running {
-    child: std::process::Child,
-    deadline: Instant,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-fn start_on_uroce(
-    program: &Path,
-    args: &[&str],
-    dir: &Path,
-    addr: &str,
-    env: &[(&str, &str)],
-    limit: Duration,
-) -> Running {
-    // Not `with_extension`: an address has dots.
-    let name = program.file_name().unwrap().to_string_lossy();
-    let (out, err) =
-        (dir.join(format!("{name}-{addr}.out")), dir.join(format!("{name}-{addr}.err")));
-    let child = Command::new(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .env("UROCE_ADDR", addr)
-        .env_remove("UROCE_LINK")
-        .env_remove("UROCE_TAP")
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .env_remove("UROCE_CM_RESPONSE_TIMEOUT")
-        .env_remove("UROCE_CM_RETRIES")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).expect("stdout file"))
-        .stderr(std::fs::File::create(&err).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-    Running { child, deadline: Instant::now() + limit, out, err }
-}
-
-impl Drop for Running {
-    /// A process a failed test leaves behind is killed.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Running {
-    /// Waits for the exit, killing the process at its deadline.
-    fn finish(mut self) -> Ended {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status.code(),
-                Ok(None) if Instant::now() < self.deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-            }
-        };
-        Ended {
-            code,
-            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
-        }
-    }
-
-    /// Kills the process now (`SIGKILL`); what it printed.
-    fn kill(mut self) -> Ended {
-        self.deadline = Instant::now();
-        self.finish()
-    }
-
-    /// Whether the process is still running.
-    fn running(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Waits (up to 30 s) until the process printed `line` on stdout.
-    fn wait_for(&self, line: &str) {
-        let until = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < until {
-            if std::fs::read_to_string(&self.out).unwrap_or_default().contains(line) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let err = std::fs::read_to_string(&self.err).unwrap_or_default();
-        panic!("{} printed no {line:?} in 30 s; stderr: {err}", self.out.display());
-    }
-}
 
 /// A CM MAD that reached the black hole: when, from which address, what.
 #[derive(Debug)]
@@ -287,7 +138,7 @@ fn about(d: Duration, want: Duration) -> bool {
 #[test]
 fn a_connect_to_a_peer_gone_is_unreachable_in_bounded_time() {
     let test = "a_connect_to_a_peer_gone_is_unreachable_in_bounded_time";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let libs = library_dir();
@@ -385,7 +236,7 @@ fn build_listen_only(dir: &Path) -> Result<PathBuf, String> {
 #[test]
 fn a_server_killed_before_it_accepts_leaves_the_client_unreachable() {
     let test = "a_server_killed_before_it_accepts_leaves_the_client_unreachable";
-    if !rdmacm_tools(test)
+    if !rdmacm_tools(test, TOOLS)
         || !require(
             test,
             Path::new("/usr/include/rdma/rdma_cma.h").exists() && tool("cc").is_some(),

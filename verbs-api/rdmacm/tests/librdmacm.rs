@@ -11,65 +11,17 @@
 //! fails.
 
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn strict() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// True when `ok`; otherwise prints why `test` skips (or panics under CI).
-fn require(test: &str, ok: bool, missing: &str) -> bool {
-    if !ok {
-        assert!(!strict(), "{test}: {missing} (CI=true: nothing may be missing)");
-        eprintln!("skipping {test}: {missing}");
-    }
-    ok
-}
-
-/// A program on `PATH`.
-fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
-
-/// A library cargo built beside the tests (target/<profile>/).
-fn built(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's path");
-    let deps = exe.parent().expect("deps/");
-    [deps.join(name), deps.join("..").join(name)]
-        .into_iter()
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("cargo builds {name} beside the tests"))
-}
-
-/// A directory holding uroce's `libibverbs.so.1` and `librdmacm.so.1`, for
-/// `LD_LIBRARY_PATH` (as `uroce run` makes it).
-fn library_dir() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    for (file, soname) in [("libibverbs.so", "libibverbs.so.1"), ("librdmacm.so", "librdmacm.so.1")]
-    {
-        let lib = built(file).canonicalize().expect("the library's path");
-        std::os::unix::fs::symlink(lib, dir.path().join(soname)).expect("link the library");
-    }
-    dir
-}
-
-/// What a process did.
-#[derive(Debug)]
-struct Ended {
-    /// Exit code (None: killed by the deadline or a signal).
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
+mod common;
+use common::*;
 
 /// Runs `program` on uroce's libraries, its device at `addr`, for at
 /// most `limit`.
 fn run_on_uroce(program: &Path, args: &[&str], dir: &Path, addr: &str, limit: Duration) -> Ended {
-    start_on_uroce(program, args, dir, addr, limit).finish()
+    start_on_uroce(program, args, dir, addr, &[], limit).finish()
 }
 
 /// The defined, versioned dynamic symbols of a shared object.
@@ -208,78 +160,6 @@ fn the_c_program_leaks_nothing_under_the_leak_sanitizer() {
     assert_eq!(run.code, Some(0), "cm_basic under ASan: {run:?}");
 }
 
-/// A process started on uroce's libraries, its device at `addr`.
-struct Running {
-    child: std::process::Child,
-    deadline: Instant,
-}
-
-fn start_on_uroce(
-    program: &Path,
-    args: &[&str],
-    dir: &Path,
-    addr: &str,
-    limit: Duration,
-) -> Running {
-    let child = Command::new(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .env("UROCE_ADDR", addr)
-        .env_remove("UROCE_LINK")
-        .env_remove("UROCE_TAP")
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-    Running { child, deadline: Instant::now() + limit }
-}
-
-impl Drop for Running {
-    /// A process a failed test leaves behind is killed.
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-impl Running {
-    /// Waits for the exit, killing the process at its deadline.
-    fn finish(mut self) -> Ended {
-        let code = loop {
-            match self.child.try_wait() {
-                Ok(Some(status)) => break status.code(),
-                Ok(None) if Instant::now() < self.deadline => {
-                    std::thread::sleep(Duration::from_millis(10))
-                }
-                _ => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
-                }
-            }
-        };
-        let (mut stdout, mut stderr) = (String::new(), String::new());
-        if let Some(mut out) = self.child.stdout.take() {
-            let _ = out.read_to_string(&mut stdout);
-        }
-        if let Some(mut err) = self.child.stderr.take() {
-            let _ = err.read_to_string(&mut stderr);
-        }
-        Ended { code, stdout, stderr }
-    }
-
-    /// Kills the process now (a server that would wait forever).
-    fn stop(mut self) -> Ended {
-        self.deadline = Instant::now();
-        self.finish()
-    }
-}
-
 /// Waits (up to 20 s) until a uroce device receives at `addr` (its UDP
 /// socket on port 4791 is bound): a REQ sent before would find no CM to
 /// answer it and be retried for minutes, as on Linux. A server listens
@@ -298,11 +178,8 @@ fn device_is_up(addr: &str) {
     panic!("no uroce device at {addr} after 20 s");
 }
 
-/// The rdmacm tools this file runs, when installed (`rdmacm-utils`).
-fn rdmacm_tools(test: &str) -> bool {
-    let tools = ["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"];
-    require(test, tools.iter().all(|t| tool(t).is_some()), "no rdmacm tools (rdmacm-utils)")
-}
+/// The rdmacm tools this file runs (`rdmacm-utils`).
+const TOOLS: &[&str] = &["rping", "ucmatose", "udaddy", "rdma_server", "rdma_client"];
 
 /// A server and a client of one tool on two uroce devices (two processes,
 /// two loopback addresses), each bounded in time. The server gets a
@@ -317,7 +194,7 @@ fn server_and_client(
     let program = tool(name).expect("checked");
     let libs = library_dir();
     let limit = Duration::from_secs(60);
-    let srv = start_on_uroce(&program, server.0, libs.path(), server.1, limit);
+    let srv = start_on_uroce(&program, server.0, libs.path(), server.1, &[], limit);
     device_is_up(server.1);
     let mut tries = 0;
     let cli = loop {
@@ -329,7 +206,7 @@ fn server_and_client(
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.kill() };
     eprintln!("{name} server {:?}: {srv:?}\n{name} client {:?}: {cli:?}", server.0, client.0);
     (srv, cli)
 }
@@ -339,7 +216,7 @@ fn server_and_client(
 #[test]
 fn rping_runs_between_two_uroce_processes() {
     let test = "rping_runs_between_two_uroce_processes";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let (srv, cli) = server_and_client(
@@ -362,7 +239,7 @@ fn rping_runs_between_two_uroce_processes() {
 #[test]
 fn ucmatose_connects_four_times() {
     let test = "ucmatose_connects_four_times";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let (srv, cli) = server_and_client(
@@ -383,7 +260,7 @@ fn ucmatose_connects_four_times() {
 #[test]
 fn rdma_server_and_rdma_client_exchange_a_message() {
     let test = "rdma_server_and_rdma_client_exchange_a_message";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let libs = library_dir();
@@ -395,6 +272,7 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
         &["-s", "127.74.0.5", "-p", "7612"],
         libs.path(),
         "127.74.0.5",
+        &[],
         limit,
     );
     device_is_up("127.74.0.5");
@@ -418,7 +296,7 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
             limit,
         );
     }
-    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.kill() };
     eprintln!("rdma_server: {srv:?}\nrdma_client: {cli:?}");
     assert_eq!(cli.code, Some(0), "rdma_client exits 0: {cli:?}");
     assert_eq!(srv.code, Some(0), "rdma_server exits 0: {srv:?}");
@@ -432,7 +310,7 @@ fn rdma_server_and_rdma_client_exchange_a_message() {
 #[test]
 fn udaddy_resolves_a_ud_service_and_sends_datagrams() {
     let test = "udaddy_resolves_a_ud_service_and_sends_datagrams";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let (srv, cli) = server_and_client(
@@ -455,7 +333,7 @@ fn udaddy_resolves_a_ud_service_and_sends_datagrams() {
 #[test]
 fn a_client_of_a_port_nothing_listens_to_is_rejected() {
     let test = "a_client_of_a_port_nothing_listens_to_is_rejected";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let libs = library_dir();
@@ -466,6 +344,7 @@ fn a_client_of_a_port_nothing_listens_to_is_rejected() {
         &["-s", "-a", "127.74.0.9", "-p", "7613"],
         libs.path(),
         "127.74.0.9",
+        &[],
         Duration::from_secs(120),
     );
     device_is_up("127.74.0.9");
@@ -493,67 +372,8 @@ fn a_client_of_a_port_nothing_listens_to_is_rejected() {
         assert!(took < Duration::from_secs(10), "{name} is refused at once: {took:?}");
         eprintln!("{name} {}: exit {:?} in {took:?}: {says}", args.join(" "), run.code);
     }
-    let srv = there.stop();
+    let srv = there.kill();
     assert!(srv.code.is_none(), "the rping server was still waiting: {srv:?}");
-}
-
-/// A process on uroce's libraries whose output goes to files, so that the
-/// test can wait for a line it prints while it runs.
-struct Logged {
-    running: Running,
-    out: PathBuf,
-    err: PathBuf,
-}
-
-fn start_logged(program: &Path, args: &[&str], dir: &Path, addr: &str, limit: Duration) -> Logged {
-    let logs = dir.join(format!("{}-{addr}", program.file_name().unwrap().to_string_lossy()));
-    let (out, err) = (logs.with_extension("out"), logs.with_extension("err"));
-    // stdbuf: the program's stdout, a file, line-buffered like a terminal's.
-    let child = Command::new("stdbuf")
-        .arg("-oL")
-        .arg(program)
-        .args(args)
-        .env("LD_LIBRARY_PATH", dir)
-        .env("UROCE_ADDR", addr)
-        .env_remove("UROCE_LINK")
-        .env_remove("UROCE_TAP")
-        .env_remove("UROCE_FAULTS")
-        .env_remove("UROCE_CAPTURE")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).expect("stdout file"))
-        .stderr(std::fs::File::create(&err).expect("stderr file"))
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-    Logged { running: Running { child, deadline: Instant::now() + limit }, out, err }
-}
-
-impl Logged {
-    /// Waits (up to 30 s) until the process printed `line` on stdout.
-    fn wait_for(&self, line: &str) {
-        let until = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < until {
-            if std::fs::read_to_string(&self.out).unwrap_or_default().contains(line) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("{} printed no {line:?} in 30 s", self.out.display());
-    }
-
-    /// Kills the process now; what it printed.
-    fn stop(mut self) -> Ended {
-        self.running.deadline = Instant::now();
-        self.finish()
-    }
-
-    fn finish(self) -> Ended {
-        let end = self.running.finish();
-        Ended {
-            code: end.code,
-            stdout: std::fs::read_to_string(&self.out).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&self.err).unwrap_or_default(),
-        }
-    }
 }
 
 /// perftest with `-R` (its QPs made and connected through the RDMA CM,
@@ -596,7 +416,7 @@ fn perftest_rdma_cm(name: &str, net: &str, port: u16, extra: &[&str]) {
         if cli.code == Some(0) {
             break (srv.finish(), cli);
         }
-        let srv = srv.stop();
+        let srv = srv.kill();
         eprintln!("{name} -R attempt {attempt}: client exit {:?}: {}", cli.code, cli.stderr);
         if attempt == 6 || !cli.stderr.contains("RDMA_CM_EVENT_REJECTED") {
             break (srv, cli);
@@ -715,7 +535,7 @@ fn seed(faults: &str, from: u64, good: impl Fn(&[(bool, bool)]) -> bool) -> u64 
 #[test]
 fn rping_completes_when_the_devices_lose_and_duplicate_packets() {
     let test = "rping_completes_when_the_devices_lose_and_duplicate_packets";
-    if !rdmacm_tools(test) {
+    if !rdmacm_tools(test, TOOLS) {
         return;
     }
     let faults = "loss=0.2,dup=0.1";
@@ -732,20 +552,10 @@ fn rping_completes_when_the_devices_lose_and_duplicate_packets() {
     let caps = tempfile::tempdir().expect("a temporary directory");
     let (srv_cap, cli_cap) = (caps.path().join("server.pcap"), caps.path().join("client.pcap"));
     let start = |args: &[&str], addr: &str, seed: u64, cap: &Path| {
-        let child = Command::new(&rping)
-            .args(args)
-            .env("LD_LIBRARY_PATH", libs.path())
-            .env("UROCE_ADDR", addr)
-            .env("UROCE_FAULTS", format!("{faults},seed={seed}"))
-            .env("UROCE_CAPTURE", cap)
-            .env_remove("UROCE_LINK")
-            .env_remove("UROCE_TAP")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rping");
-        Running { child, deadline: Instant::now() + Duration::from_secs(60) }
+        let faults = format!("{faults},seed={seed}");
+        let cap = cap.to_str().expect("a UTF-8 path");
+        let env = [("UROCE_FAULTS", faults.as_str()), ("UROCE_CAPTURE", cap)];
+        start_on_uroce(&rping, args, libs.path(), addr, &env, Duration::from_secs(60))
     };
     let srv = start(
         &["-s", "-a", srv_addr, "-p", "7630", "-C", "5", "-S", "4096", "-V"],
@@ -766,7 +576,7 @@ fn rping_completes_when_the_devices_lose_and_duplicate_packets() {
     )
     .finish();
     let took = started.elapsed();
-    let srv = if cli.code == Some(0) { srv.finish() } else { srv.stop() };
+    let srv = if cli.code == Some(0) { srv.finish() } else { srv.kill() };
     eprintln!(
         "seeds: client {client_seed}, server {server_seed}; {took:?}; server exit {:?}: {}; \
          client exit {:?}: {}",
