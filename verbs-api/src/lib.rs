@@ -52,7 +52,7 @@ mod srq;
 mod wr;
 
 pub use context::Context;
-pub use cq::Cq;
+pub use cq::{Cq, Next};
 pub use error::{Error, PostResult, Result};
 pub use events::CompChannel;
 pub use mr::{Mr, Mw, Rereg};
