@@ -227,7 +227,8 @@ impl Context {
     }
 
     /// `ibv_get_async_event`: the next asynchronous event (and completion
-    /// events of CQs without a channel).
+    /// events of CQs without a channel, unless awaited with
+    /// [`Cq::next`](crate::Cq::next): those wake the awaiting task instead).
     pub fn next_event(&self) -> Option<Event> {
         self.events.dispatch();
         self.events.take()
