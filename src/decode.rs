@@ -5,6 +5,10 @@
 //! the transport headers against the opcode table, the ICRC, and the IPv4
 //! header checksum and UDP checksum, which the ICRC leaves out. The `icrc`
 //! verdict is `ok` only when all three hold.
+//!
+//! A frame's comment (pcapng's `opt_comment`: what a fault did to it)
+//! follows its line: `        comment: ...` in text, `# comment N: ...`
+//! in TSV (where `#` lines are not frames).
 
 mod mad;
 
@@ -106,6 +110,9 @@ pub fn decode_bytes(
             &mut summary,
             &mut line,
         );
+        if let Some(comment) = frame.comment {
+            comment_line(frame.number, comment, format, &mut line);
+        }
         if !line.is_empty() && out.write_all(line.as_bytes()).is_err() {
             return Ok((summary, cut));
         }
@@ -123,6 +130,20 @@ pub fn decode_bytes(
         }
     };
     Ok((summary, cut))
+}
+
+/// A frame's comment, on a line of its own: a line break or tab in it is
+/// written as `\n`, `\t` (one line per comment, whatever it holds).
+fn comment_line(number: usize, comment: &str, format: Format, line: &mut String) {
+    let escaped = comment
+        .replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t");
+    let _ = match format {
+        Format::Text => writeln!(line, "        comment: {escaped}"),
+        Format::Tsv => writeln!(line, "# comment {number}: {escaped}"),
+    };
 }
 
 fn describe_frame(

@@ -5,6 +5,9 @@ use crate::error::{Error, Result};
 use crate::events::CompChannel;
 use crate::ring::CqRing;
 use crate::WorkCompletion;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{self, Poll};
 use uroce_device::command::{Command, Reply};
 use uroce_device::ring::cq_ring_shape;
 use uroce_device::types::Qpn;
@@ -14,8 +17,10 @@ impl Context {
     /// `ibv_create_cq` for at least `cqe` completions.
     pub fn create_cq(&self, cqe: u32) -> Result<Cq> {
         let cq = self.create_cq_unbound(cqe)?;
-        // Its index may be a destroyed CQ's: no channel of that one's.
+        // Its index may be a destroyed CQ's: no channel or waker of that
+        // one's.
         self.events.set_channel(cq.index, None);
+        self.events.forget_waker(cq.index);
         Ok(cq)
     }
 
@@ -23,6 +28,7 @@ impl Context {
     pub fn create_cq_with_channel(&self, cqe: u32, channel: &CompChannel) -> Result<Cq> {
         let cq = self.create_cq_unbound(cqe)?;
         self.events.set_channel(cq.index, Some(channel));
+        self.events.forget_waker(cq.index);
         Ok(cq)
     }
 
@@ -44,6 +50,13 @@ impl Context {
 }
 
 /// A completion queue (`ibv_cq`).
+///
+/// `Send` and `Sync`: a `&Cq` may be shared between threads and held
+/// across `.await` in a future that a multi-thread executor moves. Polls
+/// from several threads each take different completions (the ring is
+/// read under a lock). Awaiting is single-consumer: one task at a time
+/// awaits a CQ ([`Cq::next`], [`Cq::poll_completion`]); a second one
+/// replaces the first's waker, which is then never woken.
 pub struct Cq {
     ctx: Context,
     pub(crate) index: u32,
@@ -80,6 +93,51 @@ impl Cq {
         self.ring.discard(self.ctx.host().as_ref(), qpn)
     }
 
+    /// The next completion, as a future: `cq.next().await`. See
+    /// [`Cq::poll_completion`]; works under any executor (tokio's too),
+    /// with no busy polling: the task sleeps until the device raises the
+    /// CQ's completion event.
+    pub fn next(&self) -> Next<'_> {
+        Next { cq: self }
+    }
+
+    /// The next completion, or `Pending` with `cx`'s waker registered:
+    /// [`Cq::poll`] of one (which drives an in-process device), else the
+    /// waker is left with the device's event state, the CQ is armed (as
+    /// [`Cq::req_notify`]`(false)`) and polled once more, since a
+    /// completion written before the arm raises no event (the race
+    /// `ibv_req_notify_cq` users close the same way). Then the runtime is
+    /// told the application sleeps (the UDP runtime's thread keeps the
+    /// device going), and the CQ's next completion event wakes the task,
+    /// from the runtime's thread or the simulator's step.
+    ///
+    /// The CQ stays awaited until destroyed: its completion events no
+    /// longer reach [`Context::next_event`] (a channel it has still gets
+    /// them). One task at a time awaits a CQ.
+    pub fn poll_completion(&self, cx: &mut task::Context<'_>) -> Poll<Result<WorkCompletion>> {
+        if let Err(e) = self.ctx.check_open() {
+            return Poll::Ready(Err(e));
+        }
+        let host = self.ctx.host().as_ref();
+        let take = || self.ring.poll(host, 1).map(|mut done| done.pop()).transpose();
+        if let Some(done) = take() {
+            return Poll::Ready(done);
+        }
+        self.ctx.progress();
+        if let Some(done) = take() {
+            return Poll::Ready(done);
+        }
+        self.ctx.events.set_waker(self.index, cx.waker());
+        self.ctx.doorbell(Doorbell::ArmCq { cq: self.index, solicited_only: false });
+        if let Some(done) = take() {
+            // The waker stays: the event of the arm may wake the task once
+            // more, for nothing.
+            return Poll::Ready(done);
+        }
+        self.ctx.app_sleeping();
+        Poll::Pending
+    }
+
     /// `ibv_req_notify_cq`: the next completion (or the next solicited one)
     /// raises an [`Event::Completion`](crate::Event::Completion).
     pub fn req_notify(&self, solicited_only: bool) {
@@ -99,22 +157,20 @@ impl Cq {
         // As the kernel would have by now: the work already posted that the
         // device can finish completes first, and counts.
         self.ctx.progress();
-        if cqe < self.ring.pending(self.ctx.host().as_ref())? {
-            return Err(Error::Invalid("CQ depth below the completions it holds"));
-        }
-        let ring = self.ctx.alloc_ring(cq_ring_shape(cqe))?;
-        match self.ctx.command(Command::ResizeCq { cq: self.index, ring }) {
-            Ok(_) => {
-                let old = self.ring.desc();
-                self.ring.switch(ring);
-                self.ctx.free_ring(old);
-                Ok(cqe)
+        // Under the ring's lock: no poll takes a completion the HCA is
+        // copying to the new ring.
+        let old = self.ring.resize(self.ctx.host().as_ref(), cqe, || {
+            let ring = self.ctx.alloc_ring(cq_ring_shape(cqe))?;
+            match self.ctx.command(Command::ResizeCq { cq: self.index, ring }) {
+                Ok(_) => Ok(ring),
+                Err(e) => {
+                    self.ctx.free_ring(ring);
+                    Err(e)
+                }
             }
-            Err(e) => {
-                self.ctx.free_ring(ring);
-                Err(e)
-            }
-        }
+        })?;
+        self.ctx.free_ring(old);
+        Ok(cqe)
     }
 
     /// `ibv_destroy_cq`: refused (EBUSY) while QPs use it.
@@ -122,6 +178,7 @@ impl Cq {
         match self.ctx.command(Command::DestroyCq { cq: self.index }) {
             Ok(_) => {
                 self.ctx.events.set_channel(self.index, None);
+                self.ctx.events.forget_waker(self.index);
                 self.ctx.free_ring(self.ring.desc());
                 Ok(())
             }
@@ -129,3 +186,24 @@ impl Cq {
         }
     }
 }
+
+/// The future of [`Cq::next`]: the CQ's next completion.
+#[must_use = "a future does nothing unless awaited"]
+pub struct Next<'a> {
+    cq: &'a Cq,
+}
+
+impl Future for Next<'_> {
+    type Output = Result<WorkCompletion>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut task::Context<'_>) -> Poll<Self::Output> {
+        self.cq.poll_completion(cx)
+    }
+}
+
+/// `Cq` is `Send + Sync`, so a future holding `&Cq` is `Send`.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Cq>();
+    send_sync::<Next<'static>>();
+};

@@ -8,12 +8,17 @@
 //! does). Events are sorted whenever the device says it has some, from
 //! whatever thread it says so (the runtime's own, while the application
 //! sleeps in `poll`).
+//!
+//! A CQ awaited with [`Cq::next`](crate::Cq::next) leaves its waker here:
+//! its completion event wakes it, from the same place (the runtime's
+//! thread on the real network, the fabric's step in the simulator).
 
 use crate::context::Context;
 use crate::error::{Error, Result};
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::task::Waker;
 use uroce_device::link::DeviceLink;
 use uroce_device::mem::DriverMemory;
 use uroce_device::Event;
@@ -23,6 +28,13 @@ pub(crate) struct EventState {
     device: Arc<dyn DeviceLink>,
     /// The channel of each CQ that has one.
     channels: Mutex<BTreeMap<u32, Weak<ChannelInner>>>,
+    /// The CQs awaited asynchronously ([`Cq::poll_completion`]), each with
+    /// the waker of the task waiting for it, if one waits. A completion
+    /// event of an awaited CQ wakes that task, and is not queued for
+    /// [`Context::next_event`] (its channel, if it has one, still gets it).
+    ///
+    /// [`Cq::poll_completion`]: crate::Cq::poll_completion
+    wakers: Mutex<BTreeMap<u32, Option<Waker>>>,
     /// Events for [`Context::next_event`].
     other: Mutex<Pending>,
     /// [`Context::async_fd`]: readable while `other` holds an asynchronous
@@ -40,6 +52,7 @@ impl EventState {
         let events = Arc::new(EventState {
             device: device.clone(),
             channels: Mutex::new(BTreeMap::new()),
+            wakers: Mutex::new(BTreeMap::new()),
             other: Mutex::new(Pending::default()),
             async_fd: OnceLock::new(),
             host: device.memory(),
@@ -66,15 +79,43 @@ impl EventState {
         };
     }
 
+    /// Wakes `waker` at CQ `cq`'s next completion event (replacing the
+    /// waker of an earlier wait: one task awaits a CQ at a time). The CQ
+    /// counts as awaited from now until it is destroyed.
+    pub(crate) fn set_waker(&self, cq: u32, waker: &Waker) {
+        let mut wakers = locked(&self.wakers);
+        let slot = wakers.entry(cq).or_default();
+        match slot {
+            Some(old) if old.will_wake(waker) => {}
+            _ => *slot = Some(waker.clone()),
+        }
+    }
+
+    /// CQ `cq` is gone (or its index is new): nothing awaits it.
+    pub(crate) fn forget_waker(&self, cq: u32) {
+        locked(&self.wakers).remove(&cq);
+    }
+
     /// Sorts the HCA's pending events.
-    fn dispatch(&self) {
+    pub(crate) fn dispatch(&self) {
         while let Some(event) = self.device.poll_event() {
-            let channel = match event {
-                Event::Completion { cq } => locked(&self.channels).get(&cq).and_then(Weak::upgrade),
-                Event::Async { .. } => None,
+            let (channel, awaited) = match event {
+                Event::Completion { cq } => {
+                    let channel = locked(&self.channels).get(&cq).and_then(Weak::upgrade);
+                    let awaited = locked(&self.wakers).get_mut(&cq).map(Option::take);
+                    (channel, awaited)
+                }
+                Event::Async { .. } => (None, None),
             };
+            let is_awaited = awaited.is_some();
+            // Woken with no lock held: an executor may poll at once.
+            if let Some(Some(waker)) = awaited {
+                waker.wake();
+            }
             match (channel, event) {
                 (Some(channel), Event::Completion { cq }) => channel.signal(cq),
+                // The awaiting task had this event: it is not queued.
+                _ if is_awaited => {}
                 _ => self.queue(event),
             }
         }
@@ -186,7 +227,8 @@ impl Context {
     }
 
     /// `ibv_get_async_event`: the next asynchronous event (and completion
-    /// events of CQs without a channel).
+    /// events of CQs without a channel, unless awaited with
+    /// [`Cq::next`](crate::Cq::next): those wake the awaiting task instead).
     pub fn next_event(&self) -> Option<Event> {
         self.events.dispatch();
         self.events.take()

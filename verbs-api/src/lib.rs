@@ -13,6 +13,24 @@
 //! ring. The control path (create, modify, destroy) goes through the HCA's
 //! command interface, as a driver talks to firmware.
 //!
+//! Completions can also be awaited: [`Cq::next`] is a future (and
+//! [`Cq::poll_completion`] its poll function) that takes a completion
+//! from the ring, or arms the CQ and sleeps until the device's completion
+//! event wakes the task. The waker is called from wherever the device's
+//! events are handed over — the UDP runtime's background thread, the
+//! simulated fabric's step — so it works under any executor (tokio's
+//! current-thread or multi-thread runtime, a hand-written `block_on`)
+//! with no executor code here and no busy polling. `Cq` is `Send + Sync`;
+//! one task at a time awaits a given CQ.
+//!
+//! ```no_run
+//! # async fn example(cq: &uroce_verbs::Cq) -> uroce_verbs::Result<()> {
+//! let wc = cq.next().await?; // sleeps until the CQ's completion event
+//! println!("wr {} finished: {:?}", wc.wr_id, wc.status);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Memory the HCA writes is only reached through copies ([`Mr::read`],
 //! [`Mr::write`]): the safe API hands out no reference into it, so the
 //! application can never race the device.
@@ -27,10 +45,10 @@
 //! | file | what |
 //! | --- | --- |
 //! | `context.rs` | [`Context`]: open, query, and the driver's one link to the HCA (commands, doorbells) |
-//! | `events.rs` | [`CompChannel`], [`Context::next_event`], [`Context::async_fd`]: completion channels, asynchronous events |
+//! | `events.rs` | [`CompChannel`], [`Context::next_event`], [`Context::async_fd`]: completion channels, asynchronous events; the wakers of awaited CQs |
 //! | `pd.rs` | [`Pd`], [`Ah`] |
 //! | `mr.rs` | [`Mr`], [`Mw`]: registration, and every access to registered memory; `mr/rereg.rs`: re-registration ([`Rereg`]) |
-//! | `cq.rs` | [`Cq`]: create, poll, arm, destroy |
+//! | `cq.rs` | [`Cq`]: create, poll, await ([`Cq::next`], [`Next`]), arm, resize, destroy |
 //! | `qp.rs` | [`Qp`], [`QpInitAttr`]: create, modify, post send and receive chains |
 //! | `srq.rs` | [`Srq`] |
 //! | `wr.rs` | [`SendWr`], [`RecvWr`], [`RemoteTarget`], and the WQE bytes written for them |
@@ -52,7 +70,7 @@ mod srq;
 mod wr;
 
 pub use context::Context;
-pub use cq::Cq;
+pub use cq::{Cq, Next};
 pub use error::{Error, PostResult, Result};
 pub use events::CompChannel;
 pub use mr::{Mr, Mw, Rereg};

@@ -97,6 +97,11 @@ fn check_qp_cap(cap: &QpCap, has_srq: bool, limits: &DeviceAttr) -> Result<()> {
 }
 
 /// A queue pair (`ibv_qp`).
+///
+/// `Send` but not `Sync`: its work rings build each WQE in one reused
+/// slot, so posts come from one thread (or task) at a time; move the `Qp`
+/// to another thread, or wrap it in a `Mutex`, to post from several. Its
+/// CQs ([`Cq`](crate::Cq)) are `Sync` and may be awaited from elsewhere.
 pub struct Qp {
     ctx: Context,
     qpn: Qpn,
@@ -266,3 +271,9 @@ impl Qp {
         Ok(())
     }
 }
+
+/// `Qp` is `Send` (posts may move to another thread).
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Qp>();
+};

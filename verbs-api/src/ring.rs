@@ -11,6 +11,7 @@
 
 use crate::error::{Error, PostResult, Result};
 use std::cell::{Cell, RefCell};
+use std::sync::{Mutex, MutexGuard};
 use uroce_device::cqe::{Cqe, CQE_LEN};
 use uroce_device::mem::{HostMemory, MemFault};
 use uroce_device::ring::{RingDesc, CONSUMER_OFFSET, PRODUCER_OFFSET, SCHEDULED_OFFSET};
@@ -148,45 +149,76 @@ impl WorkRing {
 /// The driver's side of a completion ring: the HCA writes CQEs and
 /// publishes the producer index; the driver reads them and hands the slots
 /// back through the consumer index.
+///
+/// `Sync`: every operation holds the ring's lock from its first load to
+/// its last publish, so two threads polling one CQ each take different
+/// completions (and a resize never moves the ring under a poll). The lock
+/// is the driver's own and never contended by the HCA, which reads the
+/// consumer index from memory.
 pub(crate) struct CqRing {
+    state: Mutex<CqState>,
+}
+
+/// What the driver knows of a completion ring.
+struct CqState {
     /// Where the ring is (a resize moves it).
-    desc: Cell<RingDesc>,
+    desc: RingDesc,
     /// The next index the driver will consume.
-    consumer: Cell<u32>,
+    consumer: u32,
 }
 
 impl CqRing {
     /// The driver's side of the new, empty ring `desc`.
     pub(crate) fn new(desc: RingDesc) -> CqRing {
-        CqRing { desc: Cell::new(desc), consumer: Cell::new(0) }
+        CqRing { state: Mutex::new(CqState { desc, consumer: 0 }) }
+    }
+
+    /// The ring's state, locked. A panic cannot leave it half-changed
+    /// (each field is set by one store), so a poisoned lock is used as is.
+    fn state(&self) -> MutexGuard<'_, CqState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Where the ring is.
     pub(crate) fn desc(&self) -> RingDesc {
-        self.desc.get()
+        self.state().desc
     }
 
     /// Completions written and not yet polled.
-    pub(crate) fn pending(&self, host: &dyn HostMemory) -> Result<u32> {
-        let producer = load(host, self.desc(), PRODUCER_OFFSET)?;
-        Ok(producer.wrapping_sub(self.consumer.get()))
+    fn pending(state: &CqState, host: &dyn HostMemory) -> Result<u32> {
+        let producer = load(host, state.desc, PRODUCER_OFFSET)?;
+        Ok(producer.wrapping_sub(state.consumer))
     }
 
-    /// Follows the HCA to the ring `desc` a resize moved the CQ to: the
-    /// completions not yet polled start at its entry 0.
-    pub(crate) fn switch(&self, desc: RingDesc) {
-        self.desc.set(desc);
-        self.consumer.set(0);
+    /// Moves the ring, with no poll in between: refused (EINVAL) when it
+    /// holds more than `cqe` completions, else `move_to` has the HCA move
+    /// the completions not yet polled to a new ring, whose entry 0 they
+    /// start at, and the driver follows. Returns the old ring.
+    pub(crate) fn resize(
+        &self,
+        host: &dyn HostMemory,
+        cqe: u32,
+        move_to: impl FnOnce() -> Result<RingDesc>,
+    ) -> Result<RingDesc> {
+        let mut state = self.state();
+        if cqe < CqRing::pending(&state, host)? {
+            return Err(Error::Invalid("CQ depth below the completions it holds"));
+        }
+        let desc = move_to()?;
+        let old = state.desc;
+        *state = CqState { desc, consumer: 0 };
+        Ok(old)
     }
 
     /// Up to `max` completions, oldest first; their slots are handed back
     /// (one release of the consumer index). A CQE that does not decode
     /// fails the poll, and nothing is consumed.
     pub(crate) fn poll(&self, host: &dyn HostMemory, max: usize) -> Result<Vec<Cqe>> {
-        let desc = self.desc();
+        let mut state = self.state();
+        let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
         let mut out = Vec::new();
-        let mut consumer = self.consumer.get();
+        let mut consumer = state.consumer;
         while consumer != producer && out.len() < max {
             let mut bytes = [0u8; CQE_LEN];
             host.read(desc.entry_addr(consumer), &mut bytes)?;
@@ -195,7 +227,7 @@ impl CqRing {
             consumer = consumer.wrapping_add(1);
         }
         if !out.is_empty() {
-            self.consumer.set(consumer);
+            state.consumer = consumer;
             publish(host, desc, CONSUMER_OFFSET, consumer)?;
         }
         Ok(out)
@@ -209,9 +241,10 @@ impl CqRing {
     /// into a slot until the consumer index hands it back. Returns how many
     /// were removed.
     pub(crate) fn discard(&self, host: &dyn HostMemory, qpn: Qpn) -> Result<u32> {
-        let desc = self.desc();
+        let mut state = self.state();
+        let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
-        let consumer = self.consumer.get();
+        let consumer = state.consumer;
         let mut removed = 0u32;
         let mut index = producer;
         while index != consumer {
@@ -227,7 +260,7 @@ impl CqRing {
         }
         if removed > 0 {
             let consumer = consumer.wrapping_add(removed);
-            self.consumer.set(consumer);
+            state.consumer = consumer;
             publish(host, desc, CONSUMER_OFFSET, consumer)?;
         }
         Ok(removed)
@@ -327,13 +360,41 @@ mod tests {
     }
 
     #[test]
+    fn two_threads_polling_one_cq_take_each_completion_once() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 512, CQE_LEN as u32));
+        for n in 0..500u32 {
+            let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Send, Qpn::new(16));
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
+        }
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 500).unwrap();
+        let take = || {
+            let mut got = Vec::new();
+            while let Some(cqe) = cq.poll(&host, 1).unwrap().pop() {
+                got.push(cqe.wr_id);
+            }
+            got
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(take);
+            let b = s.spawn(take);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        assert!(a.windows(2).all(|w| w[0] < w[1]) && b.windows(2).all(|w| w[0] < w[1]));
+        let mut all: Vec<u64> = a.into_iter().chain(b).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..500).collect::<Vec<u64>>(), "each once");
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 500);
+    }
+
+    #[test]
     fn a_qps_completions_are_discarded_and_the_others_kept_in_order() {
         let host = SimMemory::strict(1 << 20);
         let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
         // Indices from 2, so that the six CQEs wrap the four slots.
         publish(&host, cq.desc(), PRODUCER_OFFSET, 2).unwrap();
         publish(&host, cq.desc(), CONSUMER_OFFSET, 2).unwrap();
-        cq.consumer.set(2);
+        cq.state().consumer = 2;
         let write = |n: u32, qpn: u32| {
             let cqe = Cqe::new(u64::from(n), WcStatus::WrFlushErr, WcOpcode::Recv, Qpn::new(qpn));
             host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();

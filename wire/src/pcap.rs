@@ -4,14 +4,21 @@
 //! never panics, whatever the bytes: a damaged header is an error from
 //! [`CaptureReader::new`], a damaged or cut record ends the walk with an
 //! error item. [`PcapSink`] writes Ethernet frames, as uroce's `--capture`
-//! will.
+//! will; [`PcapNgSink`] writes them as pcapng, each with an optional
+//! comment (Wireshark's `frame.comment`), and [`CaptureWriter`] writes
+//! either ([`CaptureFormat`]).
 
 use crate::ethernet;
 use crate::frame::Link;
 use core::time::Duration;
 use pcap_file::pcap::{PcapHeader, PcapPacket, PcapParser, PcapWriter};
-use pcap_file::pcapng::{Block, PcapNgParser};
+use pcap_file::pcapng::blocks::enhanced_packet::{EnhancedPacketBlock, EnhancedPacketOption};
+use pcap_file::pcapng::blocks::interface_description::{
+    InterfaceDescriptionBlock, InterfaceDescriptionOption,
+};
+use pcap_file::pcapng::{Block, PcapNgParser, PcapNgWriter};
 use pcap_file::{DataLink, PcapError, TsResolution};
+use std::borrow::Cow;
 use std::io::{self, Write};
 
 /// One captured frame.
@@ -29,6 +36,9 @@ pub struct CapturedFrame<'a> {
     pub data: &'a [u8],
     /// The frame's length on the wire.
     pub orig_len: u32,
+    /// The frame's comment (pcapng's `opt_comment`; the first, if several),
+    /// as Wireshark shows in `frame.comment`. Classic pcap has none.
+    pub comment: Option<&'a str>,
 }
 
 /// Why a capture file could not be read (all of it).
@@ -150,6 +160,7 @@ impl<'a> CaptureReader<'a> {
                     link_type,
                     data,
                     orig_len: raw.orig_len,
+                    comment: None,
                 }))
             }
             Err(e) => Some(Err(self.fail(e))),
@@ -164,20 +175,32 @@ impl<'a> CaptureReader<'a> {
                 Err(e) => return Some(Err(self.fail(e))),
             };
             self.rest = rest;
-            let (interface_id, timestamp, orig_len, data) = match block {
-                Block::EnhancedPacket(p) => (p.interface_id, p.timestamp, p.original_len, p.data),
-                Block::SimplePacket(p) => (0, Duration::ZERO, p.original_len, p.data),
-                // The obsolete Packet block: microseconds unless the interface says otherwise.
+            let (interface_id, raw_ts, orig_len, data, comment) = match block {
+                Block::EnhancedPacket(p) => {
+                    let comment = p.options.into_iter().find_map(|o| match o {
+                        EnhancedPacketOption::Comment(Cow::Borrowed(c)) => Some(c),
+                        _ => None,
+                    });
+                    (p.interface_id, Some(p.timestamp), p.original_len, p.data, comment)
+                }
+                Block::SimplePacket(p) => (0, None, p.original_len, p.data, None),
+                // The obsolete Packet block: its timestamp as the EPB's.
                 Block::Packet(p) => (
                     u32::from(p.interface_id),
-                    Duration::from_micros(p.timestamp),
+                    Some(Duration::from_nanos(p.timestamp)),
                     p.original_len,
                     p.data,
+                    None,
                 ),
                 _ => continue,
             };
-            let link_type =
-                parser.interfaces().get(interface_id as usize).map(|i| u32::from(i.linktype));
+            let interface = parser.interfaces().get(interface_id as usize);
+            let link_type = interface.map(|i| u32::from(i.linktype));
+            // `pcap-file` hands the raw timestamp over as nanoseconds,
+            // whatever unit the interface counts in.
+            let timestamp = raw_ts.map_or(Duration::ZERO, |raw| {
+                scale_timestamp(raw.as_nanos(), interface.map_or(6, ts_resolution))
+            });
             let data: &'a [u8] = match data {
                 std::borrow::Cow::Borrowed(d) => d,
                 std::borrow::Cow::Owned(_) => unreachable!("the parser borrows"),
@@ -190,8 +213,39 @@ impl<'a> CaptureReader<'a> {
                 link_type: link_type.unwrap_or(u32::MAX),
                 data,
                 orig_len,
+                comment,
             }));
         }
+    }
+}
+
+/// An interface's `if_tsresol` (6, microseconds, when it states none).
+fn ts_resolution(interface: &InterfaceDescriptionBlock<'_>) -> u8 {
+    interface
+        .options
+        .iter()
+        .find_map(|o| match o {
+            InterfaceDescriptionOption::IfTsResol(r) => Some(*r),
+            _ => None,
+        })
+        .unwrap_or(6)
+}
+
+/// A pcapng timestamp of `raw` units of `if_tsresol` `resolution` (bit 7
+/// clear: 10^-n s; set: 2^-n s) as a time since the epoch; saturates.
+fn scale_timestamp(raw: u128, resolution: u8) -> Duration {
+    let n = u32::from(resolution & 0x7f);
+    let units_per_sec =
+        if resolution & 0x80 == 0 { 10u128.checked_pow(n) } else { 1u128.checked_shl(n) };
+    // A resolution no timestamp fits in (beyond 10^-38 or 2^-127 s).
+    let Some(units_per_sec) = units_per_sec else { return Duration::ZERO };
+    let secs = raw / units_per_sec;
+    // Saturates only for units finer than 10^-29 s, which no capture uses.
+    let frac_ns =
+        ((raw % units_per_sec).saturating_mul(1_000_000_000) / units_per_sec).min(999_999_999);
+    match u64::try_from(secs) {
+        Ok(secs) => Duration::new(secs, frac_ns as u32),
+        Err(_) => Duration::MAX,
     }
 }
 
@@ -234,9 +288,7 @@ impl<W: Write> PcapSink<W> {
 
     /// Writes one frame captured at `timestamp`.
     pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> io::Result<()> {
-        let len = u32::try_from(frame.len()).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidInput, "frame longer than u32::MAX bytes")
-        })?;
+        let len = frame_len(frame)?;
         self.writer.write_packet(&PcapPacket::new(timestamp, len, frame)).map_err(write_error)?;
         Ok(())
     }
@@ -244,6 +296,122 @@ impl<W: Write> PcapSink<W> {
     /// Returns the writer.
     pub fn into_inner(self) -> W {
         self.writer.into_writer()
+    }
+}
+
+/// Writes Ethernet frames to a pcapng file, each with an optional comment
+/// (`opt_comment`, Wireshark's `frame.comment`): a section header, one
+/// interface (Ethernet, [`SNAPLEN`], nanosecond timestamps) and an
+/// enhanced packet block per frame.
+pub struct PcapNgSink<W: Write> {
+    writer: PcapNgWriter<W>,
+}
+
+/// The longest comment written: an option's length is 16 bits (longer
+/// ones are cut at a character boundary).
+pub const MAX_COMMENT: usize = u16::MAX as usize - 3;
+
+impl<W: Write> PcapNgSink<W> {
+    /// Writes the section header and the interface's description.
+    pub fn new(writer: W) -> io::Result<PcapNgSink<W>> {
+        let mut writer = PcapNgWriter::new(writer).map_err(write_error)?;
+        // `pcap-file` writes an EPB's timestamp as whole nanoseconds: the
+        // interface must say so (if_tsresol 9), or readers, which assume
+        // microseconds, would be 1000 times off.
+        let interface = InterfaceDescriptionBlock {
+            linktype: DataLink::ETHERNET,
+            snaplen: SNAPLEN,
+            options: vec![InterfaceDescriptionOption::IfTsResol(9)],
+        };
+        writer.write_pcapng_block(interface).map_err(write_error)?;
+        Ok(PcapNgSink { writer })
+    }
+
+    /// Writes one frame captured at `timestamp`, with `comment` if any.
+    pub fn write_frame(
+        &mut self,
+        timestamp: Duration,
+        frame: &[u8],
+        comment: Option<&str>,
+    ) -> io::Result<()> {
+        let original_len = frame_len(frame)?;
+        let options = match comment {
+            Some(comment) => {
+                vec![EnhancedPacketOption::Comment(Cow::Borrowed(cut_comment(comment)))]
+            }
+            None => Vec::new(),
+        };
+        let packet = EnhancedPacketBlock {
+            interface_id: 0,
+            timestamp,
+            original_len,
+            data: Cow::Borrowed(frame),
+            options,
+        };
+        self.writer.write_pcapng_block(packet).map_err(write_error)?;
+        Ok(())
+    }
+
+    /// Returns the writer.
+    pub fn into_inner(self) -> W {
+        self.writer.into_inner()
+    }
+}
+
+/// `comment`, cut to at most [`MAX_COMMENT`] bytes at a character boundary.
+fn cut_comment(comment: &str) -> &str {
+    if comment.len() <= MAX_COMMENT {
+        return comment;
+    }
+    let mut end = MAX_COMMENT;
+    while !comment.is_char_boundary(end) {
+        end -= 1;
+    }
+    &comment[..end]
+}
+
+/// A frame's length as a capture record states it.
+fn frame_len(frame: &[u8]) -> io::Result<u32> {
+    u32::try_from(frame.len()).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, "frame longer than u32::MAX bytes")
+    })
+}
+
+/// The file format a [`CaptureWriter`] writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CaptureFormat {
+    /// Classic pcap with nanosecond timestamps (the default): comments
+    /// are dropped.
+    #[default]
+    Pcap,
+    /// pcapng, where a frame may carry a comment.
+    PcapNg,
+}
+
+/// Either sink.
+enum Sink<W: Write> {
+    Pcap(PcapSink<W>),
+    PcapNg(PcapNgSink<W>),
+}
+
+impl<W: Write> Sink<W> {
+    fn write_frame(
+        &mut self,
+        timestamp: Duration,
+        frame: &[u8],
+        comment: Option<&str>,
+    ) -> io::Result<()> {
+        match self {
+            Sink::Pcap(sink) => sink.write_frame(timestamp, frame),
+            Sink::PcapNg(sink) => sink.write_frame(timestamp, frame, comment),
+        }
+    }
+
+    fn into_inner(self) -> W {
+        match self {
+            Sink::Pcap(sink) => sink.into_inner(),
+            Sink::PcapNg(sink) => sink.into_inner(),
+        }
     }
 }
 
@@ -255,22 +423,30 @@ impl<W: Write> PcapSink<W> {
 /// short in the middle of a record would not read), and every write
 /// reports that the capture stopped. A capture never stops what it
 /// watches: callers count the errors and go on.
+///
+/// Classic pcap unless made [`CaptureWriter::with_format`] pcapng, where
+/// [`CaptureWriter::write_packet_commented`] annotates a frame.
 pub struct CaptureWriter<W: Write> {
-    sink: Option<PcapSink<W>>,
+    sink: Option<Sink<W>>,
+    format: CaptureFormat,
     frame: Vec<u8>,
     frames: u64,
     error: Option<String>,
 }
 
 impl<W: Write> CaptureWriter<W> {
-    /// Writes the file header (an error is the writer's own).
+    /// Writes a classic pcap file's header (an error is the writer's own).
     pub fn new(writer: W) -> io::Result<CaptureWriter<W>> {
-        Ok(CaptureWriter {
-            sink: Some(PcapSink::new(writer)?),
-            frame: Vec::new(),
-            frames: 0,
-            error: None,
-        })
+        CaptureWriter::with_format(writer, CaptureFormat::Pcap)
+    }
+
+    /// Writes the file header of `format` (an error is the writer's own).
+    pub fn with_format(writer: W, format: CaptureFormat) -> io::Result<CaptureWriter<W>> {
+        let sink = match format {
+            CaptureFormat::Pcap => Sink::Pcap(PcapSink::new(writer)?),
+            CaptureFormat::PcapNg => Sink::PcapNg(PcapNgSink::new(writer)?),
+        };
+        Ok(CaptureWriter { sink: Some(sink), format, frame: Vec::new(), frames: 0, error: None })
     }
 
     /// Writes an IP packet behind an Ethernet header from `source_mac` to
@@ -282,6 +458,19 @@ impl<W: Write> CaptureWriter<W> {
         source_mac: [u8; 6],
         packet: &[u8],
     ) -> io::Result<()> {
+        self.write_packet_commented(timestamp, destination_mac, source_mac, packet, None)
+    }
+
+    /// [`CaptureWriter::write_packet`] with a comment on the frame (kept
+    /// in pcapng, dropped in classic pcap).
+    pub fn write_packet_commented(
+        &mut self,
+        timestamp: Duration,
+        destination_mac: [u8; 6],
+        source_mac: [u8; 6],
+        packet: &[u8],
+        comment: Option<&str>,
+    ) -> io::Result<()> {
         let header = ethernet::Repr {
             source: source_mac,
             destination: destination_mac,
@@ -289,17 +478,28 @@ impl<W: Write> CaptureWriter<W> {
         };
         let mut frame = core::mem::take(&mut self.frame);
         header.frame_into(packet, &mut frame);
-        let result = self.write_frame(timestamp, &frame);
+        let result = self.write_frame_commented(timestamp, &frame, comment);
         self.frame = frame;
         result
     }
 
     /// Writes a whole frame as it is.
     pub fn write_frame(&mut self, timestamp: Duration, frame: &[u8]) -> io::Result<()> {
+        self.write_frame_commented(timestamp, frame, None)
+    }
+
+    /// [`CaptureWriter::write_frame`] with a comment on the frame (kept in
+    /// pcapng, dropped in classic pcap).
+    pub fn write_frame_commented(
+        &mut self,
+        timestamp: Duration,
+        frame: &[u8],
+        comment: Option<&str>,
+    ) -> io::Result<()> {
         let Some(sink) = self.sink.as_mut() else {
             return Err(io::Error::other("the capture stopped after an earlier write error"));
         };
-        match sink.write_frame(timestamp, frame) {
+        match sink.write_frame(timestamp, frame, comment) {
             Ok(()) => {
                 self.frames += 1;
                 Ok(())
@@ -310,6 +510,11 @@ impl<W: Write> CaptureWriter<W> {
                 Err(e)
             }
         }
+    }
+
+    /// The format being written.
+    pub fn format(&self) -> CaptureFormat {
+        self.format
     }
 
     /// Frames written.
@@ -337,6 +542,7 @@ impl<W: Write> CaptureWriter<W> {
 impl<W: Write> core::fmt::Debug for CaptureWriter<W> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CaptureWriter")
+            .field("format", &self.format)
             .field("frames", &self.frames)
             .field("error", &self.error)
             .finish()
@@ -438,6 +644,74 @@ mod tests {
         assert!(capture.write_frame(Duration::ZERO, &[1; 20]).is_err(), "stopped");
         assert_eq!(capture.frames(), 0);
         assert!(capture.finish().is_err());
+    }
+
+    #[test]
+    fn pcapng_frames_carry_their_comments_and_nanosecond_timestamps() {
+        let mut capture = CaptureWriter::with_format(Vec::new(), CaptureFormat::PcapNg).unwrap();
+        assert_eq!(capture.format(), CaptureFormat::PcapNg);
+        let (a, b) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+        let t0 = Duration::new(1_700_000_000, 123_456_789);
+        capture
+            .write_packet_commented(t0, b, a, &[0x45, 0, 0, 20], Some("uroce scenario: rule cut"))
+            .unwrap();
+        capture.write_frame(t0 + Duration::from_nanos(1), &[9; 21]).unwrap();
+        capture.write_frame_commented(Duration::new(2, 0), &[7; 3], Some("DROPPED ü")).unwrap();
+        assert_eq!(capture.frames(), 3);
+        let bytes = capture.finish().unwrap();
+        assert_eq!(&bytes[..4], &PCAPNG_MAGIC);
+        let reader = CaptureReader::new(&bytes).unwrap();
+        assert_eq!(reader.pcap_link_type(), None);
+        let frames: Vec<_> = reader.map(Result::unwrap).collect();
+        assert_eq!(frames.len(), 3);
+        assert_eq!(frames[0].comment, Some("uroce scenario: rule cut"));
+        assert_eq!(frames[0].timestamp, t0, "if_tsresol 9: read back to the nanosecond");
+        assert_eq!(frames[0].link, Some(Link::Ethernet));
+        assert_eq!(frames[0].data, &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 8, 0, 0x45, 0, 0, 20]);
+        assert_eq!((frames[1].comment, frames[1].data.len()), (None, 21));
+        assert_eq!(frames[1].timestamp, t0 + Duration::from_nanos(1));
+        assert_eq!(frames[2].comment, Some("DROPPED ü"));
+        assert_eq!(frames[2].orig_len, 3);
+    }
+
+    #[test]
+    fn classic_pcap_drops_comments_and_stays_the_default() {
+        let mut capture = CaptureWriter::new(Vec::new()).unwrap();
+        assert_eq!(capture.format(), CaptureFormat::Pcap);
+        capture.write_frame_commented(Duration::new(1, 5), &[1; 14], Some("lost")).unwrap();
+        let bytes = capture.finish().unwrap();
+        let plain = {
+            let mut sink = PcapSink::new(Vec::new()).unwrap();
+            sink.write_frame(Duration::new(1, 5), &[1; 14]).unwrap();
+            sink.into_inner()
+        };
+        assert_eq!(bytes, plain, "the same bytes as without a comment");
+        let frame = CaptureReader::new(&bytes).unwrap().next().unwrap().unwrap();
+        assert_eq!(frame.comment, None);
+    }
+
+    #[test]
+    fn a_long_comment_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(40_000);
+        let mut sink = PcapNgSink::new(Vec::new()).unwrap();
+        sink.write_frame(Duration::ZERO, &[0; 14], Some(&long)).unwrap();
+        let bytes = sink.into_inner();
+        let frame = CaptureReader::new(&bytes).unwrap().next().unwrap().unwrap();
+        let comment = frame.comment.unwrap();
+        assert!(comment.len() <= MAX_COMMENT && comment.len() > MAX_COMMENT - 2);
+        assert!(long.starts_with(comment));
+    }
+
+    #[test]
+    fn pcapng_timestamps_follow_the_interfaces_resolution() {
+        // Microseconds when the interface states none (the pcapng default).
+        assert_eq!(scale_timestamp(1_500_000, 6), Duration::from_millis(1500));
+        assert_eq!(scale_timestamp(1_500_000_001, 9), Duration::new(1, 500_000_001));
+        assert_eq!(scale_timestamp(3, 0), Duration::from_secs(3));
+        // Bit 7: a power of two (2^-10 s units).
+        assert_eq!(scale_timestamp(1024 + 512, 0x80 | 10), Duration::from_millis(1500));
+        assert_eq!(scale_timestamp(5, 0x7f), Duration::ZERO, "10^-127 s: none fits");
+        assert_eq!(scale_timestamp(u128::MAX, 0), Duration::MAX);
     }
 
     #[test]
