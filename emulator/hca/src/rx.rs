@@ -121,12 +121,13 @@ impl Hca {
 
 impl QpStep<'_> {
     /// One packet from this QP: what the responder owes first, then the
-    /// requester's next request.
+    /// requester's next request. The one place both engines' packets
+    /// pass: it stamps the local QPN.
     pub(crate) fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(t) = self.next_response_packet(buf) {
-            return Some(t);
-        }
-        self.next_request_packet(now, buf)
+        let response = self.next_response_packet(buf);
+        let mut transmit = response.or_else(|| self.next_request_packet(now, buf))?;
+        transmit.local_qpn = Some(self.qp.qpn);
+        Some(transmit)
     }
 }
 
