@@ -15,6 +15,7 @@ pub mod config;
 pub mod counters;
 pub mod cq;
 pub mod endpoint;
+pub mod fault;
 mod gsi;
 pub mod handles;
 pub mod hca;
@@ -34,6 +35,7 @@ pub mod time;
 pub mod trace;
 
 pub use endpoint::{Endpoint, PacketKind, Transmit};
+pub use fault::DeviceFault;
 pub use hca::Hca;
 pub use shared::{Driver, SharedHca};
 pub use time::Instant;
