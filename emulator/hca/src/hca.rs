@@ -206,6 +206,8 @@ pub struct Hca {
     /// The device crashed ([`crate::fault::DeviceFault::Crash`]): it takes
     /// no packet, doorbell or timer and sends nothing.
     pub(crate) crashed: bool,
+    /// The completions written, by status ([`Hca::completion_tally`]).
+    pub(crate) tally: crate::tally::CompletionTally,
 }
 
 impl Hca {
@@ -245,6 +247,7 @@ impl Hca {
             gsi,
             mcast: crate::mcast::McastGroups::default(),
             crashed: false,
+            tally: crate::tally::CompletionTally::default(),
             gids,
             addresses,
             mem,

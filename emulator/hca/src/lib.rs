@@ -31,6 +31,7 @@ mod rx;
 pub mod send_op;
 pub mod shared;
 pub mod tables;
+pub mod tally;
 pub mod time;
 pub mod trace;
 

@@ -340,6 +340,11 @@ fn an_injected_key_failure_is_a_remote_access_error_on_a_good_key() {
     assert_eq!(statuses(&at_b), vec![(10, WcStatus::Success), (11, WcStatus::WrFlushErr)]);
     let cb = w.counters(1);
     assert_eq!((cb.injected_key_fail, cb.send_nak), (1, 1));
+    // The device's tally: what a scenario's summary line reports.
+    let tally = w.nodes[0].hca.borrow().completion_tally().clone();
+    assert_eq!((tally.successes(), tally.errors()), (1, 2));
+    let first = tally.first_error().expect("an error");
+    assert_eq!((first.qpn, first.wr_id, first.status), (a.qpn(), 2, WcStatus::RemAccessErr));
 }
 
 #[test]
@@ -486,6 +491,7 @@ fn a_crashed_device_is_silent_and_the_peer_ends_in_retry_exc_err() {
     assert_eq!(statuses(&w.nodes[1].cq.poll(8).unwrap()), vec![(10, WcStatus::Success)]);
     w.async_events(1);
     let sent_before = w.counters(1).sent_pkts;
+    let tally_before = w.nodes[1].hca.borrow().completion_tally().clone();
 
     w.inject(1, DeviceFault::Crash).unwrap();
     let from_crashed = w.fabric.add_rule(Rule::new(Matcher::any().from(NodeId(1)), Action::Drop));
@@ -509,6 +515,9 @@ fn a_crashed_device_is_silent_and_the_peer_ends_in_retry_exc_err() {
     // dead device.
     assert_eq!(cb.rcvd_unknown_qp, 16);
     assert!(w.nodes[1].cq.poll(8).unwrap().is_empty(), "no flush, no completion");
+    assert_eq!(w.nodes[1].hca.borrow().completion_tally(), &tally_before);
+    let first = w.nodes[0].hca.borrow().completion_tally().first_error().expect("an error");
+    assert_eq!((first.wr_id, first.status), (2, WcStatus::RetryExcErr));
     assert!(w.async_events(1).is_empty());
     let hca = w.nodes[1].hca.borrow();
     assert!(hca.qp(b.qpn()).unwrap().injected.killed);
