@@ -69,6 +69,11 @@ impl World {
     }
 
     fn qp(&self, n: usize) -> Qp {
+        self.qp_on(n, None)
+    }
+
+    /// A QP of node `n` taking its receives from `srq`, if one.
+    fn qp_on(&self, n: usize, srq: Option<&uroce_verbs::Srq>) -> Qp {
         let node = &self.nodes[n];
         let cap = QpCap {
             max_send_wr: 64,
@@ -81,7 +86,7 @@ impl World {
             qp_type: QpType::Rc,
             send_cq: &node.cq,
             recv_cq: &node.cq,
-            srq: None,
+            srq,
             cap,
             sq_sig_all: false,
         };
@@ -90,7 +95,11 @@ impl World {
 
     /// An RC pair: `a` on node 0, `b` on node 1, connected with `tuning`.
     fn rc_pair(&self, tuning: &Tuning) -> (Qp, Qp) {
-        let (a, b) = (self.qp(0), self.qp(1));
+        self.connect(self.qp(0), self.qp(1), tuning)
+    }
+
+    /// Connects `a` (node 0) and `b` (node 1).
+    fn connect(&self, a: Qp, b: Qp, tuning: &Tuning) -> (Qp, Qp) {
         let remote = |n: usize, qp: &Qp, psn| Remote {
             gid: Gid::from_ip(IpAddr::V4(self.nodes[n].ip)),
             qpn: qp.qpn(),
@@ -256,6 +265,25 @@ fn injected_rnr_naks_are_retried_then_the_send_lands_in_the_posted_receive() {
         })
         .count();
     assert_eq!(refused, 3, "{steps:#?}");
+}
+
+#[test]
+fn injected_rnr_leaves_the_srq_wqe_for_the_retry() {
+    let mut w = World::new();
+    let srq = w.nodes[1].pd.create_srq(4, 1, 0).unwrap();
+    let (a, b) = w.connect(w.qp(0), w.qp_on(1, Some(&srq)), &tuning());
+    let (mr_a, mr_b) = (w.mr(0), w.mr(1));
+    mr_a.write(0, &pattern(100, 7)).unwrap();
+    // One receive in the SRQ: were a refused attempt to take it, the
+    // retries would find none and the SEND would never complete.
+    srq.post_recv(&[recv(40, &mr_b, 0, 256)]).unwrap();
+    w.inject(1, DeviceFault::Rnr { qpn: Some(b.qpn()), count: 2 }).unwrap();
+    a.post_send(&[send(1, &mr_a, 100)]).unwrap();
+    assert_eq!(statuses(&w.wait(0, 1, 100 * MS)), vec![(1, WcStatus::Success)]);
+    w.settle(10 * MS);
+    assert_eq!(statuses(&w.nodes[1].cq.poll(8).unwrap()), vec![(40, WcStatus::Success)]);
+    assert_eq!(mr_b.read_vec(0, 100).unwrap(), pattern(100, 7));
+    assert_eq!((w.counters(1).injected_rnr, w.counters(0).rcvd_rnr_err), (2, 2));
 }
 
 #[test]
