@@ -69,11 +69,11 @@ impl World {
     }
 
     fn qp(&self, n: usize) -> Qp {
-        self.qp_on(n, None)
+        self.qp_on(n, QpType::Rc, None)
     }
 
-    /// A QP of node `n` taking its receives from `srq`, if one.
-    fn qp_on(&self, n: usize, srq: Option<&uroce_verbs::Srq>) -> Qp {
+    /// A QP of `qp_type` on node `n`, taking its receives from `srq`, if one.
+    fn qp_on(&self, n: usize, qp_type: QpType, srq: Option<&uroce_verbs::Srq>) -> Qp {
         let node = &self.nodes[n];
         let cap = QpCap {
             max_send_wr: 64,
@@ -83,7 +83,7 @@ impl World {
             max_inline_data: 64,
         };
         let init = QpInitAttr {
-            qp_type: QpType::Rc,
+            qp_type,
             send_cq: &node.cq,
             recv_cq: &node.cq,
             srq,
@@ -271,7 +271,7 @@ fn injected_rnr_naks_are_retried_then_the_send_lands_in_the_posted_receive() {
 fn injected_rnr_leaves_the_srq_wqe_for_the_retry() {
     let mut w = World::new();
     let srq = w.nodes[1].pd.create_srq(4, 1, 0).unwrap();
-    let (a, b) = w.connect(w.qp(0), w.qp_on(1, Some(&srq)), &tuning());
+    let (a, b) = w.connect(w.qp(0), w.qp_on(1, QpType::Rc, Some(&srq)), &tuning());
     let (mr_a, mr_b) = (w.mr(0), w.mr(1));
     mr_a.write(0, &pattern(100, 7)).unwrap();
     // One receive in the SRQ: were a refused attempt to take it, the
@@ -284,6 +284,29 @@ fn injected_rnr_leaves_the_srq_wqe_for_the_retry() {
     assert_eq!(statuses(&w.nodes[1].cq.poll(8).unwrap()), vec![(40, WcStatus::Success)]);
     assert_eq!(mr_b.read_vec(0, 100).unwrap(), pattern(100, 7));
     assert_eq!((w.counters(1).injected_rnr, w.counters(0).rcvd_rnr_err), (2, 2));
+}
+
+#[test]
+fn injected_rnr_on_uc_drops_the_message_as_without_a_receive() {
+    let mut w = World::new();
+    let (a, b) = w.connect(w.qp_on(0, QpType::Uc, None), w.qp_on(1, QpType::Uc, None), &tuning());
+    let (mr_a, mr_b) = (w.mr(0), w.mr(1));
+    mr_a.write(0, &pattern(300, 8)).unwrap();
+    b.post_recv(&[recv(50, &mr_b, 0, 1024)]).unwrap();
+    w.inject(1, DeviceFault::Rnr { qpn: Some(b.qpn()), count: 1 }).unwrap();
+    // UC has no NAK and no retry: the first message is lost, the second
+    // takes the receive the fault left posted.
+    a.post_send(&[send(1, &mr_a, 200), send(2, &mr_a, 300)]).unwrap();
+    assert_eq!(
+        statuses(&w.wait(0, 2, 10 * MS)),
+        vec![(1, WcStatus::Success), (2, WcStatus::Success)]
+    );
+    w.settle(10 * MS);
+    let at_b = w.nodes[1].cq.poll(8).unwrap();
+    assert_eq!(statuses(&at_b), vec![(50, WcStatus::Success)]);
+    assert_eq!(at_b[0].byte_len, 300, "the second message");
+    let cb = w.counters(1);
+    assert_eq!((cb.injected_rnr, cb.send_rnr_err, cb.send_nak), (1, 0, 0));
 }
 
 #[test]
