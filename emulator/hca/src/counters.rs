@@ -69,11 +69,27 @@ pub struct Counters {
     /// MADs the CM wanted sent that could not be (no local address of the
     /// peer's IP version).
     pub mad_send_err: u64,
+    /// Receive-consuming requests an injected [`crate::DeviceFault::Rnr`]
+    /// refused: on RC each is an RNR NAK (also in `send_rnr_err`), on
+    /// UC/UD a dropped message.
+    pub injected_rnr: u64,
+    /// R_Key checks an injected [`crate::DeviceFault::FailKeyCheck`]
+    /// failed (each NAK also in `send_nak`).
+    pub injected_key_fail: u64,
+    /// Responder memory accesses an injected
+    /// [`crate::DeviceFault::DmaFault`] faulted (each NAK also in
+    /// `send_nak`).
+    pub injected_dma_fault: u64,
+    /// Requests dropped by a responder stalled by an injected
+    /// [`crate::DeviceFault::StallResponder`].
+    pub rcvd_stalled_drop: u64,
+    /// QPs killed by an injected [`crate::DeviceFault::Crash`].
+    pub killed_qps: u64,
 }
 
 impl Counters {
     /// Every counter with its name, for `devinfo`-style dumps.
-    pub fn named(&self) -> [(&'static str, u64); 26] {
+    pub fn named(&self) -> [(&'static str, u64); 31] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -101,6 +117,11 @@ impl Counters {
             ("mad_send_err", self.mad_send_err),
             ("rcvd_mcast_pkts", self.rcvd_mcast_pkts),
             ("rcvd_mcast_drop", self.rcvd_mcast_drop),
+            ("injected_rnr", self.injected_rnr),
+            ("injected_key_fail", self.injected_key_fail),
+            ("injected_dma_fault", self.injected_dma_fault),
+            ("rcvd_stalled_drop", self.rcvd_stalled_drop),
+            ("killed_qps", self.killed_qps),
         ]
     }
 }

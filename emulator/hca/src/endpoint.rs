@@ -27,6 +27,10 @@ pub struct Transmit {
     /// computed: the port a runtime sending through UDP sockets must send
     /// from for the ICRC to hold.
     pub source_port: u16,
+    /// The QP that sent it (`None`: QP1's MADs, and endpoints that are
+    /// not HCAs). A packet's BTH names the remote QP; a runtime that
+    /// follows flows per local QP (fault scenarios) reads this.
+    pub local_qpn: Option<uroce_wire::Qpn>,
 }
 
 impl Transmit {
@@ -34,7 +38,7 @@ impl Transmit {
     /// endpoints whose packets no runtime sorts or sends through sockets
     /// (the simulated fabric's toys and adversaries).
     pub const fn new(destination: IpAddr, len: usize) -> Transmit {
-        Transmit { destination, len, kind: PacketKind::Request, source_port: 0 }
+        Transmit { destination, len, kind: PacketKind::Request, source_port: 0, local_qpn: None }
     }
 }
 

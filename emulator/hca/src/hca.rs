@@ -7,7 +7,8 @@
 //!  receive() ──▶ responder (requests) / completer (responses)
 //!  poll_transmit() ◀── responder queue first, then the requester,
 //!                      round-robin over runnable QPs
-//!  poll_timeout() / handle_timeout() ◀▶ retransmit and RNR timers
+//!  poll_timeout() / handle_timeout() ◀▶ retransmit, RNR and stall timers
+//!  inject_fault() ──▶ device-side faults (see [`crate::fault`])
 //! ```
 
 use crate::config::{HcaConfig, FIRST_QPN};
@@ -72,6 +73,14 @@ pub(crate) enum TimerKind {
     Retransmit,
     /// End of an RNR wait (requester).
     Rnr,
+    /// End of an injected responder stall ([`crate::fault::DeviceFault::StallResponder`]).
+    StallEnd,
+}
+
+impl TimerKind {
+    /// Every kind: what a QP that goes away must stop.
+    pub(crate) const ALL: [TimerKind; 3] =
+        [TimerKind::Retransmit, TimerKind::Rnr, TimerKind::StallEnd];
 }
 
 /// Puts QP `index`, whose context is `qp`, in the transmit schedule
@@ -109,6 +118,7 @@ impl Timers {
         let slot = match kind {
             TimerKind::Retransmit => &mut qp.comp.retransmit_at,
             TimerKind::Rnr => &mut qp.comp.rnr_until,
+            TimerKind::StallEnd => &mut qp.injected.stalled_until,
         };
         if let Some(old) = slot.take() {
             self.0.remove(&(old, index, kind));
@@ -193,6 +203,11 @@ pub struct Hca {
     pub(crate) gsi: crate::gsi::Gsi,
     /// Multicast groups and their QPs.
     pub(crate) mcast: crate::mcast::McastGroups,
+    /// The device crashed ([`crate::fault::DeviceFault::Crash`]): it takes
+    /// no packet, doorbell or timer and sends nothing.
+    pub(crate) crashed: bool,
+    /// The completions written, by status ([`Hca::completion_tally`]).
+    pub(crate) tally: crate::tally::CompletionTally,
 }
 
 impl Hca {
@@ -231,6 +246,8 @@ impl Hca {
             source_ports: crate::ports::SourcePorts::default(),
             gsi,
             mcast: crate::mcast::McastGroups::default(),
+            crashed: false,
+            tally: crate::tally::CompletionTally::default(),
             gids,
             addresses,
             mem,
@@ -246,7 +263,7 @@ impl Hca {
         self.last_now
     }
 
-    fn saw(&mut self, now: Instant) {
+    pub(crate) fn saw(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
     }
 
@@ -297,7 +314,7 @@ impl Hca {
     /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
     /// back without waiting for a timer.
     pub fn has_transmit_ready(&self) -> bool {
-        !self.sched.is_empty() || self.gsi_has_transmit()
+        !self.crashed && (!self.sched.is_empty() || self.gsi_has_transmit())
     }
 
     /// Whether events are waiting for [`Hca::poll_event`].
@@ -340,6 +357,10 @@ impl Hca {
     /// Rings a doorbell.
     pub fn doorbell(&mut self, now: Instant, doorbell: Doorbell) {
         self.saw(now);
+        if self.crashed {
+            // A dead device reads no queue: what is posted stays there.
+            return;
+        }
         match doorbell {
             Doorbell::SendQueue(qpn) | Doorbell::RecvQueue(qpn) => {
                 let Some(index) = self.qp_slot(qpn) else {
@@ -366,11 +387,17 @@ impl Endpoint for Hca {
 
     fn receive(&mut self, now: Instant, packet: &[u8]) {
         self.saw(now);
+        if self.crashed {
+            return self.drop_packet(now, None, crate::trace::DropReason::Crashed);
+        }
         self.receive_packet(now, packet);
     }
 
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         self.saw(now);
+        if self.crashed {
+            return None;
+        }
         // QP1's MADs first: rare, and the CM's retries are timed.
         if let Some(transmit) = self.gsi_transmit(now, buf) {
             return Some(transmit);
@@ -391,6 +418,9 @@ impl Endpoint for Hca {
     }
 
     fn poll_timeout(&self) -> Option<Instant> {
+        if self.crashed {
+            return None;
+        }
         let qps = self.timers.0.first().map(|&(at, _, _)| at);
         let cm = self.gsi.cm.poll_timeout().map(Instant::from_nanos);
         match (qps, cm) {
@@ -401,6 +431,9 @@ impl Endpoint for Hca {
 
     fn handle_timeout(&mut self, now: Instant) {
         self.saw(now);
+        if self.crashed {
+            return;
+        }
         self.gsi.cm.handle_timeout(now.as_nanos());
         while let Some(&(at, index, kind)) = self.timers.0.first() {
             if at > now {
@@ -418,6 +451,7 @@ impl Endpoint for Hca {
                     step.qp.comp.rnr_until = None;
                     step.after_progress(now);
                 }
+                TimerKind::StallEnd => step.stall_ended(),
             }
         }
     }

@@ -351,6 +351,9 @@ pub struct QpContext {
     pub sq_doorbell_seen: u32,
     /// Packets sent by this QP (for tests and dumps).
     pub sent_pkts: u64,
+    /// Device-side faults injected into this QP, still to act
+    /// ([`crate::Hca::inject_fault`]).
+    pub injected: crate::fault::Injected,
 }
 
 impl QpContext {

@@ -75,8 +75,12 @@ impl Hca {
                 return step.dev.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
             }
         }
-        step.dev.counters.rcvd_pkts += 1;
         let info = packet.info();
+        if !info.is(Mask::RESP) && step.qp.injected.stalled(now) {
+            // An injected responder stall: the request is not taken.
+            return step.dev.drop_packet(now, Some(qpn), DropReason::Stalled);
+        }
+        step.dev.counters.rcvd_pkts += 1;
         if info.is(Mask::RESP) {
             step.completer_receive(now, &packet);
         } else if step.qp.state != QpState::Err {
@@ -109,6 +113,10 @@ impl Hca {
                 step.dev.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
                 continue;
             }
+            if step.qp.injected.stalled(now) {
+                step.dev.drop_packet(now, Some(qpn), DropReason::Stalled);
+                continue;
+            }
             step.responder_receive(now, frame, packet);
         }
     }
@@ -120,13 +128,15 @@ impl Hca {
 }
 
 impl QpStep<'_> {
-    /// One packet from this QP: what the responder owes first, then the
-    /// requester's next request.
+    /// One packet from this QP: what the responder owes first (unless an
+    /// injected stall holds it), then the requester's next request. The
+    /// one place both engines' packets pass: it stamps the local QPN.
     pub(crate) fn transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(t) = self.next_response_packet(buf) {
-            return Some(t);
-        }
-        self.next_request_packet(now, buf)
+        let response =
+            if self.qp.injected.stalled(now) { None } else { self.next_response_packet(buf) };
+        let mut transmit = response.or_else(|| self.next_request_packet(now, buf))?;
+        transmit.local_qpn = Some(self.qp.qpn);
+        Some(transmit)
     }
 }
 
@@ -145,7 +155,10 @@ pub(crate) fn count_drop(
         | DropReason::BadPkey
         | DropReason::NotFromPeer
         | DropReason::BadQkey => c.rcvd_bad_key_or_addr += 1,
-        DropReason::UnknownQp | DropReason::QpCannotTakeIt => c.rcvd_unknown_qp += 1,
+        DropReason::UnknownQp | DropReason::QpCannotTakeIt | DropReason::Crashed => {
+            c.rcvd_unknown_qp += 1
+        }
+        DropReason::Stalled => c.rcvd_stalled_drop += 1,
         DropReason::NotAMad => {
             // QP1 cannot take it: counted with the packets no QP takes, as
             // before QP1 existed, and apart.

@@ -100,6 +100,12 @@ pub enum Step {
         /// Its opcode.
         opcode: WcOpcode,
     },
+    /// The runtime injected a device-side fault
+    /// ([`crate::Hca::inject_fault`]).
+    FaultInjected {
+        /// The fault.
+        fault: crate::fault::DeviceFault,
+    },
 }
 
 /// Why the receive path dropped a packet (each has its counter).
@@ -127,6 +133,12 @@ pub enum DropReason {
     /// To the multicast QPN for a group no QP of the device is attached
     /// to (`rcvd_mcast_drop`, and `rcvd_unknown_qp`).
     NoMulticastGroup,
+    /// A request to a QP whose responder is stalled by an injected fault
+    /// (`rcvd_stalled_drop`).
+    Stalled,
+    /// The device crashed (an injected fault) and takes nothing
+    /// (`rcvd_unknown_qp`: to the peer, its QPs are gone).
+    Crashed,
 }
 
 /// What the responder made of a request.
@@ -271,6 +283,7 @@ impl fmt::Display for Step {
             Step::Completion { qpn, cq, wr_id, status, opcode } => {
                 write!(f, "QP {qpn}: completion on CQ {cq}: wr_id {wr_id} {opcode:?} {status:?}")
             }
+            Step::FaultInjected { fault } => write!(f, "fault injected: {fault}"),
         }
     }
 }
@@ -304,6 +317,8 @@ impl fmt::Display for DropReason {
             DropReason::BadQkey => "wrong Q_Key",
             DropReason::NotAMad => "not a UD SEND_ONLY of one 256-byte MAD with the GSI Q_Key",
             DropReason::NoMulticastGroup => "to a multicast group no QP is attached to",
+            DropReason::Stalled => "the responder is stalled (injected fault)",
+            DropReason::Crashed => "the device crashed (injected fault)",
         })
     }
 }

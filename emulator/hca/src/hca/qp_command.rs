@@ -88,6 +88,7 @@ impl Hca {
                 scheduled: false,
                 sq_doorbell_seen: 0,
                 sent_pkts: 0,
+                injected: crate::fault::Injected::default(),
             })
             .map_err(|_| CmdError::NoResources("QP table full"))?;
         self.pd_use(pd, 1);
@@ -121,7 +122,7 @@ impl Hca {
         *generation = generation.wrapping_add(1);
         // Its timers go with it: left in the set, they would fire on the
         // next QP given this slot.
-        for kind in [TimerKind::Retransmit, TimerKind::Rnr] {
+        for kind in TimerKind::ALL {
             self.timers.set(index, &mut qp, kind, None);
         }
         self.sched.retain(|&i| i != index);

@@ -40,6 +40,8 @@ pub(crate) struct Device<'a> {
     pub(crate) ip_ids: &'a mut Ipv4Ids,
     /// The latest time the HCA was given.
     pub(crate) last_now: Instant,
+    /// The completions written, by status.
+    pub(crate) tally: &'a mut crate::tally::CompletionTally,
 }
 
 /// The QP a step works on, with the device state it needs.
@@ -79,6 +81,7 @@ impl Hca {
             source_ports: &self.source_ports,
             ip_ids: &mut self.ip_ids,
             last_now: self.last_now,
+            tally: &mut self.tally,
         };
         Some(QpStep { index, qp, dev })
     }
@@ -115,6 +118,7 @@ impl Device<'_> {
     ) -> CqeWrite {
         let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
         self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        self.tally.count(now, qpn, wr_id, status);
         let outcome = match self.cqs.get_mut(cq) {
             Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
             None => PostOutcome::Overrun,

@@ -363,5 +363,5 @@ pub(crate) fn emit_frame(
         _ => return None,
     };
     let len = frame.ok()?.emit(buf).ok()?;
-    Some(Transmit { destination: path.remote, len, kind, source_port: sport })
+    Some(Transmit { destination: path.remote, len, kind, source_port: sport, local_qpn: None })
 }

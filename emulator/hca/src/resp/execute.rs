@@ -6,7 +6,7 @@ use super::{access_refusal, Refusal};
 use crate::handles::PdIndex;
 use crate::hca::schedule_qp;
 use crate::hca::QpStep;
-use crate::mr::{MemoryTables, Origin, WordOp};
+use crate::mr::{Checked, Origin, WordOp};
 use crate::qp::{InMessage, QpContext, Resource, Responder, Response};
 use crate::time::Instant;
 use uroce_device::types::{Access, QpType, WcFlags, WcOpcode, WcStatus};
@@ -57,8 +57,7 @@ impl QpStep<'_> {
         } else if info.is(Mask::ATOMIC) {
             return self.execute_atomic(packet);
         } else if info.is(Mask::ATOMIC_WRITE) || info.is(Mask::FLUSH) {
-            let qp = &*self.qp;
-            execute_atomic_write_or_flush(self.dev.mem, qp, packet)?;
+            self.execute_atomic_write_or_flush(packet)?;
         } else {
             return Err(Refusal::InvalidRequest);
         }
@@ -186,7 +185,6 @@ impl QpStep<'_> {
                 offset: 0,
             });
         }
-        let (pd, qpn) = (qp.pd, qp.qpn);
         let Some(&InMessage::Write { va, rkey, dma_len, offset }) = qp.resp.msg.as_ref() else {
             return Err(Refusal::InvalidRequest);
         };
@@ -210,18 +208,8 @@ impl QpStep<'_> {
             },
             _ => None,
         };
-        let range = self
-            .dev
-            .mem
-            .check(
-                rkey,
-                pd,
-                va + offset,
-                payload.len() as u64,
-                Access::REMOTE_WRITE,
-                Origin::Remote { qpn },
-            )
-            .map_err(access_refusal)?;
+        let range =
+            self.check_remote(rkey, va + offset, payload.len() as u64, Access::REMOTE_WRITE)?;
         self.dev.mem.write(&range, payload).map_err(access_refusal)?;
         let qp = &mut *self.qp;
         if let Some(InMessage::Write { offset, .. }) = qp.resp.msg.as_mut() {
@@ -252,22 +240,13 @@ impl QpStep<'_> {
         let psn = packet.bth().psn();
         let qp = &mut *self.qp;
         rc_granting(qp, Access::REMOTE_READ)?;
-        let (pd, qpn, mtu) = (qp.pd, qp.qpn, qp.mtu());
+        let mtu = qp.mtu();
         let len = reth.dma_len();
         if len > self.dev.config.max_msg_size {
             return Err(Refusal::InvalidRequest);
         }
-        self.dev
-            .mem
-            .check(
-                reth.rkey().0,
-                pd,
-                reth.va(),
-                u64::from(len),
-                Access::REMOTE_READ,
-                Origin::Remote { qpn },
-            )
-            .map_err(access_refusal)?;
+        self.check_remote(reth.rkey().0, reth.va(), u64::from(len), Access::REMOTE_READ)?;
+        let qp = &mut *self.qp;
         let npkts = len.div_ceil(mtu).max(1);
         let resource =
             Resource::Read { first_psn: psn, npkts, va: reth.va(), rkey: reth.rkey().0, len };
@@ -289,25 +268,14 @@ impl QpStep<'_> {
         if atomic.va() % 8 != 0 {
             return Err(Refusal::InvalidRequest);
         }
-        let (pd, qpn) = (qp.pd, qp.qpn);
-        let range = self
-            .dev
-            .mem
-            .check(
-                atomic.rkey().0,
-                pd,
-                atomic.va(),
-                8,
-                Access::REMOTE_ATOMIC,
-                Origin::Remote { qpn },
-            )
-            .map_err(access_refusal)?;
+        let range = self.check_remote(atomic.rkey().0, atomic.va(), 8, Access::REMOTE_ATOMIC)?;
         let op = if packet.bth().opcode() == Opcode::RC_COMPARE_SWAP {
             WordOp::CompareSwap { compare: atomic.compare(), swap: atomic.swap_add() }
         } else {
             WordOp::FetchAdd(atomic.swap_add())
         };
         let orig = self.dev.mem.atomic(&range, op).map_err(access_refusal)?;
+        let qp = &mut *self.qp;
         let slot = qp.resp.store_resource(Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
         let msn = qp.resp.accept_request(psn.next(), true, true);
         if qp.resp.owe(Response::AtomicAck { resource: slot, msn }) {
@@ -363,44 +331,77 @@ fn rc_granting(qp: &QpContext, access: Access) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// ATOMIC WRITE (store the 8 bytes) and FLUSH (check the rights and the
-/// range) on `qp`.
-fn execute_atomic_write_or_flush(
-    mem: &MemoryTables,
-    qp: &QpContext,
-    packet: &uroce_wire::roce::Packet<&[u8]>,
-) -> Result<(), Refusal> {
-    let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
-    let (pd, qpn) = (qp.pd, qp.qpn);
-    if packet.info().is(Mask::ATOMIC_WRITE) {
-        if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+impl QpStep<'_> {
+    /// ATOMIC WRITE (store the 8 bytes) and FLUSH (check the rights and
+    /// the range).
+    fn execute_atomic_write_or_flush(
+        &mut self,
+        packet: &uroce_wire::roce::Packet<&[u8]>,
+    ) -> Result<(), Refusal> {
+        let reth = packet.reth().ok_or(Refusal::InvalidRequest)?;
+        let qp = &*self.qp;
+        if packet.info().is(Mask::ATOMIC_WRITE) {
+            if !qp.attr.qp_access_flags.contains(Access::REMOTE_WRITE) {
+                return Err(Refusal::AccessError);
+            }
+            let payload = packet.payload();
+            if payload.len() != 8 || reth.dma_len() != 8 || reth.va() % 8 != 0 {
+                return Err(Refusal::InvalidRequest);
+            }
+            let range = self.check_remote(reth.rkey().0, reth.va(), 8, Access::REMOTE_WRITE)?;
+            let value =
+                u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
+            self.dev.mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
+        } else {
+            // FLUSH: memory here is always coherent and "persistent" as far
+            // as the emulator can make it; check the rights and range.
+            let feth = packet.feth().ok_or(Refusal::InvalidRequest)?;
+            let mut needed = Access::EMPTY;
+            if feth.placement_type() & 0x1 != 0 {
+                needed = needed | Access::FLUSH_GLOBAL;
+            }
+            if feth.placement_type() & 0x2 != 0 {
+                needed = needed | Access::FLUSH_PERSISTENT;
+            }
+            let len = if feth.selectivity_level() == 1 { 0 } else { u64::from(reth.dma_len()) };
+            if len > 0 {
+                self.check_remote(reth.rkey().0, reth.va(), len, needed)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A request's R_Key check: may the peer access `[va, va + len)` of
+    /// this QP's protection domain with `needed` rights through `key`?
+    /// The one place request-time checks are made (a READ's responses,
+    /// which read memory again, check in `reply.rs`), and so where the
+    /// injected faults act: a [`crate::DeviceFault::FailKeyCheck`] fails
+    /// the check before it is made, a [`crate::DeviceFault::DmaFault`]
+    /// fails the access after it passed. A zero-length access checks no
+    /// key and touches no memory (IBA 9.4.1.1): no fault acts on it.
+    fn check_remote(
+        &mut self,
+        key: u32,
+        va: u64,
+        len: u64,
+        needed: Access,
+    ) -> Result<Checked, Refusal> {
+        let qp = &mut *self.qp;
+        let injected = &mut qp.injected;
+        if len > 0 && injected.key_fail_left > 0 {
+            injected.key_fail_left -= 1;
+            self.dev.counters.injected_key_fail += 1;
             return Err(Refusal::AccessError);
         }
-        let payload = packet.payload();
-        if payload.len() != 8 || reth.dma_len() != 8 || reth.va() % 8 != 0 {
-            return Err(Refusal::InvalidRequest);
+        let origin = Origin::Remote { qpn: qp.qpn };
+        let range =
+            self.dev.mem.check(key, qp.pd, va, len, needed, origin).map_err(access_refusal)?;
+        let injected = &mut qp.injected;
+        if len > 0 && injected.dma_fault_left > 0 {
+            injected.dma_fault_left -= 1;
+            self.dev.counters.injected_dma_fault += 1;
+            return Err(Refusal::OperationalError);
         }
-        let range = mem
-            .check(reth.rkey().0, pd, reth.va(), 8, Access::REMOTE_WRITE, Origin::Remote { qpn })
-            .map_err(access_refusal)?;
-        let value = u64::from_le_bytes(payload.try_into().map_err(|_| Refusal::InvalidRequest)?);
-        mem.atomic(&range, WordOp::Store(value)).map_err(access_refusal)?;
-    } else {
-        // FLUSH: memory here is always coherent and "persistent" as far
-        // as the emulator can make it; check the rights and range.
-        let feth = packet.feth().ok_or(Refusal::InvalidRequest)?;
-        let mut needed = Access::EMPTY;
-        if feth.placement_type() & 0x1 != 0 {
-            needed = needed | Access::FLUSH_GLOBAL;
-        }
-        if feth.placement_type() & 0x2 != 0 {
-            needed = needed | Access::FLUSH_PERSISTENT;
-        }
-        let len = if feth.selectivity_level() == 1 { 0 } else { u64::from(reth.dma_len()) };
-        if len > 0 {
-            mem.check(reth.rkey().0, pd, reth.va(), len, needed, Origin::Remote { qpn })
-                .map_err(access_refusal)?;
-        }
+        Ok(range)
     }
-    Ok(())
 }

@@ -15,6 +15,13 @@ impl QpStep<'_> {
     /// into the QP's `resp.recv_wqe`, and returns its `wr_id`: from the SRQ
     /// (taken at once) or peeked from the RQ (consumed at completion).
     pub(super) fn take_recv_wqe(&mut self, now: Instant) -> Result<u64, Refusal> {
+        if self.qp.injected.rnr_left > 0 {
+            // An injected RNR fault: the request finds no WQE, before the
+            // RQ or SRQ is read, so the posted one stays for the retry.
+            self.qp.injected.rnr_left -= 1;
+            self.dev.counters.injected_rnr += 1;
+            return Err(Refusal::NotReady);
+        }
         let host = self.dev.mem.host().clone();
         let qp = &mut *self.qp;
         // The WQE is read into the HCA's slot buffer (zeroed first, as a
