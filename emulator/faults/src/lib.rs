@@ -23,6 +23,9 @@
 //!   [`RuleState`]; the simulated fabric applies them (`Fabric::add_rule`),
 //!   nodes named by [`NodeId`].
 //!
+//! * [`scenario`]: fault scenario files ([`Scenario`], TOML, with a
+//!   library of named ones).
+//!
 //! No clock, no I/O, no hash map: decisions are a function of the seed and
 //! the sequence of packets.
 
@@ -31,6 +34,7 @@ mod fate;
 mod injector;
 mod rng;
 mod rule;
+pub mod scenario;
 mod spec;
 
 pub use config::FaultConfig;
@@ -38,4 +42,5 @@ pub use fate::{bit_to_flip, flip, flip_bit, happens, scale, CopyFate, Fate};
 pub use injector::{CopyVerdict, Injector, Verdict};
 pub use rng::{Probability, SimRng};
 pub use rule::{Action, BthFacts, Fire, Matcher, NodeId, PacketFacts, Rule, RuleId, RuleState};
+pub use scenario::{Scenario, ScenarioError};
 pub use spec::{FaultSpec, FaultSpecError};
