@@ -24,7 +24,9 @@
 //!   nodes named by [`NodeId`].
 //!
 //! * [`scenario`]: fault scenario files ([`Scenario`], TOML, with a
-//!   library of named ones).
+//!   library of named ones) and the engine each device runs on its port
+//!   ([`Port`]): targeted packet and link faults, device-side faults handed
+//!   to the runtime, background random faults, a firing log.
 //!
 //! No clock, no I/O, no hash map: decisions are a function of the seed and
 //! the sequence of packets.
@@ -42,5 +44,5 @@ pub use fate::{bit_to_flip, flip, flip_bit, happens, scale, CopyFate, Fate};
 pub use injector::{CopyVerdict, Injector, Verdict};
 pub use rng::{Probability, SimRng};
 pub use rule::{Action, BthFacts, Fire, Matcher, NodeId, PacketFacts, Rule, RuleId, RuleState};
-pub use scenario::{Scenario, ScenarioError};
+pub use scenario::{Port, Scenario, ScenarioError};
 pub use spec::{FaultSpec, FaultSpecError};

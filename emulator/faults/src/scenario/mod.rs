@@ -14,7 +14,11 @@
 //!   matches fire ([`FireRange`], `chance`), a time window, and a
 //!   [`ScenarioAction`]: on the packet ([`PacketAction`]), on the link
 //!   ([`LinkAction`]) or in the device ([`DeviceActionSpec`], which the
-//!   `Port` hands out as a [`DeviceAction`] for the runtime to apply).
+//!   [`Port`] hands out as a [`DeviceAction`] for the runtime to apply).
+//! * [`Port`]: one device's engine: the rules seen from that device's port,
+//!   per-device ordinals and flows, link state, reorder holds, the
+//!   background random faults (an [`Injector`](crate::Injector), the same
+//!   draws per packet whatever the rules do), a firing log and a summary.
 //!
 //! Sans-IO like the rest of the crate: no clock (time is a `now_ns`
 //! argument), no thread, no file, no hash map. Reading a file is the
@@ -22,14 +26,22 @@
 
 mod error;
 mod expect;
+mod flow;
 pub mod library;
 mod parse;
+mod port;
 
 #[cfg(test)]
 mod parse_tests;
+#[cfg(test)]
+mod port_tests;
 
 pub use error::ScenarioError;
 pub use expect::{Expect, ExpectExit, Outcome, RoleExpect, ASYNC_EVENTS, WC_STATUSES};
+pub use port::{
+    DeviceInfo, DropCause, Firing, Held, PacketSummary, Port, PortSummary, PortVerdict,
+    RuleSummary, TimedFiring, MAX_DEVICE_ACTIONS, MAX_HELD, MAX_LOG,
+};
 
 use crate::rng::Probability;
 use crate::rule::Matcher;
@@ -241,7 +253,7 @@ pub struct Scope {
 }
 
 /// The per-flow conditions (flow = local QPN, direction, request or
-/// response), counted by the `Port`.
+/// response), counted by the [`Port`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FlowMatch {
     /// `qp`: the device's k-th QP by first packet seen (1-based).
@@ -510,7 +522,7 @@ impl fmt::Display for DeviceActionSpec {
     }
 }
 
-/// A device-side fault the `Port` decided, for the runtime that owns the
+/// A device-side fault the [`Port`] decided, for the runtime that owns the
 /// HCA to apply (`Hca::inject_fault` in a later step): the target resolved
 /// to a QPN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
