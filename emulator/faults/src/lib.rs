@@ -18,6 +18,15 @@
 //! * [`Injector`]: a [`FaultSpec`] with its own generator, deciding each
 //!   packet of a stream ([`Injector::apply`]): what the real runtime puts
 //!   on its packets.
+//! * [`Rule`]: targeted faults ("drop the 3rd packet with opcode X to QP
+//!   Y"): a [`Matcher`], an [`Action`] and a [`Fire`], counted in a
+//!   [`RuleState`]; the simulated fabric applies them (`Fabric::add_rule`),
+//!   nodes named by [`NodeId`].
+//!
+//! * [`scenario`]: fault scenario files ([`Scenario`], TOML, with a
+//!   library of named ones) and the engine each device runs on its port
+//!   ([`Port`]): targeted packet and link faults, device-side faults handed
+//!   to the runtime, background random faults, a firing log.
 //!
 //! No clock, no I/O, no hash map: decisions are a function of the seed and
 //! the sequence of packets.
@@ -26,10 +35,14 @@ mod config;
 mod fate;
 mod injector;
 mod rng;
+mod rule;
+pub mod scenario;
 mod spec;
 
 pub use config::FaultConfig;
 pub use fate::{bit_to_flip, flip, flip_bit, happens, scale, CopyFate, Fate};
 pub use injector::{CopyVerdict, Injector, Verdict};
 pub use rng::{Probability, SimRng};
+pub use rule::{Action, BthFacts, Fire, Matcher, NodeId, PacketFacts, Rule, RuleId, RuleState};
+pub use scenario::{Port, Scenario, ScenarioError};
 pub use spec::{FaultSpec, FaultSpecError};

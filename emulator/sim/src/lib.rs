@@ -102,24 +102,13 @@
 mod capture;
 mod fabric;
 mod fault;
-mod rule;
 mod trace;
 
 pub use capture::{node_mac, CapturePoint, SharedBuffer, NO_ROUTE_MAC};
 pub use fabric::{Fabric, FabricConfig, FabricCounters, MAX_NODES, MAX_OUTAGES, MAX_RULES};
 pub use fault::{Cut, Outage};
-pub use rule::{Action, BthFacts, Fire, Matcher, PacketFacts, Rule, RuleId, RuleState};
 pub use trace::{packet_digest, DelayReason, DropReason, Fnv64, Trace, TraceEvent};
-pub use uroce_faults::{FaultConfig, Probability, SimRng};
-
-use core::fmt;
-
-/// A node of the fabric: the index of its endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct NodeId(pub usize);
-
-impl fmt::Display for NodeId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "node{}", self.0)
-    }
-}
+pub use uroce_faults::{
+    Action, BthFacts, FaultConfig, Fire, Matcher, NodeId, PacketFacts, Probability, Rule, RuleId,
+    RuleState, SimRng,
+};

@@ -13,13 +13,13 @@ use queue::InFlightQueue;
 
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
-use super::rule::{Rule, RuleId, RuleState};
 use super::trace::{packet_digest, Trace, TraceEvent};
 use super::NodeId;
 use core::net::IpAddr;
 use core::ops::Range;
 use std::io::Write;
 use uroce_faults::{FaultConfig, SimRng};
+use uroce_faults::{Rule, RuleId, RuleState};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
 use uroce_hca::time::Instant;
 use uroce_wire::ethernet;

@@ -3,10 +3,10 @@
 //! for the fabric's latency.
 
 use super::{Fabric, InFlight, Packet, MAX_POOLED_BUFFERS};
-use crate::rule::{Action, BthFacts, PacketFacts};
 use crate::trace::{DelayReason, DropReason, TraceEvent};
 use crate::NodeId;
 use core::net::IpAddr;
+use uroce_faults::{Action, BthFacts, PacketFacts};
 use uroce_faults::{CopyFate, Fate};
 use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;

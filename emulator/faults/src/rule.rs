@@ -2,14 +2,26 @@
 //!
 //! A [`Rule`] is a [`Matcher`] (conditions on the packet's BTH and on its
 //! direction), an [`Action`] and a [`Fire`] (which matches it acts on).
-//! The fabric checks every active rule, in the order they were added, on
-//! every packet an endpoint emits, before any other fault: so "the n-th
-//! matching packet" counts the packets the sender emitted, whatever the
-//! random faults do to them afterwards.
+//! The simulated fabric (`uroce-sim`, which re-exports these types) checks
+//! every active rule, in the order they were added, on every packet an
+//! endpoint emits, before any other fault: so "the n-th matching packet"
+//! counts the packets the sender emitted, whatever the random faults do to
+//! them afterwards. The scenario engine builds its
+//! rules on the same [`Matcher`].
 
-use super::NodeId;
+use core::fmt;
 use uroce_wire::frame::{classify, Classified, Link};
 use uroce_wire::{bth, Mask, Opcode, Psn, Qpn};
+
+/// A node of the simulated fabric: the index of its endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct NodeId(pub usize);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node{}", self.0)
+    }
+}
 
 /// What the fabric reads from a packet to match rules against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,12 +219,13 @@ pub struct RuleState {
 }
 
 impl RuleState {
-    pub(super) fn new(rule: Rule) -> RuleState {
+    /// A rule that has seen nothing yet, active.
+    pub fn new(rule: Rule) -> RuleState {
         RuleState { rule, matches: 0, hits: 0, active: true }
     }
 
     /// Counts a packet; returns the action when the rule fires on it.
-    pub(super) fn offer(&mut self, facts: &PacketFacts) -> Option<Action> {
+    pub fn offer(&mut self, facts: &PacketFacts) -> Option<Action> {
         if !self.active || !self.rule.matcher.matches(facts) {
             return None;
         }
