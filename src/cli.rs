@@ -39,6 +39,11 @@ enum Command {
     /// perftest...) on a uroce device: `uroce run [flags] -- PROGRAM
     /// ARGS...` loads uroce's libibverbs.so.1 into it.
     Run(crate::run::RunArgs),
+    /// The fault scenarios shipped with uroce: `uroce scenarios` lists
+    /// them, `uroce scenarios NAME` prints one (its rules and what a
+    /// correct program observes), `uroce scenarios --check FILE...`
+    /// checks scenario files (a malformed one: its file, line and column).
+    Scenarios(crate::scenarios::ScenariosArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
     ///
     /// Every UDP datagram to port 4791 is read as RoCEv2: its transport
@@ -173,6 +178,7 @@ where
         Command::Opcodes(args) => crate::opcodes::run(&args, out, err),
         Command::Perftest(args) => crate::perftest::run(&args, out, err),
         Command::Run(args) => crate::run::run(&args, err),
+        Command::Scenarios(args) => crate::scenarios::run(&args, out, err),
         Command::Decode { file, format } => decode::run(&file, format, out, err),
         Command::Sim {
             seed,

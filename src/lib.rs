@@ -12,5 +12,6 @@ pub mod opcodes;
 pub mod perftest;
 pub mod pingpong;
 pub mod run;
+pub mod scenarios;
 pub mod swarm;
 pub mod world;

@@ -10,8 +10,16 @@ pub const SCENARIOS: [(&str, &str); 4] = [
     ("rnr-retry", include_str!("../../scenarios/rnr-retry.toml")),
 ];
 
-/// The names, in order.
-pub const NAMES: [&str; 4] = ["lost-ack", "partition-heals", "retry-exceeded", "rnr-retry"];
+/// The names, in order (those of [`SCENARIOS`]).
+pub const NAMES: [&str; SCENARIOS.len()] = {
+    let mut names = [""; SCENARIOS.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = SCENARIOS[i].0;
+        i += 1;
+    }
+    names
+};
 
 /// A library scenario's text.
 pub fn get(name: &str) -> Option<&'static str> {
