@@ -167,7 +167,9 @@ impl ScenarioConfig {
     /// The scenario part of the environment: `None` without
     /// `UROCE_SCENARIO`; the other `UROCE_SCENARIO_*` variables without it
     /// are an error (they would be ignored).
-    fn from_vars(var: &impl Fn(&str) -> Option<String>) -> Result<Option<ScenarioConfig>, UdpError> {
+    fn from_vars(
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<ScenarioConfig>, UdpError> {
         let set = |name: &str| var(name).filter(|t| !t.trim().is_empty());
         let Some(name) = set("UROCE_SCENARIO") else {
             for name in [
@@ -187,7 +189,8 @@ impl ScenarioConfig {
         let mut scenario = ScenarioConfig::load(&name)?;
         if let Some(text) = set("UROCE_SCENARIO_PARAMS") {
             let params = ScenarioConfig::parse_params(&text)?;
-            scenario = scenario.with_params(&params).map_err(|e| UdpError::Config(e.to_string()))?;
+            scenario =
+                scenario.with_params(&params).map_err(|e| UdpError::Config(e.to_string()))?;
         }
         let mut config = ScenarioConfig::new(scenario);
         if let Some(text) = set("UROCE_SCENARIO_SEED") {

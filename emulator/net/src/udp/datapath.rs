@@ -354,7 +354,9 @@ impl Runtime {
                     let local_qpn = transmit.local_qpn;
                     if let Some(leaving) = settle(io, &mut hca, now_ns, transmit, packet) {
                         if io.scenario.is_some() {
-                            self.dispatch_scenario(io, &mut hca, now_ns, local_qpn, packet, leaving);
+                            self.dispatch_scenario(
+                                io, &mut hca, now_ns, local_qpn, packet, leaving,
+                            );
                         } else {
                             self.dispatch(io, now_ns, packet, leaving);
                         }

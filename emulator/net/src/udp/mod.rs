@@ -57,8 +57,8 @@ mod tap;
 mod transport;
 
 pub use config::{
-    device_addr_problem, ScenarioConfig, parse_addr, parse_addr_prefix, ProgressMode, TraceMode, UdpConfig,
-    TRACE_CAPACITY,
+    device_addr_problem, parse_addr, parse_addr_prefix, ProgressMode, ScenarioConfig, TraceMode,
+    UdpConfig, TRACE_CAPACITY,
 };
 pub use link_tcp::{LinkTcpListener, LinkTcpStream};
 
@@ -74,6 +74,7 @@ pub mod raw {
     };
 }
 pub use stats::UdpStats;
+pub use uroce_faults::scenario::{PortSummary, Scenario, ScenarioError};
 pub use uroce_faults::{FaultSpec, FaultSpecError};
 
 use crate::link::path_mtu_for_link;
@@ -229,14 +230,7 @@ impl UdpDevice {
             background_idle: AtomicBool::new(false),
             background_until_ns: AtomicU64::new(u64::MAX),
             holds_doorbells: doorbell_burst_ns > 0,
-            io: Mutex::new(Io::new(
-                transport,
-                faults,
-                scenario,
-                capture,
-                stats,
-                doorbell_burst_ns,
-            )),
+            io: Mutex::new(Io::new(transport, faults, scenario, capture, stats, doorbell_burst_ns)),
         });
         if has_scenario {
             scenario::register_for_exit(&runtime);

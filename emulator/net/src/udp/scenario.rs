@@ -29,10 +29,10 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Once, Weak};
-use uroce_faults::CopyVerdict;
 use uroce_faults::scenario::{
     DeviceAction, DeviceActionKind, DeviceInfo, Dir, DropCause, Held, Port, WC_STATUSES,
 };
+use uroce_faults::CopyVerdict;
 use uroce_faults::FaultSpec;
 use uroce_hca::counters::Counters;
 use uroce_hca::tally::CompletionTally;
@@ -100,12 +100,13 @@ impl ScenarioPort {
         }
         let report = match &config.report {
             Some(path) => {
-                let file = OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
-                    UdpError::Io(
-                        format!("cannot open the scenario report {}", path.display()),
-                        e,
-                    )
-                })?;
+                let file =
+                    OpenOptions::new().create(true).append(true).open(path).map_err(|e| {
+                        UdpError::Io(
+                            format!("cannot open the scenario report {}", path.display()),
+                            e,
+                        )
+                    })?;
                 Some(Report { file, path: path.clone(), failed: false })
             }
             None => None,
@@ -389,9 +390,7 @@ pub(super) fn summaries_at_exit() {
 }
 
 fn wall_clock_us() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros())
 }
 
 /// A `crash` with `exit`: says so, flushes the capture (the report is

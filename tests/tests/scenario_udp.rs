@@ -1,0 +1,315 @@
+//! Fault scenarios on the real runtime (`UROCE_SCENARIO`; design note
+//! fault-scenarios.md, step 7): the library's scenarios between two UDP
+//! devices, in this process (127.161.k.1 requester, .2 responder) or as
+//! two `uroce pingpong` processes (127.161.k.x, the test binary run as the
+//! command, as `pingpong.rs` does); a malformed file refuses the device;
+//! a `crash` with `exit` kills its process.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+use uroce::app::{connect_pair, default_tuning, Node, ALL_ACCESS};
+use uroce_net::udp::{Scenario, ScenarioConfig, UdpConfig};
+use uroce_tests::child::{self, Finished, Running};
+use uroce_verbs::{QpCap, QpType, RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
+use uroce_wire::pcap::CaptureReader;
+
+const CHILD_ENV: &str = "UROCE_SCENARIO_UDP_CHILD";
+
+/// The child: runs `uroce` with the arguments in [`CHILD_ENV`].
+#[test]
+fn scenario_child() {
+    child::run_if_child(CHILD_ENV);
+}
+
+fn cap() -> QpCap {
+    QpCap { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 }
+}
+
+fn addr(net: u8, host: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(127, 161, net, host))
+}
+
+/// A device at 127.161.`net`.`host` running library scenario `name`.
+fn config(net: u8, host: u8, name: &str, report: Option<&Path>) -> UdpConfig {
+    let mut c = UdpConfig::new(addr(net, host));
+    let mut s = ScenarioConfig::new(Scenario::load(name).expect("a library scenario"));
+    s.report = report.map(Path::to_path_buf);
+    c.scenario = Some(s);
+    c
+}
+
+/// Sends `count` SENDs of 64 bytes from `a` to `b`, one at a time, each
+/// waited for (at most 3 s); returns each send's status and how long it
+/// took, stopping at the first error.
+fn send_one_by_one(a: &Node, b: &Node, count: u64) -> Vec<(WcStatus, Duration)> {
+    let qa = a.qp(QpType::Rc, cap()).unwrap();
+    let qb = b.qp(QpType::Rc, cap()).unwrap();
+    connect_pair(a, &qa, b, &qb, &default_tuning()).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let recvs: Vec<RecvWr> =
+        (0..count).map(|i| RecvWr { wr_id: i, sg_list: vec![mb.sge(i * 64, 64)] }).collect();
+    qb.post_recv(&recvs).unwrap();
+    let mut statuses = Vec::new();
+    for i in 0..count {
+        let mut send = SendWr::new(i, WrOpcode::Send);
+        send.sg_list = vec![ma.sge(0, 64)];
+        send.flags = SendFlags::SIGNALED;
+        let t0 = Instant::now();
+        qa.post_send(&[send]).unwrap();
+        let got = a.wait(1, Duration::from_secs(3));
+        let took = t0.elapsed();
+        let status = got.first().map(|c| c.status).unwrap_or_else(|| {
+            panic!("message {}: no completion within 3 s", i + 1);
+        });
+        statuses.push((status, took));
+        if status != WcStatus::Success {
+            break;
+        }
+        assert_eq!(b.wait(1, Duration::from_secs(3)).len(), 1, "message {} arrived", i + 1);
+    }
+    statuses
+}
+
+fn counter(node: &Node, name: &str) -> u64 {
+    let counters = node.dev.counters();
+    counters.named().iter().find(|(n, _)| *n == name).map(|&(_, v)| v).expect(name)
+}
+
+/// The report's lines without their wall-clock field.
+fn report_lines(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).expect("the report");
+    text.lines()
+        .map(|l| {
+            let (wall, rest) = l.split_once(' ').expect("wall clock, then the line");
+            assert!(wall.parse::<u128>().is_ok_and(|us| us > 1_600_000_000_000_000), "{l}");
+            rest.to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn lost_ack_costs_one_retransmission_logged_once_and_commented_in_the_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.txt");
+    let pcap = dir.path().join("a.pcapng");
+    let mut ca = config(1, 1, "lost-ack", Some(&report));
+    ca.capture = Some(pcap.clone());
+    let a = Node::open(ca, 64).unwrap();
+    let b = Node::open(config(1, 2, "lost-ack", None), 64).unwrap();
+    let t0 = Instant::now();
+    let statuses = send_one_by_one(&a, &b, 20);
+    assert_eq!(statuses.len(), 20);
+    assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
+    // The 10th message waited for one ACK timeout (4.096 us << 14 = 67 ms).
+    let slow = statuses[9].1;
+    assert!(slow >= Duration::from_millis(50), "message 10 took {slow:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert!(counter(&a, "completer_retry_err") >= 1);
+    assert!(counter(&b, "duplicate_request") >= 1);
+    let summary = a.dev.scenario_summary().expect("a scenario");
+    assert_eq!((summary.rules[0].fired, summary.dropped_rule), (1, 1), "{summary}");
+    assert_eq!(b.dev.scenario_summary().unwrap().rules[0].fired, 0, "B receives no ACK");
+    drop(a);
+    drop(b);
+
+    let lines = report_lines(&report);
+    let fired: Vec<_> = lines.iter().filter(|l| l.contains("rule lost-ack fired ")).collect();
+    assert_eq!(fired.len(), 1, "{lines:#?}");
+    let firing = fired[0];
+    assert!(
+        firing.starts_with("scenario 127.161.1.1 ")
+            && firing.contains("rule lost-ack fired 1: drop on in RC_ACKNOWLEDGE")
+            && firing.contains("from 127.161.1.2"),
+        "{firing}"
+    );
+    assert!(lines[0].contains("scenario lost-ack 127.161.1.1 0 loaded from library:lost-ack"));
+    let want = [
+        // Every first-time ACK matched; the 10th fired.
+        "scenario lost-ack 127.161.1.1 rule lost-ack matched 20 fired 1",
+        "scenario lost-ack 127.161.1.1 completions success=20 errors=0 first_error=none",
+    ];
+    for want in want {
+        assert!(lines.iter().any(|l| l == want), "no `{want}` in {lines:#?}");
+    }
+    let counters = lines.iter().find(|l| l.contains(" counters ")).expect("counters line");
+    assert!(counters.contains("completer_retry_err="), "{counters}");
+
+    // The capture is pcapng, and the lost ACK is in it, commented.
+    let bytes = std::fs::read(&pcap).unwrap();
+    assert_eq!(bytes[..4], [0x0a, 0x0d, 0x0d, 0x0a], "a pcapng section header");
+    let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().map(Result::unwrap).collect();
+    let commented: Vec<_> = frames.iter().filter(|f| f.comment.is_some()).collect();
+    assert_eq!(commented.len(), 1, "one frame carries a firing");
+    let frame = commented[0];
+    let comment = frame.comment.unwrap();
+    assert!(
+        comment.starts_with("DROPPED (rule) uroce scenario: rule lost-ack fired 1: drop on in"),
+        "{comment}"
+    );
+    // Ethernet 14 + IPv4 20 + UDP 8: the BTH opcode is an RC ACKNOWLEDGE
+    // from the responder.
+    assert_eq!(frame.data[42], 0x11, "the commented frame is an ACK");
+    assert_eq!(frame.data[26..30], [127, 161, 1, 2]);
+}
+
+#[test]
+fn retry_exceeded_fails_the_requester_within_its_bound() {
+    let a = Node::open(config(2, 1, "retry-exceeded", None), 64).unwrap();
+    let b = Node::open(config(2, 2, "retry-exceeded", None), 64).unwrap();
+    let statuses = send_one_by_one(&a, &b, 15);
+    assert_eq!(statuses.len(), 10, "{statuses:?}");
+    let (status, took) = statuses[9];
+    assert_eq!(status, WcStatus::RetryExcErr);
+    // retry_cnt 7: 8 ACK timeouts of 67 ms (537 ms); the library's bound
+    // is 1,600 ms.
+    assert!(took >= Duration::from_millis(400) && took < Duration::from_millis(1600), "{took:?}");
+    let summary = b.dev.scenario_summary().unwrap();
+    assert_eq!(summary.rules[0].fired, 1, "{summary}");
+    assert!(summary.dropped_link >= 8, "the retransmissions were cut: {summary}");
+    assert!(counter(&a, "retry_exceeded_err") >= 1);
+}
+
+#[test]
+fn rnr_retry_answers_three_rnr_naks_then_succeeds() {
+    let a = Node::open(config(3, 1, "rnr-retry", None), 64).unwrap();
+    let b = Node::open(config(3, 2, "rnr-retry", None), 64).unwrap();
+    let statuses = send_one_by_one(&a, &b, 15);
+    assert_eq!(statuses.len(), 15);
+    assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
+    assert_eq!(counter(&b, "injected_rnr"), 3);
+    assert_eq!(counter(&b, "send_rnr_err"), 3);
+    assert_eq!(counter(&a, "rcvd_rnr_err"), 3);
+    let summary = b.dev.scenario_summary().unwrap();
+    assert_eq!((summary.rules[0].fired, summary.device_actions), (1, 1), "{summary}");
+}
+
+fn spawn(addr: &str, args: &[&str], env: &[(&str, String)]) -> Running {
+    let mut env = env.to_vec();
+    env.push(("UROCE_ADDR", addr.to_string()));
+    child::spawn("scenario_child", CHILD_ENV, args, &env)
+}
+
+/// `uroce pingpong` server at `net.1` and client at `net.2`, each with its
+/// own environment.
+fn pingpong_pair(
+    net: &str,
+    port: u16,
+    server_env: &[(&str, String)],
+    client_env: &[(&str, String)],
+    iters: &str,
+) -> (Finished, Finished) {
+    let (server_addr, client_addr) = (format!("{net}.1"), format!("{net}.2"));
+    let port = port.to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let server = spawn(
+        &server_addr,
+        &["pingpong", "-g", "1", "-p", &port, "--accept-timeout", "20", "-n", iters],
+        server_env,
+    );
+    if !server.wait_for_line("local address:", Duration::from_secs(15)) {
+        panic!("the server never listened: {:#?}", server.finish(Instant::now()));
+    }
+    let client = spawn(
+        &client_addr,
+        &["pingpong", "-g", "1", "-p", &port, "-n", iters, &server_addr],
+        client_env,
+    );
+    let client = client.finish(deadline);
+    let server = server.finish(deadline);
+    (server, client)
+}
+
+#[test]
+fn two_processes_under_lost_ack_log_the_firing_once_and_print_their_summaries() {
+    let scenario = [("UROCE_SCENARIO", "lost-ack".to_string())];
+    let (server, client) = pingpong_pair("127.161.4", 18711, &scenario, &scenario, "100");
+    for (who, end) in [("server", &server), ("client", &client)] {
+        assert_eq!(end.code, Some(0), "{who}: {end:#?}");
+    }
+    let both = format!("{}{}", server.stderr, client.stderr);
+    let fired: Vec<_> = both.lines().filter(|l| l.contains("rule lost-ack fired ")).collect();
+    // Each side's 10th first-time ACK (pingpong sends both ways).
+    assert_eq!(fired.len(), 2, "{both}");
+    assert!(fired.iter().all(|l| l.contains("rule lost-ack fired 1: drop on in RC_ACKNOWLEDGE")));
+    for (who, end, host) in [("server", &server, 1), ("client", &client, 2)] {
+        let me = format!("scenario lost-ack 127.161.4.{host}");
+        let want = [
+            format!("{me} rule lost-ack matched "),
+            format!("{me} packets in="),
+            format!("{me} completions success="),
+            format!("{me} counters "),
+        ];
+        for want in want {
+            assert!(end.stderr.contains(&want), "{who}: no `{want}` in {}", end.stderr);
+        }
+        assert!(end.stderr.contains("errors=0 first_error=none"), "{who}: {}", end.stderr);
+    }
+    assert!(both.contains("completer_retry_err="), "a retransmission counted: {both}");
+}
+
+#[test]
+fn a_malformed_scenario_file_refuses_the_device_with_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    let text = "[scenario]\nname = \"bad\"\nsummary = \"x\"\n\n[[rule]]\naction = \"delay\"\ndelay_ms = 5\n";
+    std::fs::write(&path, text).unwrap();
+    let shown = path.display().to_string();
+    let var = |name: &str| (name == "UROCE_SCENARIO").then(|| shown.clone());
+    let e = UdpConfig::from_vars(var).expect_err("a malformed file").to_string();
+    assert!(e.starts_with(&format!("scenario {shown}:7:1: ")), "{e}");
+    assert!(e.contains("delay_ms") && e.contains("delay_us"), "{e}");
+
+    // A program's device refuses to open with the same text.
+    let server = spawn(
+        "127.161.5.1",
+        &["pingpong", "-g", "1", "-p", "18712", "--accept-timeout", "5"],
+        &[("UROCE_SCENARIO", shown.clone())],
+    );
+    let end = server.finish(Instant::now() + Duration::from_secs(20));
+    assert!(end.code.is_some_and(|c| c != 0), "{end:#?}");
+    assert!(end.stderr.contains(&format!("scenario {shown}:7:1: ")), "{}", end.stderr);
+    assert!(!end.stdout.contains("local address:"), "{}", end.stdout);
+}
+
+#[test]
+fn a_crash_with_exit_kills_its_process_and_the_peer_sees_retry_exceeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.toml");
+    let report = dir.path().join("server.txt");
+    let text =
+        "[scenario]\nname = \"server-dies\"\nsummary = \"the server crashes at the 5th SEND\"\n\n\
+                [[rule]]\nname = \"die\"\nrole = \"server\"\ndir = \"in\"\nclass = \"send\"\n\
+                message = 5\nnth = 1\naction = \"crash\"\n";
+    std::fs::write(&path, text).unwrap();
+    let server_env = [
+        ("UROCE_SCENARIO", path.display().to_string()),
+        ("UROCE_SCENARIO_ROLE", "server".to_string()),
+        ("UROCE_SCENARIO_REPORT", report.display().to_string()),
+    ];
+    // The client loads it too, without the role: the rule is not its.
+    let client_env = [("UROCE_SCENARIO", path.display().to_string())];
+    let t0 = Instant::now();
+    let (server, client) = pingpong_pair("127.161.6", 18713, &server_env, &client_env, "50");
+    assert!(!server.killed_at_deadline, "the server died by itself: {server:#?}");
+    assert_eq!(server.signal, Some(9), "SIGKILL: {server:#?}");
+    assert!(
+        server.stderr.contains("rule die fired 1: crash (exit) on in RC_SEND"),
+        "{}",
+        server.stderr
+    );
+    assert!(server.stderr.contains("crash: killing the process (SIGKILL)"), "{}", server.stderr);
+    assert!(!server.stderr.contains("completions success="), "a killed process says no more");
+    let lines = report_lines(&report);
+    assert!(
+        lines.iter().any(|l| l.ends_with("crash: killing the process (SIGKILL)")),
+        "{lines:#?}"
+    );
+    // The client's QP meets silence: retries exceeded (8 × 67 ms).
+    assert_ne!(client.code, Some(0), "{client:#?}");
+    assert!(client.output().contains("retry counter exceeded"), "{}", client.output());
+    assert!(client.stderr.contains("scenario server-dies 127.161.6.2 rule die not here"));
+    assert!(client.stderr.contains("first_error=IBV_WC_RETRY_EXC_ERR"), "{}", client.stderr);
+    assert!(t0.elapsed() < Duration::from_secs(20));
+}
