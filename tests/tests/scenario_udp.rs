@@ -313,3 +313,180 @@ fn a_crash_with_exit_kills_its_process_and_the_peer_sees_retry_exceeded() {
     assert!(client.stderr.contains("first_error=IBV_WC_RETRY_EXC_ERR"), "{}", client.stderr);
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
+
+/// A device on the L2 transport (frames over UDP, `UROCE_LINK`): link
+/// 127.161.`net`.1 <-> .2, device 169.254.`net`.`side`.
+fn link_config(net: u8, side: u8, name: &str) -> UdpConfig {
+    let other = 3 - side;
+    let link = format!("127.161.{net}.{side}:47161,127.161.{net}.{other}:47161");
+    let addr = format!("169.254.{net}.{side}/16");
+    let var = |n: &str| match n {
+        "UROCE_LINK" => Some(link.clone()),
+        "UROCE_ADDR" => Some(addr.clone()),
+        "UROCE_SCENARIO" => Some(name.to_string()),
+        _ => None,
+    };
+    UdpConfig::from_vars(var).expect("a link configuration")
+}
+
+#[test]
+fn on_the_l2_transport_the_port_sees_frames_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("link.pcapng");
+    let mut ca = link_config(7, 1, "lost-ack");
+    ca.capture = Some(pcap.clone());
+    let a = Node::open(ca, 64).unwrap();
+    let b = Node::open(link_config(7, 2, "rnr-retry"), 64).unwrap();
+    assert!(a.dev.is_link() && b.dev.is_link());
+    let statuses = send_one_by_one(&a, &b, 15);
+    assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
+    assert_eq!(statuses.len(), 15);
+    // A (lost-ack) lost its 10th ACK; B (rnr-retry) refused the 10th SEND
+    // three times.
+    assert_eq!(a.dev.scenario_summary().unwrap().dropped_rule, 1);
+    assert!(counter(&a, "completer_retry_err") >= 1);
+    assert_eq!(counter(&b, "injected_rnr"), 3);
+    assert_eq!(counter(&a, "rcvd_rnr_err"), 3);
+    drop(a);
+    let bytes = std::fs::read(&pcap).unwrap();
+    let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().map(Result::unwrap).collect();
+    let commented: Vec<_> = frames.iter().filter_map(|f| f.comment).collect();
+    assert_eq!(commented.len(), 1, "{commented:?}");
+    assert!(commented[0].starts_with("DROPPED (rule) uroce scenario: rule lost-ack fired 1"));
+}
+
+#[test]
+fn delays_duplicates_corruption_and_a_timed_outage_act_on_the_real_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mixed.toml");
+    let report = dir.path().join("b.txt");
+    // B (127.161.8.2): its 3rd incoming SEND is held 30 ms (under the 67 ms ACK timeout), its 5th is
+    // corrupted (the HCA drops it on its ICRC: A retransmits), and its
+    // link goes down from 400 ms to 600 ms. A (.1): its 7th outgoing SEND
+    // leaves twice more, 2 ms apart (B answers the duplicates).
+    let text = r#"
+[scenario]
+name = "mixed"
+summary = "a bit of everything"
+
+[[rule]]
+name = "late"
+device = "127.161.8.2"
+dir = "in"
+class = "send"
+message = 3
+nth = 1
+action = "delay"
+delay_us = 30000
+
+[[rule]]
+name = "flip"
+device = "127.161.8.2"
+dir = "in"
+class = "send"
+message = 5
+nth = 1
+action = "corrupt"
+
+[[rule]]
+name = "twice"
+device = "127.161.8.1"
+dir = "out"
+class = "send"
+message = 7
+nth = 1
+action = "duplicate"
+copies = 2
+gap_us = 2000
+
+[[rule]]
+name = "outage"
+device = "127.161.8.2"
+after_ms = 400
+action = "link_down"
+for_ms = 200
+"#;
+    std::fs::write(&path, text).unwrap();
+    let scenario = |report: Option<&Path>| {
+        let parsed = Scenario::parse(text, &path.display().to_string()).unwrap();
+        let mut s = ScenarioConfig::new(parsed);
+        s.report = report.map(Path::to_path_buf);
+        s
+    };
+    let mut ca = UdpConfig::new(addr(8, 1));
+    ca.scenario = Some(scenario(None));
+    let mut cb = UdpConfig::new(addr(8, 2));
+    cb.scenario = Some(scenario(Some(&report)));
+    let a = Node::open(ca, 64).unwrap();
+    let b = Node::open(cb, 64).unwrap();
+    let statuses = send_one_by_one(&a, &b, 10);
+    assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
+    assert!(statuses[2].1 >= Duration::from_millis(30), "held 30 ms: {:?}", statuses[2].1);
+    assert!(statuses[4].1 >= Duration::from_millis(50), "one ACK timeout: {:?}", statuses[4].1);
+    assert!(counter(&b, "rcvd_icrc_err") >= 1, "the corrupted SEND was refused");
+    // The ghost copies leave 2 and 4 ms after the 7th SEND, perhaps after
+    // the 10th completed.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while counter(&b, "duplicate_request") < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(counter(&b, "duplicate_request"), 2, "two ghost copies of the 7th SEND");
+    let sb = b.dev.scenario_summary().unwrap();
+    assert_eq!((sb.delayed, sb.corrupted), (1, 1), "{sb}");
+    assert_eq!(a.dev.scenario_summary().unwrap().duplicated, 2);
+
+    // The timed outage: it fires at 400 ms with no packet, then traffic in
+    // its 200 ms is lost and retransmitted.
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(5);
+    while !std::fs::read_to_string(&report).unwrap().contains("rule outage fired 1") {
+        assert!(Instant::now() < deadline, "the timed rule never fired");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let more = send_one_by_one(&a, &b, 3);
+    assert!(more.iter().all(|(s, _)| *s == WcStatus::Success), "{more:?}");
+    assert!(b.dev.scenario_summary().unwrap().dropped_link >= 1);
+    drop(b);
+    let lines = report_lines(&report);
+    let outage = lines.iter().find(|l| l.contains("rule outage fired 1")).unwrap();
+    assert!(outage.ends_with("rule outage fired 1: link_down 200ms at 400ms"), "{outage}");
+    for name in ["late", "flip"] {
+        let n = lines.iter().filter(|l| l.contains(&format!("rule {name} fired "))).count();
+        assert_eq!(n, 1, "{lines:#?}");
+    }
+    assert!(lines.iter().any(|l| l.ends_with("rule twice not here")), "{lines:#?}");
+}
+
+/// The child of the exit-hook test: opens a device from the environment
+/// and exits without closing it.
+#[test]
+fn never_closing_child() {
+    if std::env::var("UROCE_SCENARIO_NEVER_CLOSES").is_err() {
+        return;
+    }
+    let node = Node::open(UdpConfig::from_env().unwrap(), 16).unwrap();
+    std::mem::forget(node);
+    std::process::exit(3);
+}
+
+#[test]
+fn a_device_never_closed_prints_its_summary_at_exit() {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--exact", "never_closing_child", "--nocapture", "--test-threads=1"])
+        .env("UROCE_SCENARIO_NEVER_CLOSES", "1")
+        .env("UROCE_ADDR", "127.161.9.1")
+        .env("UROCE_SCENARIO", "rnr-retry")
+        .env_remove("UROCE_FAULTS")
+        .env_remove("UROCE_CAPTURE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    for want in [
+        "scenario rnr-retry 127.161.9.1 rule not-ready matched 0 fired 0",
+        "scenario rnr-retry 127.161.9.1 completions success=0 errors=0 first_error=none",
+    ] {
+        assert!(stderr.contains(want), "no `{want}` in {stderr}");
+    }
+}
