@@ -522,7 +522,11 @@ behind = 1
         c.scenario = Some(ScenarioConfig::new(Scenario::parse(text, "swap.toml").unwrap()));
         c
     };
-    let a = Node::open(config(1), 64).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pcap = dir.path().join("swap.pcapng");
+    let mut ca = config(1);
+    ca.capture = Some(pcap.clone());
+    let a = Node::open(ca, 64).unwrap();
     let b = Node::open(config(2), 64).unwrap();
     let statuses = send_messages(&a, &b, 5, 4096);
     assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
@@ -531,4 +535,18 @@ behind = 1
     assert_eq!((summary.rules[0].fired, summary.reordered), (1, 1), "{summary}");
     assert!(counter(&b, "out_of_seq_request") >= 1);
     assert!(counter(&a, "rcvd_seq_err") >= 1);
+    drop(a);
+    // The held FIRST packet leaves after the MIDDLE that overtook it, with
+    // its firing as its comment.
+    let bytes = std::fs::read(&pcap).unwrap();
+    let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().map(Result::unwrap).collect();
+    let at = frames.iter().position(|f| f.comment.is_some()).expect("a commented frame");
+    let comment = frames[at].comment.unwrap();
+    assert!(
+        comment.starts_with("uroce scenario: rule swap fired 1: reorder behind 1"),
+        "{comment}"
+    );
+    assert_eq!(frames[at].data[42], 0x00, "RC_SEND_FIRST");
+    let before = frames[..at].iter().rev().find(|f| f.data[26..30] == [127, 161, 10, 1]).unwrap();
+    assert_eq!(before.data[42], 0x01, "RC_SEND_MIDDLE went first");
 }

@@ -460,6 +460,11 @@ impl Runtime {
             }
             None => {
                 let mut comment = firings;
+                if verdict.held {
+                    if let (Some(sp), Some(c)) = (io.scenario.as_mut(), comment.take()) {
+                        sp.hold_comment(packet, c);
+                    }
+                }
                 if verdict.copies[1].is_some() || verdict.extra > 0 {
                     io.stats.faults_duplicated += 1;
                 }
@@ -492,8 +497,10 @@ impl Runtime {
                 io.stats.tx_errors += 1;
                 continue;
             };
+            let mut comment =
+                io.scenario.as_mut().and_then(|sp| sp.take_held_comment(&held.packet));
             for copy in held.copies.iter().flatten() {
-                self.send_copy(io, now_ns, &held.packet, copy, 0, leaving, None);
+                self.send_copy(io, now_ns, &held.packet, copy, 0, leaving, comment.take());
             }
         }
     }

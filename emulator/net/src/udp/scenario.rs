@@ -30,7 +30,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Once, Weak};
 use uroce_faults::scenario::{
-    DeviceAction, DeviceActionKind, DeviceInfo, Dir, DropCause, Held, Port, WC_STATUSES,
+    DeviceAction, DeviceActionKind, DeviceInfo, Dir, DropCause, Held, Port, MAX_HELD, WC_STATUSES,
 };
 use uroce_faults::CopyVerdict;
 use uroce_faults::FaultSpec;
@@ -50,6 +50,9 @@ pub(super) struct ScenarioPort {
     /// Outgoing packets a reorder hold released while the runtime was
     /// receiving: sent by the next transmit.
     pub out_ready: VecDeque<Held>,
+    /// The capture comments of outgoing packets a reorder rule holds, to
+    /// go with them when they leave (at most `MAX_HELD`).
+    held_comments: VecDeque<(Vec<u8>, String)>,
     /// The summary was written (at close, or at exit).
     summarized: bool,
 }
@@ -118,6 +121,7 @@ impl ScenarioPort {
             ingress: BinaryHeap::new(),
             ingress_seq: 0,
             out_ready: VecDeque::new(),
+            held_comments: VecDeque::new(),
             summarized: false,
         };
         let role = config.role.as_deref().map_or(String::new(), |r| format!(" role {r}"));
@@ -166,6 +170,20 @@ impl ScenarioPort {
                 );
             }
         }
+    }
+
+    /// Keeps the comment of an outgoing packet a reorder rule holds.
+    pub(super) fn hold_comment(&mut self, packet: &[u8], comment: String) {
+        if self.held_comments.len() >= MAX_HELD {
+            self.held_comments.pop_front();
+        }
+        self.held_comments.push_back((packet.to_vec(), comment));
+    }
+
+    /// The comment of a held outgoing packet, as it leaves.
+    pub(super) fn take_held_comment(&mut self, packet: &[u8]) -> Option<String> {
+        let at = self.held_comments.iter().position(|(p, _)| p == packet)?;
+        self.held_comments.remove(at).map(|(_, c)| c)
     }
 
     /// Queues an incoming copy for `due_ns`.
