@@ -297,7 +297,7 @@ fn a_malformed_scenario_file_refuses_the_device_with_its_line_and_column() {
         &[("UROCE_SCENARIO", shown.clone())],
     );
     let end = server.finish(Instant::now() + Duration::from_secs(20));
-    assert!(end.code.is_some_and(|c| c != 0), "{end:#?}");
+    assert_eq!(end.code, Some(2), "{end:#?}");
     assert!(end.stderr.contains(&format!("scenario {shown}:7:1: ")), "{}", end.stderr);
     assert!(!end.stdout.contains("local address:"), "{}", end.stdout);
 }
@@ -643,4 +643,26 @@ fn a_stalled_responder_is_silent_then_answers() {
     let took = statuses[4].1;
     assert!(took >= Duration::from_millis(140) && took < Duration::from_millis(1600), "{took:?}");
     assert!(counter(&b, "rcvd_stalled_drop") >= 1);
+}
+
+#[test]
+fn uroce_faults_become_the_scenarios_background() {
+    // UROCE_FAULTS with a scenario: the port draws them (egress), beside
+    // its rules; no injector of its own.
+    let var = |n: &str| match n {
+        "UROCE_ADDR" => Some("127.161.15.1".to_string()),
+        "UROCE_SCENARIO" => Some("lost-ack".to_string()),
+        "UROCE_FAULTS" => Some("loss=0.3,seed=5".to_string()),
+        _ => None,
+    };
+    let a = Node::open(UdpConfig::from_vars(var).unwrap(), 64).unwrap();
+    let b = Node::open(config(15, 2, "lost-ack", None), 64).unwrap();
+    assert!(a.dev.has_faults() && a.dev.has_scenario());
+    let statuses = send_one_by_one(&a, &b, 20);
+    assert!(statuses.iter().all(|(s, _)| *s == WcStatus::Success), "{statuses:?}");
+    let summary = a.dev.scenario_summary().unwrap();
+    assert!(summary.dropped_background >= 1, "{summary}");
+    let lost = summary.dropped_background + summary.dropped_rule;
+    assert_eq!(a.dev.stats().faults_lost, lost, "{summary}");
+    assert!(counter(&b, "duplicate_request") + counter(&a, "completer_retry_err") >= 1);
 }
