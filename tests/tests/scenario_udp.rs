@@ -666,3 +666,54 @@ fn uroce_faults_become_the_scenarios_background() {
     assert_eq!(a.dev.stats().faults_lost, lost, "{summary}");
     assert!(counter(&b, "duplicate_request") + counter(&a, "completer_retry_err") >= 1);
 }
+
+#[test]
+fn ibv_rc_pingpong_on_uroces_library_under_retry_exceeded_prints_its_summary() {
+    // A C program on libibverbs.so.1: the device comes from the
+    // environment, the firings and the summary are the library's.
+    use uroce_tests::ibverbs::{finish, library_dir, listening, on_uroce, require, tool};
+    let test = "ibv_rc_pingpong_on_uroces_library_under_retry_exceeded_prints_its_summary";
+    let Some(program) = tool("ibv_rc_pingpong") else {
+        require(test, false, "no ibv_rc_pingpong (Debian's ibverbs-utils)");
+        return;
+    };
+    let dir = library_dir().expect("cargo builds libibverbs.so beside the tests");
+    let port = "18714";
+    let start = |addr: &str, peer: Option<&str>| {
+        let mut command = on_uroce(&program, &dir, addr);
+        command.env("UROCE_SCENARIO", "retry-exceeded").args(["-g", "1", "-n", "100", "-p", port]);
+        command.args(peer).spawn().expect("start ibv_rc_pingpong")
+    };
+    let t0 = Instant::now();
+    let server = start("127.161.16.1", None);
+    while !listening(18714) && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let client = start("127.161.16.2", Some("127.161.16.1"));
+    // The server's link went down at the 10th SEND it received: the
+    // client's requester spends its retries (8 × 67 ms) and gives up; the
+    // server, whose next receive never comes, waits for ever (as on rxe):
+    // it is killed once the client is done.
+    let client = finish(client, t0 + Duration::from_secs(20));
+    let server = finish(server, Instant::now() + Duration::from_millis(500));
+    assert!(t0.elapsed() < Duration::from_secs(20), "bounded: {server:#?}\n{client:#?}");
+    assert_eq!(client.code, Some(1), "{client:#?}");
+    assert!(client.stderr.contains("Failed status transport retry counter exceeded (12)"));
+    let me = "scenario retry-exceeded 127.161.16.2";
+    for want in [
+        format!("{me} 0 loaded from library:retry-exceeded seed 0"),
+        format!("{me} rule down matched 0 fired 0"),
+        format!("{me} completions success="),
+        "IBV_WC_RETRY_EXC_ERR=1 first_error=IBV_WC_RETRY_EXC_ERR".to_string(),
+        format!("{me} counters "),
+    ] {
+        assert!(client.stderr.contains(&want), "no `{want}` in {}", client.stderr);
+    }
+    let fired = "scenario 127.161.16.1 ";
+    assert!(
+        server.stderr.lines().any(|l| l.starts_with(fired)
+            && l.contains("rule down fired 1: link_down on in RC_SEND_")
+            && l.ends_with("message 10)")),
+        "{server:#?}"
+    );
+}
