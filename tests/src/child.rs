@@ -149,6 +149,11 @@ impl Drop for Running {
 pub struct Finished {
     /// The exit status; `None` when it was killed (or died of a signal).
     pub code: Option<i32>,
+    /// The signal it died of (9 also when [`Running::finish`] killed it
+    /// at its deadline: see `killed_at_deadline`).
+    pub signal: Option<i32>,
+    /// [`Running::finish`] killed it: it was still running at the deadline.
+    pub killed_at_deadline: bool,
     pub stdout: String,
     pub stderr: String,
 }
@@ -183,23 +188,27 @@ impl Running {
 
     /// Waits for the child to exit, killing it at `deadline`.
     pub fn finish(mut self, deadline: Instant) -> Finished {
-        let code = loop {
+        use std::os::unix::process::ExitStatusExt;
+        let mut killed_at_deadline = false;
+        let status = loop {
             match self.child.try_wait() {
-                Ok(Some(status)) => break status.code(),
+                Ok(Some(status)) => break Some(status),
                 Ok(None) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 _ => {
+                    killed_at_deadline = true;
                     let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    break None;
+                    break self.child.wait().ok();
                 }
             }
         };
+        let code = status.and_then(|s| s.code());
+        let signal = status.and_then(|s| s.signal());
         let join =
             |h: Option<JoinHandle<String>>| h.and_then(|h| h.join().ok()).unwrap_or_default();
         let stdout = join(self.stdout.take());
         let stderr = join(self.stderr.take());
-        Finished { code, stdout, stderr }
+        Finished { code, signal, killed_at_deadline, stdout, stderr }
     }
 }

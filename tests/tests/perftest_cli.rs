@@ -243,6 +243,8 @@ fn all_sizes_and_report_in_gigabits() {
     }
     let fixed = |e: &Finished| Finished {
         code: e.code,
+        signal: e.signal,
+        killed_at_deadline: e.killed_at_deadline,
         stdout: e.stdout.replace("Gb/sec", "MB/sec"),
         stderr: e.stderr.clone(),
     };

@@ -150,10 +150,11 @@ pub struct Shared {
 impl Shared {
     /// Moves what the device has queued (an ACK of the last message a QP
     /// received) before a QP goes: a program destroys its QP as soon as
-    /// its last completion arrives. On a lossy link (faults) that ACK may
-    /// be lost, and the peer's retransmission (a QP timeout, 67 ms, later)
-    /// must still find the QP: stay for a few of its timeouts, as
-    /// `uroce pingpong` does before it closes.
+    /// its last completion arrives. On a lossy link (`UROCE_FAULTS`, or a
+    /// fault scenario: `has_faults` covers both) that ACK may be lost, and
+    /// the peer's retransmission (a QP timeout, 67 ms, later) must still
+    /// find the QP: stay for a few of its timeouts, as `uroce pingpong`
+    /// does before it closes.
     pub fn quiesce(&self) {
         if self.device.has_faults() {
             self.linger(600);

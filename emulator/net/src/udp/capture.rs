@@ -10,7 +10,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use uroce_wire::pcap::CaptureWriter;
+use uroce_wire::pcap::{CaptureFormat, CaptureWriter};
 
 /// The capture file, shared between the pcap writer and whoever flushes;
 /// it keeps the first error writing it.
@@ -65,40 +65,45 @@ pub(super) struct Capture {
 }
 
 impl Capture {
-    /// Creates the file and writes its header; an error names the path and
-    /// the system's reason.
-    pub(super) fn create(path: &Path) -> Result<Capture, UdpError> {
+    /// Creates the file and writes its header (pcapng under a scenario,
+    /// whose firings are frame comments; classic pcap otherwise); an error
+    /// names the path and the system's reason.
+    pub(super) fn create(path: &Path, format: CaptureFormat) -> Result<Capture, UdpError> {
         let file = File::create(path).map_err(|e| {
             UdpError::Io(format!("cannot create the capture file {}", path.display()), e)
         })?;
         let state = CaptureState { writer: BufWriter::new(file), path: path.into(), failure: None };
         let file = CaptureFile(Arc::new(Mutex::new(state)));
-        let writer = CaptureWriter::new(file.clone()).map_err(|e| {
+        let writer = CaptureWriter::with_format(file.clone(), format).map_err(|e| {
             UdpError::Io(format!("cannot write the capture file {}", path.display()), e)
         })?;
         Ok(Capture { writer, file, dirty: false })
     }
 
     /// Writes an IP packet from `source` to `destination` as an Ethernet
-    /// frame (MACs derived from the addresses, as the device's own is).
+    /// frame (MACs derived from the addresses, as the device's own is),
+    /// with a comment (pcapng only: a scenario's firings).
     pub(super) fn packet(
         &mut self,
         stats: &mut UdpStats,
         source: IpAddr,
         destination: IpAddr,
         packet: &[u8],
+        comment: Option<&str>,
     ) {
         let (to, from) = (mac_for(destination), mac_for(source));
         self.dirty = true;
-        if self.writer.write_packet(wall_clock(), to, from, packet).is_err() {
+        let written = self.writer.write_packet_commented(wall_clock(), to, from, packet, comment);
+        if written.is_err() {
             stats.capture_errors += 1;
         }
     }
 
-    /// Writes an Ethernet frame as it is (the L2 transport).
-    pub(super) fn frame(&mut self, stats: &mut UdpStats, frame: &[u8]) {
+    /// Writes an Ethernet frame as it is (the L2 transport), with a
+    /// comment (pcapng only).
+    pub(super) fn frame(&mut self, stats: &mut UdpStats, frame: &[u8], comment: Option<&str>) {
         self.dirty = true;
-        if self.writer.write_frame(wall_clock(), frame).is_err() {
+        if self.writer.write_frame_commented(wall_clock(), frame, comment).is_err() {
             stats.capture_errors += 1;
         }
     }

@@ -1,14 +1,17 @@
 //! A device's configuration: `UdpConfig`, from code or from the
 //! environment (`UROCE_ADDR`, `UROCE_PROGRESS`, `UROCE_FAULTS`,
 //! `UROCE_CAPTURE`, `UROCE_OFFLOAD`, `UROCE_LINK`, `UROCE_TAP`,
-//! `UROCE_MTU`, `UROCE_CM_RESPONSE_TIMEOUT`, `UROCE_CM_RETRIES`), and the
-//! checks on a device address.
+//! `UROCE_MTU`, `UROCE_CM_RESPONSE_TIMEOUT`, `UROCE_CM_RETRIES`, and the
+//! fault scenario's `UROCE_SCENARIO`, `UROCE_SCENARIO_SEED`,
+//! `UROCE_SCENARIO_PARAMS`, `UROCE_SCENARIO_ROLE`, `UROCE_SCENARIO_REPORT`),
+//! and the checks on a device address.
 
 use super::tap;
 use super::UdpError;
 use crate::link::{LinkAttach, LinkConfig};
 use core::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
+use uroce_faults::scenario::Scenario;
 use uroce_faults::FaultSpec;
 use uroce_hca::config::{HcaConfig, SourcePortPolicy};
 
@@ -66,8 +69,12 @@ pub struct UdpConfig {
     /// Run the background thread at all (a process that drives the device
     /// itself, e.g. a benchmark loop, may turn it off).
     pub background: bool,
-    /// Faults applied to outgoing packets.
+    /// Faults applied to outgoing packets. With a scenario, they replace
+    /// the scenario's background faults (`[scenario] faults`).
     pub faults: Option<FaultSpec>,
+    /// A fault scenario the device runs at its port (`UROCE_SCENARIO`):
+    /// see [`ScenarioConfig`].
+    pub scenario: Option<ScenarioConfig>,
     /// Write every packet sent and received to this pcap file.
     pub capture: Option<PathBuf>,
     /// Segmentation offload (on by default; `UROCE_OFFLOAD=0` turns it
@@ -96,6 +103,109 @@ pub struct UdpConfig {
     pub link: Option<LinkConfig>,
 }
 
+/// A fault scenario for a device (design note
+/// `docs/design-notes/fault-scenarios.md`; `docs/runtime.md` §Scenarios).
+#[derive(Debug, Clone)]
+pub struct ScenarioConfig {
+    /// The scenario, its `[params]` overrides applied.
+    pub scenario: Scenario,
+    /// The engine's seed (`UROCE_SCENARIO_SEED`; default the file's
+    /// `[scenario] seed`).
+    pub seed: u64,
+    /// The process's role (`UROCE_SCENARIO_ROLE`): rules with a `role`
+    /// apply only in a process with that role.
+    pub role: Option<String>,
+    /// A file the firings and the summary are appended to
+    /// (`UROCE_SCENARIO_REPORT`).
+    pub report: Option<PathBuf>,
+}
+
+impl ScenarioConfig {
+    /// A scenario with its own seed, no role and no report.
+    pub fn new(scenario: Scenario) -> ScenarioConfig {
+        ScenarioConfig { seed: scenario.seed, scenario, role: None, report: None }
+    }
+
+    /// Loads `UROCE_SCENARIO`'s value: a file when it contains `/` or ends
+    /// in `.toml` (read here, parsed with [`Scenario::parse`]), else a name
+    /// in the library. An error is the [`ScenarioError`]'s text (file,
+    /// line, column, what is wrong, the line and a caret), or says why the
+    /// file cannot be read.
+    ///
+    /// [`ScenarioError`]: uroce_faults::scenario::ScenarioError
+    pub fn load(name_or_path: &str) -> Result<Scenario, UdpError> {
+        let name_or_path = name_or_path.trim();
+        if name_or_path.contains('/') || name_or_path.ends_with(".toml") {
+            let text = std::fs::read_to_string(name_or_path).map_err(|e| {
+                UdpError::Config(format!(
+                    "UROCE_SCENARIO: cannot read the scenario file {name_or_path}: {e}"
+                ))
+            })?;
+            Scenario::parse(&text, name_or_path).map_err(|e| UdpError::Config(e.to_string()))
+        } else {
+            Scenario::load(name_or_path).map_err(|e| UdpError::Config(e.to_string()))
+        }
+    }
+
+    /// Parses `UROCE_SCENARIO_PARAMS`: `name=value,...` (integers).
+    pub fn parse_params(text: &str) -> Result<Vec<(String, i64)>, UdpError> {
+        let bad = |why: String| UdpError::Config(format!("UROCE_SCENARIO_PARAMS=`{text}`: {why}"));
+        let mut params = Vec::new();
+        for item in text.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let Some((name, value)) = item.split_once('=') else {
+                return Err(bad(format!("`{item}` is not name=value")));
+            };
+            let value: i64 = value
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("`{}` is not an integer", value.trim())))?;
+            params.push((name.trim().to_owned(), value));
+        }
+        Ok(params)
+    }
+
+    /// The scenario part of the environment: `None` without
+    /// `UROCE_SCENARIO`; the other `UROCE_SCENARIO_*` variables without it
+    /// are an error (they would be ignored).
+    fn from_vars(
+        var: &impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<ScenarioConfig>, UdpError> {
+        let set = |name: &str| var(name).filter(|t| !t.trim().is_empty());
+        let Some(name) = set("UROCE_SCENARIO") else {
+            for name in [
+                "UROCE_SCENARIO_SEED",
+                "UROCE_SCENARIO_PARAMS",
+                "UROCE_SCENARIO_ROLE",
+                "UROCE_SCENARIO_REPORT",
+            ] {
+                if set(name).is_some() {
+                    return Err(UdpError::Config(format!(
+                        "{name} is for a fault scenario: set UROCE_SCENARIO too"
+                    )));
+                }
+            }
+            return Ok(None);
+        };
+        let mut scenario = ScenarioConfig::load(&name)?;
+        if let Some(text) = set("UROCE_SCENARIO_PARAMS") {
+            let params = ScenarioConfig::parse_params(&text)?;
+            scenario =
+                scenario.with_params(&params).map_err(|e| UdpError::Config(e.to_string()))?;
+        }
+        let mut config = ScenarioConfig::new(scenario);
+        if let Some(text) = set("UROCE_SCENARIO_SEED") {
+            config.seed = text.trim().parse().map_err(|_| {
+                UdpError::Config(format!(
+                    "UROCE_SCENARIO_SEED=`{text}`: expected an unsigned integer"
+                ))
+            })?;
+        }
+        config.role = set("UROCE_SCENARIO_ROLE").map(|r| r.trim().to_owned());
+        config.report = set("UROCE_SCENARIO_REPORT").map(PathBuf::from);
+        Ok(Some(config))
+    }
+}
+
 /// What the runtime does with the HCA's decisions (see
 /// `uroce_hca::trace`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,6 +231,7 @@ impl UdpConfig {
             progress: ProgressMode::HYBRID,
             background: true,
             faults: None,
+            scenario: None,
             capture: None,
             offload: true,
             doorbell_burst_ns: super::doorbells::BURST_WINDOW_NS,
@@ -142,7 +253,11 @@ impl UdpConfig {
     /// on-link, and `UROCE_MTU` (the link MTU). `UROCE_CM_RESPONSE_TIMEOUT`
     /// (0..=31, an IBA time exponent) and `UROCE_CM_RETRIES` (0..=15) set
     /// the CM's response timeout and retries (rdma_cm's 20 and 15 by
-    /// default: [`HcaConfig::cm_response_timeout`]).
+    /// default: [`HcaConfig::cm_response_timeout`]). `UROCE_SCENARIO` (a
+    /// library name or a file) runs a fault scenario at the device's port,
+    /// with `UROCE_SCENARIO_SEED`, `UROCE_SCENARIO_PARAMS` (`k=v,...`),
+    /// `UROCE_SCENARIO_ROLE` and `UROCE_SCENARIO_REPORT` (a file): see
+    /// [`ScenarioConfig`].
     pub fn from_env() -> Result<UdpConfig, UdpError> {
         Self::from_vars(|name| std::env::var(name).ok())
     }
@@ -213,6 +328,7 @@ impl UdpConfig {
                 .map_err(|e| UdpError::Config(format!("UROCE_FAULTS: {e}")))?;
             config.faults = spec.is_active().then_some(spec);
         }
+        config.scenario = ScenarioConfig::from_vars(&var)?;
         if let Some(path) = var("UROCE_CAPTURE").filter(|p| !p.is_empty()) {
             config.capture = Some(PathBuf::from(path));
         }
@@ -372,6 +488,55 @@ mod tests {
         assert!(UdpConfig::from_vars(vars(&[("UROCE_TRACE", "loud")])).is_err());
         let traced = UdpConfig::from_vars(vars(&[("UROCE_TRACE", "1")])).unwrap();
         assert_eq!(traced.trace, TraceMode::Print);
+    }
+
+    #[test]
+    fn scenario_from_variables() {
+        let vars = |pairs: Vec<(&'static str, String)>| {
+            move |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone())
+        };
+        let c = UdpConfig::from_vars(vars(vec![])).unwrap();
+        assert!(c.scenario.is_none());
+        let c = UdpConfig::from_vars(vars(vec![
+            ("UROCE_SCENARIO", "partition-heals".into()),
+            ("UROCE_SCENARIO_SEED", "9".into()),
+            ("UROCE_SCENARIO_PARAMS", "cut_ms=800".into()),
+            ("UROCE_SCENARIO_ROLE", "server".into()),
+            ("UROCE_SCENARIO_REPORT", "/tmp/r.txt".into()),
+            ("UROCE_FAULTS", "loss=0.01,seed=4".into()),
+        ]))
+        .unwrap();
+        let s = c.scenario.unwrap();
+        assert_eq!(s.scenario.name, "partition-heals");
+        assert_eq!(s.scenario.param("cut_ms"), Some(800));
+        assert_eq!((s.seed, s.role.as_deref()), (9, Some("server")));
+        assert_eq!(s.report, Some(PathBuf::from("/tmp/r.txt")));
+        assert_eq!(c.faults.unwrap().seed, 4, "kept: the scenario's background");
+        let refused = |pairs: Vec<(&'static str, String)>| match UdpConfig::from_vars(vars(pairs)) {
+            Ok(_) => panic!("accepted"),
+            Err(e) => e.to_string(),
+        };
+        let e = refused(vec![("UROCE_SCENARIO", "no-such".into())]);
+        assert!(e.contains("no scenario named \"no-such\"") && e.contains("lost-ack"), "{e}");
+        let e = refused(vec![("UROCE_SCENARIO", "/nonexistent/x.toml".into())]);
+        assert!(e.contains("cannot read the scenario file /nonexistent/x.toml"), "{e}");
+        let e = refused(vec![
+            ("UROCE_SCENARIO", "lost-ack".into()),
+            ("UROCE_SCENARIO_PARAMS", "cut_ms".into()),
+        ]);
+        assert!(e.contains("UROCE_SCENARIO_PARAMS=`cut_ms`"), "{e}");
+        let e = refused(vec![
+            ("UROCE_SCENARIO", "lost-ack".into()),
+            ("UROCE_SCENARIO_PARAMS", "cut_ms=5".into()),
+        ]);
+        assert!(e.contains("cut_ms"), "an unknown param: {e}");
+        let e = refused(vec![
+            ("UROCE_SCENARIO", "lost-ack".into()),
+            ("UROCE_SCENARIO_SEED", "-1".into()),
+        ]);
+        assert!(e.contains("UROCE_SCENARIO_SEED=`-1`"), "{e}");
+        let e = refused(vec![("UROCE_SCENARIO_ROLE", "server".into())]);
+        assert!(e.contains("set UROCE_SCENARIO too"), "{e}");
     }
 
     #[test]

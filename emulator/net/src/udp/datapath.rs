@@ -1,9 +1,11 @@
 //! The data path: packets from the HCA to the transport (through the fault
-//! injector and the capture) and from the transport to the HCA.
+//! injector or the scenario's port, and the capture) and from the
+//! transport to the HCA (through the scenario's port: `scenario.rs`).
 
 use super::capture::Capture;
 use super::doorbells::DoorbellBatch;
 use super::progress::Runtime;
+use super::scenario::{self, ScenarioPort};
 use super::sys;
 use super::transport::{Leaving, Transport, TxBatch};
 use super::UdpStats;
@@ -11,13 +13,14 @@ use crate::link::{Egress, Ingress};
 use core::net::IpAddr;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use uroce_faults::Injector;
+use uroce_faults::scenario::Dir;
+use uroce_faults::{CopyVerdict, Injector};
 use uroce_hca::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
 use uroce_hca::mcast::McastChange;
 use uroce_hca::time::Instant;
 use uroce_hca::Hca;
 use uroce_wire::ip::{self, DatagramHeaders};
-use uroce_wire::ROCEV2_UDP_PORT;
+use uroce_wire::{Mask, Opcode, Qpn, ROCEV2_UDP_PORT};
 
 /// Datagrams received per `recvmmsg` call.
 pub(super) const RECEIVE_BATCH: usize = 32;
@@ -43,6 +46,9 @@ pub(super) struct Io {
     pub batch: TxBatch,
     pub transport: Transport,
     pub faults: Option<Injector>,
+    /// The fault scenario's port (`UROCE_SCENARIO`); never with `faults`
+    /// (the scenario takes `UROCE_FAULTS` as its background faults).
+    pub scenario: Option<ScenarioPort>,
     pub delayed: BinaryHeap<Reverse<Delayed>>,
     pub delayed_seq: u64,
     /// Since when packets the application's receive produced wait for its
@@ -60,6 +66,7 @@ impl Io {
     pub(super) fn new(
         transport: Transport,
         faults: Option<Injector>,
+        scenario: Option<ScenarioPort>,
         capture: Option<Capture>,
         stats: UdpStats,
         doorbell_burst_ns: u64,
@@ -74,6 +81,7 @@ impl Io {
             batch: TxBatch::default(),
             transport,
             faults,
+            scenario,
             delayed: BinaryHeap::new(),
             delayed_seq: 0,
             deferred_since_ns: None,
@@ -85,12 +93,14 @@ impl Io {
     }
 }
 
-/// A copy of a packet the fault injector holds back.
+/// A copy of a packet the fault injector (or a scenario rule) holds back.
 pub(super) struct Delayed {
     pub due_ns: u64,
     seq: u64,
     packet: Vec<u8>,
     leaving: Leaving,
+    /// The capture comment it leaves with (a scenario's firings).
+    comment: Option<String>,
 }
 
 impl PartialEq for Delayed {
@@ -156,7 +166,7 @@ impl Runtime {
     /// is one RoCE packet, its IP header rebuilt with `destination` (the
     /// device's address, or the group's a group socket took it for).
     fn receive_datagrams(&self, io: &mut Io, now_ns: u64, destination: IpAddr) -> usize {
-        let Io { rx_buffers, rx_meta, capture, stats, .. } = io;
+        let Io { rx_buffers, rx_meta, capture, stats, scenario, .. } = io;
         let now = Instant::from_nanos(now_ns);
         let mut hca = self.hca.lock();
         let mut datagrams = 0;
@@ -186,10 +196,21 @@ impl Runtime {
                     continue;
                 }
                 let packet = &buffer[packet_start..start + len];
+                let (comment, die) = match scenario.as_mut() {
+                    Some(sp) => scenario_ingress(sp, &mut hca, now_ns, stats, packet),
+                    None => {
+                        hca.receive(now, packet);
+                        (None, false)
+                    }
+                };
                 if let Some(capture) = capture.as_mut() {
-                    capture.packet(stats, source.ip(), destination, packet);
+                    capture.packet(stats, source.ip(), destination, packet, comment.as_deref());
                 }
-                hca.receive(now, packet);
+                if die {
+                    if let Some(sp) = scenario.as_mut() {
+                        scenario::die(sp, capture, now_ns);
+                    }
+                }
                 offset += len;
             }
         }
@@ -202,7 +223,7 @@ impl Runtime {
     /// duplicate or corrupt them first), the rest to the link host.
     fn receive_frames(&self, io: &mut Io, now_ns: u64) -> usize {
         let now = Instant::from_nanos(now_ns);
-        let Io { rx_buffers, rx_meta, capture, stats, transport, faults, .. } = io;
+        let Io { rx_buffers, rx_meta, capture, stats, transport, faults, scenario, .. } = io;
         let Some(host) = transport.host() else { return 0 };
         let mut frames = 0;
         let mut host_frames = false;
@@ -215,16 +236,28 @@ impl Runtime {
                 }
                 frames += 1;
                 let bytes = &buffer[HEADROOM..HEADROOM + meta.len];
-                if let Some(capture) = capture.as_mut() {
-                    capture.frame(stats, bytes);
-                }
+                let mut comment = None;
+                let mut die = false;
                 match host.ingress(bytes) {
-                    Ingress::Roce(packet) => match faults.as_mut() {
-                        None => hca.receive(now, packet),
-                        Some(faults) => receive_with_faults(&mut hca, now, faults, stats, packet),
+                    Ingress::Roce(packet) => match (scenario.as_mut(), faults.as_mut()) {
+                        (Some(sp), _) => {
+                            (comment, die) = scenario_ingress(sp, &mut hca, now_ns, stats, packet)
+                        }
+                        (None, None) => hca.receive(now, packet),
+                        (None, Some(faults)) => {
+                            receive_with_faults(&mut hca, now, faults, stats, packet)
+                        }
                     },
                     Ingress::Host => host_frames = true,
                     Ingress::Dropped => stats.rx_dropped += 1,
+                }
+                if let Some(capture) = capture.as_mut() {
+                    capture.frame(stats, bytes, comment.as_deref());
+                }
+                if die {
+                    if let Some(sp) = scenario.as_mut() {
+                        scenario::die(sp, capture, now_ns);
+                    }
                 }
             }
         }
@@ -250,7 +283,7 @@ impl Runtime {
         };
         while let Some(frame) = host.take_frame() {
             if let Some(capture) = capture.as_mut() {
-                capture.frame(stats, &frame);
+                capture.frame(stats, &frame, None);
             }
             batch.push(&frame, leaving);
             queued += 1;
@@ -267,7 +300,7 @@ impl Runtime {
         let mut sent = 0;
         while io.delayed.peek().is_some_and(|Reverse(d)| d.due_ns <= now_ns) {
             let Reverse(d) = io.delayed.pop().expect("peeked");
-            self.send_now(io, now_ns, &d.packet, d.leaving);
+            self.send_now(io, now_ns, &d.packet, d.leaving, d.comment.as_deref());
             sent += 1;
         }
         let mut buffer = std::mem::take(&mut io.tx_buffer);
@@ -304,6 +337,9 @@ impl Runtime {
                     while let Some(change) = hca.poll_mcast_change() {
                         follow_group(io, change);
                     }
+                    // The scenario's timed rules, its delayed incoming
+                    // copies and its reorder holds whose time came.
+                    self.scenario_tick(io, &mut hca, now_ns);
                 }
                 while io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
                     let Some(transmit) = hca.poll_transmit(now, &mut buffer) else {
@@ -315,8 +351,15 @@ impl Runtime {
                     }
                     sent += 1;
                     let packet = &mut buffer[..transmit.len];
+                    let local_qpn = transmit.local_qpn;
                     if let Some(leaving) = settle(io, &mut hca, now_ns, transmit, packet) {
-                        self.dispatch(io, now_ns, packet, leaving);
+                        if io.scenario.is_some() {
+                            self.dispatch_scenario(
+                                io, &mut hca, now_ns, local_qpn, packet, leaving,
+                            );
+                        } else {
+                            self.dispatch(io, now_ns, packet, leaving);
+                        }
                     }
                 }
                 if io.batch.len() >= TX_BATCH && sent < TRANSMIT_BURST {
@@ -340,7 +383,7 @@ impl Runtime {
     /// Applies faults, then sends (or holds) one packet.
     fn dispatch(&self, io: &mut Io, now_ns: u64, packet: &[u8], leaving: Leaving) {
         let Some(faults) = io.faults.as_mut() else {
-            self.send_now(io, now_ns, packet, leaving);
+            self.send_now(io, now_ns, packet, leaving, None);
             return;
         };
         let verdict = faults.apply(packet);
@@ -352,35 +395,146 @@ impl Runtime {
             io.stats.faults_duplicated += 1;
         }
         for copy in verdict.copies() {
-            let mut corrupted;
-            let bytes = match copy.flip_bit {
-                Some(bit) => {
-                    io.stats.faults_corrupted += 1;
-                    corrupted = packet.to_vec();
-                    uroce_faults::flip(&mut corrupted, bit);
-                    &corrupted[..]
+            self.send_copy(io, now_ns, packet, &copy, 0, leaving, None);
+        }
+    }
+
+    /// Sends one copy of a packet now, or queues it for its delay
+    /// (`copy.delay_ns + after_ns`), its bit flipped if it is corrupted.
+    #[allow(clippy::too_many_arguments)]
+    fn send_copy(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        packet: &[u8],
+        copy: &CopyVerdict,
+        after_ns: u64,
+        leaving: Leaving,
+        comment: Option<String>,
+    ) {
+        let mut scratch = Vec::new();
+        let bytes = scenario::copy_bytes(packet, copy, &mut scratch);
+        if copy.flip_bit.is_some() {
+            io.stats.faults_corrupted += 1;
+        }
+        let delay = copy.delay_ns.saturating_add(after_ns);
+        if delay == 0 {
+            self.send_now(io, now_ns, bytes, leaving, comment.as_deref());
+        } else {
+            io.stats.faults_delayed += 1;
+            io.delayed_seq += 1;
+            io.delayed.push(Reverse(Delayed {
+                due_ns: now_ns.saturating_add(delay),
+                seq: io.delayed_seq,
+                packet: bytes.to_vec(),
+                leaving,
+                comment,
+            }));
+        }
+    }
+
+    /// Passes one outgoing packet through the scenario's port, then sends
+    /// (or holds, or drops) it as the verdict says; device actions it
+    /// triggered go to the HCA, reorder holds it released follow it.
+    fn dispatch_scenario(
+        &self,
+        io: &mut Io,
+        hca: &mut Hca,
+        now_ns: u64,
+        local_qpn: Option<Qpn>,
+        packet: &[u8],
+        leaving: Leaving,
+    ) {
+        let Some(sp) = io.scenario.as_mut() else { return };
+        let verdict = sp.port.on_packet(now_ns, Dir::Out, local_qpn, packet);
+        let firings = sp.log_firings(now_ns);
+        let die = sp.apply_device_actions(hca, now_ns);
+        match verdict.dropped {
+            Some(cause) => {
+                io.stats.faults_lost += 1;
+                if let Some(capture) = io.capture.as_mut() {
+                    let comment = scenario::dropped_comment(cause, firings.as_deref());
+                    let to = leaving.destination;
+                    capture.packet(&mut io.stats, self.addr, to, packet, Some(&comment));
                 }
-                None => packet,
-            };
-            if copy.delay_ns == 0 {
-                self.send_now(io, now_ns, bytes, leaving);
-            } else {
-                io.stats.faults_delayed += 1;
-                io.delayed_seq += 1;
-                io.delayed.push(Reverse(Delayed {
-                    due_ns: now_ns + copy.delay_ns,
-                    seq: io.delayed_seq,
-                    packet: bytes.to_vec(),
-                    leaving,
-                }));
+            }
+            None => {
+                let mut comment = firings;
+                if verdict.held {
+                    if let (Some(sp), Some(c)) = (io.scenario.as_mut(), comment.take()) {
+                        sp.hold_comment(packet, c);
+                    }
+                }
+                if verdict.copies[1].is_some() || verdict.extra > 0 {
+                    io.stats.faults_duplicated += 1;
+                }
+                for copy in verdict.copies.iter().flatten() {
+                    self.send_copy(io, now_ns, packet, copy, 0, leaving, comment.take());
+                }
+                if let Some(first) = verdict.copies[0] {
+                    for i in 1..=u64::from(verdict.extra) {
+                        let after = i.saturating_mul(verdict.extra_gap_ns);
+                        self.send_copy(io, now_ns, packet, &first, after, leaving, None);
+                    }
+                }
             }
         }
+        if let Some(sp) = io.scenario.as_mut() {
+            scenario::drain_released(sp, hca, now_ns);
+        }
+        self.send_released(io, now_ns);
+        if die {
+            if let Some(sp) = io.scenario.as_mut() {
+                scenario::die(sp, &mut io.capture, now_ns);
+            }
+        }
+    }
+
+    /// Sends the outgoing packets reorder holds released.
+    fn send_released(&self, io: &mut Io, now_ns: u64) {
+        while let Some(held) = io.scenario.as_mut().and_then(|sp| sp.out_ready.pop_front()) {
+            let Some(leaving) = leaving_of(&held.packet) else {
+                io.stats.tx_errors += 1;
+                continue;
+            };
+            let mut comment =
+                io.scenario.as_mut().and_then(|sp| sp.take_held_comment(&held.packet));
+            for copy in held.copies.iter().flatten() {
+                self.send_copy(io, now_ns, &held.packet, copy, 0, leaving, comment.take());
+            }
+        }
+    }
+
+    /// The scenario's work that comes with time, not with a packet: timed
+    /// rules (and the device actions they decide), delayed incoming
+    /// copies, reorder holds whose `max_hold_us` passed.
+    fn scenario_tick(&self, io: &mut Io, hca: &mut Hca, now_ns: u64) {
+        let Some(sp) = io.scenario.as_mut() else { return };
+        while sp.port.poll_timed(now_ns).is_some() {}
+        let _ = sp.log_firings(now_ns);
+        let die = sp.apply_device_actions(hca, now_ns);
+        if die {
+            scenario::die(sp, &mut io.capture, now_ns);
+        }
+        let now = Instant::from_nanos(now_ns);
+        while let Some(packet) = sp.due_in(now_ns) {
+            hca.receive(now, &packet);
+        }
+        scenario::drain_released(sp, hca, now_ns);
+        self.send_released(io, now_ns);
     }
 
     /// Queues one IP packet: its UDP payload for the socket of its source
     /// port, or on a link its Ethernet frame (or holds it while its
     /// destination's MAC is asked for).
-    fn send_now(&self, io: &mut Io, now_ns: u64, packet: &[u8], leaving: Leaving) {
+    fn send_now(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        packet: &[u8],
+        leaving: Leaving,
+        comment: Option<&str>,
+    ) {
         let Io { transport, frame, capture, stats, batch, .. } = io;
         match transport.host() {
             None => {
@@ -389,7 +543,7 @@ impl Runtime {
                     return;
                 };
                 if let Some(capture) = capture.as_mut() {
-                    capture.packet(stats, self.addr, leaving.destination, packet);
+                    capture.packet(stats, self.addr, leaving.destination, packet, comment);
                 }
                 batch.push(&packet[offset..], leaving);
             }
@@ -399,7 +553,7 @@ impl Runtime {
                     return;
                 }
                 if let Some(capture) = capture.as_mut() {
-                    capture.frame(stats, frame);
+                    capture.frame(stats, frame, comment);
                 }
                 batch.push(frame, leaving);
             }
@@ -461,6 +615,66 @@ fn follow_group(io: &mut Io, change: McastChange) {
             }
         }
     }
+}
+
+/// Where an outgoing IP packet leaves from, read back from its headers (a
+/// packet a reorder hold kept: its source port was settled before).
+fn leaving_of(packet: &[u8]) -> Option<Leaving> {
+    let (_, destination) = ip::addresses(packet)?;
+    let offset = ip::udp_payload_offset(packet)?;
+    let source_port = u16::from_be_bytes([packet[offset - 8], packet[offset - 7]]);
+    let response = packet
+        .get(offset)
+        .and_then(|&op| Opcode(op).info())
+        .is_some_and(|info| info.mask.contains(Mask::RESP));
+    let kind =
+        if response { uroce_hca::PacketKind::Response } else { uroce_hca::PacketKind::Request };
+    Some(Leaving { destination, kind, source_port })
+}
+
+/// Passes one received RoCE packet through the scenario's port: device
+/// actions it triggered go to the HCA first, then its copies (now, or
+/// queued for their delay), then the reorder holds it released. Returns
+/// the capture comment and whether the process must die (`crash`).
+fn scenario_ingress(
+    sp: &mut ScenarioPort,
+    hca: &mut Hca,
+    now_ns: u64,
+    stats: &mut UdpStats,
+    packet: &[u8],
+) -> (Option<String>, bool) {
+    let verdict = sp.port.on_packet(now_ns, Dir::In, None, packet);
+    let firings = sp.log_firings(now_ns);
+    let die = sp.apply_device_actions(hca, now_ns);
+    let comment = match verdict.dropped {
+        Some(cause) => {
+            stats.faults_lost += 1;
+            Some(scenario::dropped_comment(cause, firings.as_deref()))
+        }
+        None => {
+            if verdict.copies[1].is_some() || verdict.extra > 0 {
+                stats.faults_duplicated += 1;
+            }
+            for copy in verdict.copies.iter().flatten() {
+                if copy.flip_bit.is_some() {
+                    stats.faults_corrupted += 1;
+                }
+                if copy.delay_ns > 0 {
+                    stats.faults_delayed += 1;
+                }
+                scenario::receive_copy(sp, hca, now_ns, packet, copy, 0);
+            }
+            if let Some(first) = verdict.copies[0] {
+                for i in 1..=u64::from(verdict.extra) {
+                    let after = i.saturating_mul(verdict.extra_gap_ns);
+                    scenario::receive_copy(sp, hca, now_ns, packet, &first, after);
+                }
+            }
+            firings
+        }
+    };
+    scenario::drain_released(sp, hca, now_ns);
+    (comment, die)
 }
 
 /// Hands a received RoCE packet to the HCA through the fault injector.

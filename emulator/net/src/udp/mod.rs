@@ -49,6 +49,7 @@ mod doorbells;
 mod groups;
 mod link_tcp;
 mod progress;
+mod scenario;
 mod sockets;
 mod stats;
 mod sys;
@@ -56,8 +57,8 @@ mod tap;
 mod transport;
 
 pub use config::{
-    device_addr_problem, parse_addr, parse_addr_prefix, ProgressMode, TraceMode, UdpConfig,
-    TRACE_CAPACITY,
+    device_addr_problem, parse_addr, parse_addr_prefix, ProgressMode, ScenarioConfig, TraceMode,
+    UdpConfig, TRACE_CAPACITY,
 };
 pub use link_tcp::{LinkTcpListener, LinkTcpStream};
 
@@ -73,6 +74,7 @@ pub mod raw {
     };
 }
 pub use stats::UdpStats;
+pub use uroce_faults::scenario::{PortSummary, Scenario, ScenarioError};
 pub use uroce_faults::{FaultSpec, FaultSpecError};
 
 use crate::link::path_mtu_for_link;
@@ -190,14 +192,26 @@ impl UdpDevice {
         let hca = Hca::new(hca_config, gids, memory.clone())
             .map_err(|e| UdpError::Config(e.to_string()))?;
         let hca = SharedHca::new(hca, memory);
-        let capture = config.capture.as_deref().map(Capture::create).transpose()?;
+        // Under a scenario the capture is pcapng: firings are frame comments.
+        let format = if config.scenario.is_some() {
+            uroce_wire::pcap::CaptureFormat::PcapNg
+        } else {
+            uroce_wire::pcap::CaptureFormat::Pcap
+        };
+        let capture = config.capture.as_deref().map(|p| Capture::create(p, format)).transpose()?;
         let wake = rustix::event::eventfd(
             0,
             rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
         )
         .map_err(|e| UdpError::Io("creating an eventfd".into(), e.into()))?;
         let stats = UdpStats { receive_buffer_bytes, ..UdpStats::default() };
-        let faults = config.faults.map(Injector::new);
+        // One engine per device: a scenario takes `UROCE_FAULTS` as its
+        // background faults, else they are the injector's.
+        let (faults, scenario) = match &config.scenario {
+            Some(s) => (None, Some(scenario::ScenarioPort::new(s, addr, config.faults)?)),
+            None => (config.faults.map(Injector::new), None),
+        };
+        let has_scenario = scenario.is_some();
         if config.trace != TraceMode::Off {
             hca.lock().trace_steps(TRACE_CAPACITY);
         }
@@ -216,8 +230,11 @@ impl UdpDevice {
             background_idle: AtomicBool::new(false),
             background_until_ns: AtomicU64::new(u64::MAX),
             holds_doorbells: doorbell_burst_ns > 0,
-            io: Mutex::new(Io::new(transport, faults, capture, stats, doorbell_burst_ns)),
+            io: Mutex::new(Io::new(transport, faults, scenario, capture, stats, doorbell_burst_ns)),
         });
+        if has_scenario {
+            scenario::register_for_exit(&runtime);
+        }
         let driver: Arc<dyn Driver> = runtime.clone();
         let _ = hca.set_driver(Arc::downgrade(&driver));
         let thread = if config.background {
@@ -238,9 +255,23 @@ impl UdpDevice {
         Ok(UdpDevice { hca, runtime, is_link, thread, closed: Arc::new(Mutex::new(None)) })
     }
 
-    /// Whether the device injects faults (`UROCE_FAULTS`).
+    /// Whether the device injects faults (`UROCE_FAULTS`) or runs a fault
+    /// scenario (`UROCE_SCENARIO`): a program should then linger before it
+    /// closes, for its peer's retransmissions.
     pub fn has_faults(&self) -> bool {
-        lock(&self.runtime.io).faults.is_some()
+        let io = lock(&self.runtime.io);
+        io.faults.is_some() || io.scenario.is_some()
+    }
+
+    /// Whether the device runs a fault scenario (`UROCE_SCENARIO`).
+    pub fn has_scenario(&self) -> bool {
+        lock(&self.runtime.io).scenario.is_some()
+    }
+
+    /// The scenario's summary now, as printed at close (`None` without a
+    /// scenario): per rule matched and fired, the port's counts.
+    pub fn scenario_summary(&self) -> Option<uroce_faults::scenario::PortSummary> {
+        lock(&self.runtime.io).scenario.as_ref().map(|sp| sp.port.summary())
     }
 
     /// Whether the device is on the L2 transport (`UROCE_LINK` or
@@ -373,6 +404,7 @@ impl Drop for UdpDevice {
         // Flushes the capture too.
         let summary = self.summary();
         *lock(&self.closed) = Some(summary);
+        self.runtime.write_scenario_summary();
     }
 }
 

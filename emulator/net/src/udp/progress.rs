@@ -162,6 +162,21 @@ impl Runtime {
         DeviceSummary { addr: self.addr, counters, stats, capture_failure }
     }
 
+    /// Writes the scenario's summary on standard error and to its report
+    /// (once: at close, or at exit for a device never closed). Each lock
+    /// in a statement of its own, the I/O lock first.
+    pub(super) fn write_scenario_summary(&self) {
+        let lines = lock(&self.io).scenario.as_mut().and_then(|sp| sp.take_summary_lines());
+        let Some(lines) = lines else { return };
+        let (tally, counters) = {
+            let hca = self.hca.lock();
+            (hca.completion_tally().clone(), hca.counters())
+        };
+        if let Some(sp) = lock(&self.io).scenario.as_mut() {
+            sp.write_summary(lines, &tally, &counters);
+        }
+    }
+
     pub(super) fn now_ns(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
@@ -320,7 +335,8 @@ impl Runtime {
                     host.poll_at_ns(now)
                 }
             });
-            [ready, doorbells, held, deferred, link].into_iter().flatten().min()
+            let scenario = io.scenario.as_ref().and_then(|sp| sp.next_deadline());
+            [ready, doorbells, held, deferred, link, scenario].into_iter().flatten().min()
         };
         match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),

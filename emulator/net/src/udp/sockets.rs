@@ -261,13 +261,26 @@ pub(super) fn send_all(
     stats: &mut UdpStats,
 ) {
     let mut sent = 0;
+    let mut retried = false;
     while sent < datagrams.len() {
         stats.tx_calls += 1;
         match sys::send_batch(socket, scratch, &datagrams[sent..]) {
-            Ok(n) if n > 0 => sent += n,
+            Ok(n) if n > 0 => {
+                sent += n;
+                retried = false;
+            }
+            // A connected socket (the L2 link's) reports the ICMP "port
+            // unreachable" of an earlier datagram (sent before the link's
+            // other end was up) on the next send, which it then does not
+            // send: that error is not this datagram's, send it again once.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && !retried => {
+                stats.tx_errors += 1;
+                retried = true;
+            }
             _ => {
                 stats.tx_errors += 1;
                 sent += 1;
+                retried = false;
             }
         }
     }
@@ -283,5 +296,29 @@ fn raise_file_limit() {
             Resource::Nofile,
             rustix::process::Rlimit { current: limit.maximum, ..limit },
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_not_lost_to_an_earlier_frames_port_unreachable() {
+        let here = UdpSocket::bind("127.161.200.1:0").unwrap();
+        let there: SocketAddr = "127.161.200.2:47162".parse().unwrap();
+        here.connect(there).unwrap();
+        let mut scratch = sys::SendScratch::new();
+        let mut stats = UdpStats::default();
+        // Nobody at the other end yet: the ICMP error waits on the socket.
+        send_all(&here, &mut scratch, &[(b"early", there)], &mut stats);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let peer = UdpSocket::bind(there).unwrap();
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        send_all(&here, &mut scratch, &[(b"second", there)], &mut stats);
+        let mut buf = [0u8; 16];
+        let n = peer.recv(&mut buf).expect("the second frame arrived");
+        assert_eq!(&buf[..n], b"second");
+        assert_eq!(stats.tx_errors, 1, "the earlier frame's error, counted once");
     }
 }

@@ -484,3 +484,30 @@ fn socket_addr(storage: &libc::sockaddr_storage) -> Option<SocketAddr> {
         _ => None,
     }
 }
+
+/// Kills the process as a crash would (`SIGKILL`: no unwinding, no exit
+/// hooks, no flush of anything not flushed yet): a scenario's `crash`
+/// with `exit`. The caller has written its last words (the firing, the
+/// capture) before.
+pub(crate) fn kill_self() -> ! {
+    use rustix::process::{getpid, kill_process, Signal};
+    let _ = kill_process(getpid(), Signal::KILL);
+    // SIGKILL to oneself is delivered before `kill` returns; should it not
+    // be, die as abruptly anyway.
+    std::process::abort()
+}
+
+/// Registers (once per process) the hook that writes the scenario summary
+/// of every device still open when the process exits.
+pub(crate) fn at_exit_summaries() {
+    extern "C" fn hook() {
+        // A panic must not unwind into libc.
+        let _ = std::panic::catch_unwind(super::scenario::summaries_at_exit);
+    }
+    // SAFETY: `atexit` registers a function pointer with no arguments; the
+    // hook is a plain `extern "C" fn` of this library that catches every
+    // panic. In a shared object (libibverbs.so.1) glibc's `atexit` binds
+    // it to the object's `__dso_handle`, so it runs (or is dropped) at
+    // `dlclose` too and never outlives the code.
+    let _ = unsafe { libc::atexit(hook) };
+}
