@@ -209,18 +209,22 @@ fn a_seed_replays_exactly_and_another_seed_draws_differently() {
 
 #[test]
 fn a_firing_is_a_comment_in_the_pcapng_capture() {
-    let mut r = pair(1, Some(load("lost-ack")));
-    let buf = SharedBuffer::new();
-    r.w.fabric.start_capture(Box::new(buf.clone()), uroce_sim::CapturePoint::Sent);
-    send_all(&mut r);
-    r.w.fabric.finish_capture().unwrap().unwrap();
-    let bytes = buf.bytes();
-    let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().collect::<Result<_, _>>().unwrap();
-    assert!(frames.len() as u64 > 2 * MESSAGES);
-    let commented: Vec<&str> = frames.iter().filter_map(|f| f.comment).collect();
-    assert_eq!(commented.len(), 1, "{commented:?}");
-    assert!(commented[0].starts_with("uroce scenario node0: rule lost-ack fired 1: drop on in"));
-    assert!(commented[0].contains("DROPPED"), "{}", commented[0]);
+    // As sent, and as delivered: there the dropped ACK is written at its drop.
+    for point in [uroce_sim::CapturePoint::Sent, uroce_sim::CapturePoint::Delivered] {
+        let mut r = pair(1, Some(load("lost-ack")));
+        let buf = SharedBuffer::new();
+        r.w.fabric.start_capture(Box::new(buf.clone()), point);
+        send_all(&mut r);
+        r.w.fabric.finish_capture().unwrap().unwrap();
+        let bytes = buf.bytes();
+        let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().collect::<Result<_, _>>().unwrap();
+        assert!(frames.len() as u64 > 2 * MESSAGES);
+        let commented: Vec<&str> = frames.iter().filter_map(|f| f.comment).collect();
+        assert_eq!(commented.len(), 1, "{point:?}: {commented:?}");
+        let want = "uroce scenario node0: rule lost-ack fired 1: drop on in RC_ACKNOWLEDGE";
+        assert!(commented[0].starts_with(want), "{point:?}: {}", commented[0]);
+        assert!(commented[0].ends_with("; DROPPED at node0's port: Rule"), "{}", commented[0]);
+    }
 }
 
 /// Every SEND arrived whole at node 1, once.
@@ -260,17 +264,65 @@ fn inline(rule: &str) -> Scenario {
 
 #[test]
 fn a_reordered_first_packet_makes_a_sequence_nak_and_a_go_back() {
-    let rule = "dir = \"out\"\nclass = \"request\"\nposition = \"first\"\nretransmit = false\n\
-                action = \"reorder\"\nbehind = 1";
-    let mut r = pair_of(1, Some(inline(rule)), 4000);
-    let done = send_all(&mut r);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
-    assert_delivered(&mut r);
-    let c = r.w.fabric.counters();
-    assert_eq!(c.held_scenario, MESSAGES, "each message's FIRST, once (node 0's egress)");
-    assert_eq!(c.scenario_firings, MESSAGES);
-    assert!(counters(&r.w, 1).out_of_seq_request >= 1, "a MIDDLE came first");
-    assert!(counters(&r.w, 0).rcvd_seq_err >= 1, "the requester went back");
+    // Held at the sender's port (egress), then at the receiver's (ingress).
+    for (node, dir) in [
+        (NodeId(0), "role = \"client\"\ndir = \"out\""),
+        (NodeId(1), "role = \"server\"\ndir = \"in\""),
+    ] {
+        let rule = format!(
+            "{dir}\nclass = \"request\"\nposition = \"first\"\nretransmit = false\n\
+             action = \"reorder\"\nbehind = 1"
+        );
+        let mut r = pair_of(1, Some(inline(&rule)), 4000);
+        let done = send_all(&mut r);
+        assert!(done.iter().all(|c| c.status == WcStatus::Success), "{dir}: {done:?}");
+        assert_delivered(&mut r);
+        let c = r.w.fabric.counters();
+        assert_eq!(c.held_scenario, MESSAGES, "{dir}: each message's FIRST, once");
+        assert_eq!(c.scenario_firings, MESSAGES);
+        assert!(r.w.fabric.firings().iter().all(|(n, _)| *n == node));
+        assert!(counters(&r.w, 1).out_of_seq_request >= 1, "{dir}: a MIDDLE came first");
+        assert!(counters(&r.w, 0).rcvd_seq_err >= 1, "{dir}: the requester went back");
+    }
+}
+
+#[test]
+fn without_a_handler_device_faults_queue_for_the_caller() {
+    // The world's fabric without its handler: the ports' device faults wait
+    // in take_device_faults(). Handed out when the 10th SEND is delivered,
+    // they are applied after that step: the 11th message meets the RNRs.
+    let builder = WorldBuilder::new(2, FabricConfig::new(1)).scenario(load("rnr-retry"));
+    let ports = builder.ports();
+    let mut r = pair(1, None);
+    let placeholder = uroce_sim::Fabric::new(FabricConfig::new(0), vec![r.w.nodes[0].hca.clone()]);
+    let fabric = core::mem::replace(&mut r.w.fabric, placeholder);
+    r.w.fabric = fabric.with_ports(ports);
+    let mut taken = Vec::new();
+    for i in 1..=MESSAGES {
+        let mut wr = SendWr::new(i, WrOpcode::Send);
+        wr.sg_list = vec![r.mr_a.sge(0, r.len)];
+        r.a.post_send(&[wr]).unwrap();
+        let wc = loop {
+            let wc = r.w.nodes[0].cq.poll(1).unwrap();
+            if !wc.is_empty() {
+                break wc;
+            }
+            assert!(r.w.fabric.step().is_some(), "SEND {i} stuck");
+            for (node, action) in r.w.fabric.take_device_faults() {
+                let now = r.w.now();
+                let fault = uroce::world::device_fault(&action, now);
+                r.w.nodes[node.0].hca.lock().inject_fault(now, fault).unwrap();
+                taken.push((i, node, action.kind, action.count));
+            }
+        };
+        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
+        if i == 10 {
+            assert_eq!(counters(&r.w, 0).rcvd_rnr_err, 0, "the 10th was received before");
+        }
+    }
+    assert_eq!(taken, [(10, NodeId(1), uroce_sim::DeviceActionKind::Rnr, 3)]);
+    assert_eq!(counters(&r.w, 0).rcvd_rnr_err, 3);
+    assert!(r.w.fabric.take_device_faults().is_empty());
 }
 
 #[test]

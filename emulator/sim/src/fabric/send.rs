@@ -95,6 +95,7 @@ impl<E: Endpoint> Fabric<E> {
         let effects = self.apply_rules(packet, PacketFacts { from, to, bth: None }, &bytes);
 
         if let Some(cause) = egress.as_ref().and_then(|v| v.dropped) {
+            self.capture_scenario_drop(from, to, &bytes);
             self.drop_packet(packet, Self::drop_reason(cause), bytes);
             return;
         }
@@ -204,11 +205,7 @@ impl<E: Endpoint> Fabric<E> {
             Ingress::Pass => self.fly(packet, bytes, (from, to), arrives_at, digest, Vec::new()),
             Ingress::Held => self.recycle(bytes),
             Ingress::Dropped(reason) => {
-                // A capture of deliveries would not show it: written now.
-                if let Some(capture) = self.capture.as_mut().filter(|c| !c.point().sent()) {
-                    let comment = self.scenario.as_ref().map(|s| s.comment.as_str());
-                    capture.write_commented(now, from, Some(to), &bytes, comment);
-                }
+                self.capture_scenario_drop(from, Some(to), &bytes);
                 self.drop_packet(packet, reason, bytes);
             }
             Ingress::Copies(copies, device) => {
@@ -231,6 +228,14 @@ impl<E: Endpoint> Fabric<E> {
                 self.fly(packet, bytes, (from, to), arrives_at.plus_nanos(delay), digest, device);
             }
         }
+    }
+
+    /// A capture of deliveries would not show a packet a port dropped: it
+    /// gets it now, with the firings as its comment.
+    fn capture_scenario_drop(&mut self, from: NodeId, to: Option<NodeId>, bytes: &[u8]) {
+        let Some(capture) = self.capture.as_mut().filter(|c| !c.point().sent()) else { return };
+        let comment = self.scenario.as_ref().map(|s| s.comment.as_str());
+        capture.write_commented(self.now, from, to, bytes, comment.filter(|c| !c.is_empty()));
     }
 
     /// Offers a packet to every active rule; returns what the rules that
