@@ -9,13 +9,22 @@
 //! 02:00:00:00:(i / 256):(1 + i % 256); its GID table holds the
 //! link-local GID of that MAC (index 0) and the IPv4-mapped GID of its
 //! address (index 1, the one RoCEv2 connections use).
+//!
+//! A world may run a fault scenario ([`WorldBuilder::scenario`], roles by
+//! node with [`WorldBuilder::role`]): each node gets a [`Port`] on the
+//! fabric ([`Fabric::with_ports`]), and the device faults the ports decide
+//! are applied to the node's HCA ([`Hca::inject_fault`], converted by
+//! [`device_fault`]) at the moment the fabric hands them out, whatever
+//! drives the fabric.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use uroce_device::mem::{DriverMemory, SimMemory};
 use uroce_hca::config::HcaConfig;
-use uroce_hca::{Endpoint, Hca, Instant, SharedHca};
-use uroce_sim::{Fabric, FabricConfig};
+use uroce_hca::{DeviceFault, Endpoint, Hca, Instant, SharedHca};
+use uroce_sim::{
+    DeviceAction, DeviceActionKind, DeviceInfo, Fabric, FabricConfig, NodeId, Port, Scenario,
+};
 use uroce_verbs::{Context, Gid};
 
 /// The IPv4 address of node `i`.
@@ -28,6 +37,23 @@ pub fn node_ip(i: usize) -> Ipv4Addr {
 pub fn node_gids(i: usize) -> Vec<Gid> {
     let mac = [0x02, 0, 0, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8];
     vec![Gid::link_local_from_mac(mac), Gid::from_ip(IpAddr::V4(node_ip(i)))]
+}
+
+/// The HCA fault a scenario's device action asks for, `now` being when it
+/// is applied (a stall ends `for_ns` later). A crash's `exit` has no
+/// process to kill in the simulator: the harness (step 10) stops the
+/// node's tasks instead.
+pub fn device_fault(action: &DeviceAction, now: Instant) -> DeviceFault {
+    let (qpn, count) = (action.qpn, action.count);
+    match action.kind {
+        DeviceActionKind::Rnr => DeviceFault::Rnr { qpn, count },
+        DeviceActionKind::FailKey => DeviceFault::FailKeyCheck { qpn, count },
+        DeviceActionKind::DmaFault => DeviceFault::DmaFault { qpn, count },
+        DeviceActionKind::Stall => {
+            DeviceFault::StallResponder { qpn, until: now.plus_nanos(action.for_ns) }
+        }
+        DeviceActionKind::Crash => DeviceFault::Crash,
+    }
 }
 
 /// One node: its HCA and the application's context on it.
@@ -75,12 +101,15 @@ impl<E: Endpoint> World<E> {
 }
 
 /// How to build a [`World`]: so many nodes, an HCA configuration, each
-/// node's host memory, and the fabric's configuration.
+/// node's host memory, the fabric's configuration, and a fault scenario
+/// with each node's role.
 pub struct WorldBuilder<'a> {
     nodes: usize,
     fabric: FabricConfig,
     hca: HcaConfig,
     memory: Box<dyn Fn(usize) -> Arc<dyn DriverMemory> + 'a>,
+    scenario: Option<Scenario>,
+    roles: Vec<Option<String>>,
 }
 
 impl<'a> WorldBuilder<'a> {
@@ -94,7 +123,39 @@ impl<'a> WorldBuilder<'a> {
             fabric,
             hca,
             memory: Box::new(|_| Arc::new(SimMemory::strict(1 << 30))),
+            scenario: None,
+            roles: vec![None; nodes],
         }
+    }
+
+    /// Runs `scenario` on every node's port. The ports draw from the
+    /// scenario's seed xor the fabric's, so each seed of a run is a
+    /// different draw of the scenario's random parts (`chance`, drawn bits,
+    /// background faults keep their own `seed=`).
+    pub fn scenario(mut self, scenario: Scenario) -> WorldBuilder<'a> {
+        self.scenario = Some(scenario);
+        self
+    }
+
+    /// Node `node`'s role: the scenario's rules with a `role` apply only on
+    /// the nodes that have it.
+    pub fn role(mut self, node: usize, role: &str) -> WorldBuilder<'a> {
+        assert!(node < self.nodes, "WorldBuilder::role: no node {node}");
+        self.roles[node] = Some(role.to_owned());
+        self
+    }
+
+    /// The ports of the scenario, node by node (none without one).
+    pub fn ports(&self) -> Vec<Port> {
+        let Some(scenario) = &self.scenario else { return Vec::new() };
+        let seed = scenario.seed ^ self.fabric.seed;
+        (0..self.nodes)
+            .map(|i| {
+                let me =
+                    DeviceInfo { address: IpAddr::V4(node_ip(i)), role: self.roles[i].clone() };
+                Port::new(scenario, me, seed)
+            })
+            .collect()
     }
 
     /// Every HCA's configuration.
@@ -131,8 +192,21 @@ impl<'a> WorldBuilder<'a> {
         extra: impl FnOnce(&[Host]) -> Vec<E>,
     ) -> World<E> {
         let hosts = self.hosts();
+        let ports = self.ports();
         let mut endpoints: Vec<E> = hosts.iter().map(endpoint).collect();
         endpoints.extend(extra(&hosts));
-        World { fabric: Fabric::new(self.fabric, endpoints), hosts }
+        let mut fabric = Fabric::new(self.fabric, endpoints);
+        if !ports.is_empty() {
+            fabric = fabric.with_ports(ports);
+            let hcas: Vec<SharedHca> = hosts.iter().map(|h| h.hca.clone()).collect();
+            fabric.set_device_fault_handler(Box::new(move |_, node: NodeId, now, action| {
+                if let Some(hca) = hcas.get(node.0) {
+                    // A fault on a QP gone meanwhile is refused: nothing to do.
+                    let _ = hca.lock().inject_fault(now, device_fault(action, now));
+                    hca.notify_if_events();
+                }
+            }));
+        }
+        World { fabric, hosts }
     }
 }

@@ -69,7 +69,13 @@ impl World {
         config: FabricConfig,
         memory: impl Fn() -> Arc<dyn uroce_device::mem::DriverMemory>,
     ) -> World {
-        let built = WorldBuilder::new(n, config).memory(|_| memory()).build();
+        World::from_builder(WorldBuilder::new(n, config).memory(|_| memory()))
+    }
+
+    /// The world `builder` builds (a scenario, roles), each node with a PD
+    /// and a CQ.
+    pub fn from_builder(builder: WorldBuilder<'_>) -> World {
+        let built = builder.build();
         let nodes = built
             .hosts
             .into_iter()

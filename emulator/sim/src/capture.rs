@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::io::{self, Write};
 use std::rc::Rc;
 use uroce_hca::time::Instant;
-use uroce_wire::pcap::CaptureWriter;
+use uroce_wire::pcap::{CaptureFormat, CaptureWriter};
 
 /// Which packets go into the capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +58,16 @@ pub(super) struct Capture {
 
 impl Capture {
     pub(super) fn new(writer: Box<dyn Write>, point: CapturePoint) -> Capture {
-        match CaptureWriter::new(writer) {
+        Capture::with_format(writer, point, CaptureFormat::Pcap)
+    }
+
+    /// A capture in `format` (pcapng: frames may carry comments).
+    pub(super) fn with_format(
+        writer: Box<dyn Write>,
+        point: CapturePoint,
+        format: CaptureFormat,
+    ) -> Capture {
+        match CaptureWriter::with_format(writer, format) {
             Ok(writer) => Capture { writer: Some(writer), point, error: None },
             Err(e) => Capture { writer: None, point, error: Some(e.to_string()) },
         }
@@ -71,13 +80,27 @@ impl Capture {
     /// Writes one IP packet. After the first error the capture stops (the
     /// run goes on: a capture never changes what the fabric does).
     pub(super) fn write(&mut self, at: Instant, from: NodeId, to: Option<NodeId>, packet: &[u8]) {
+        self.write_commented(at, from, to, packet, None);
+    }
+
+    /// [`Capture::write`] with a comment on the frame (pcapng only; a
+    /// classic pcap drops it).
+    pub(super) fn write_commented(
+        &mut self,
+        at: Instant,
+        from: NodeId,
+        to: Option<NodeId>,
+        packet: &[u8],
+        comment: Option<&str>,
+    ) {
         let Some(writer) = self.writer.as_mut() else { return };
         let timestamp = Duration::from_nanos(at.as_nanos());
-        let _ = writer.write_packet(
+        let _ = writer.write_packet_commented(
             timestamp,
             to.map_or(NO_ROUTE_MAC, node_mac),
             node_mac(from),
             packet,
+            comment,
         );
     }
 

@@ -15,6 +15,7 @@
 //! | MTU | [`FaultConfig::mtu_bytes`] | `dropped_mtu` |
 //! | link down, partition | [`Fabric::link_down`], [`Fabric::partition`] over an interval | `dropped_partition` |
 //! | targeted rules | [`Fabric::add_rule`]: drop, duplicate or delay the n-th packet matching opcode, QPN, PSN, direction | `dropped_rule`, `duplicated`, `delayed_rule`, [`RuleState::hits`] |
+//! | a scenario | [`Fabric::with_ports`]: one [`Port`] per node sees its egress and ingress; drop, duplicate, delay, reorder, corrupt, link down and partitions (as outages), device faults handed out ([`Fabric::take_device_faults`]) | `dropped_scenario`, `dropped_partition`, `duplicated`, `delayed_scenario`, `held_scenario`, `corrupted`, `scenario_firings`, `device_faults`, [`Fabric::firings`] |
 //!
 //! [`Fabric::heal`] turns every fault off for a liveness phase.
 //!
@@ -105,9 +106,17 @@ mod fault;
 mod trace;
 
 pub use capture::{node_mac, CapturePoint, SharedBuffer, NO_ROUTE_MAC};
-pub use fabric::{Fabric, FabricConfig, FabricCounters, MAX_NODES, MAX_OUTAGES, MAX_RULES};
+pub use fabric::{
+    DeviceFaultHandler, Fabric, FabricConfig, FabricCounters, MAX_DEVICE_FAULTS, MAX_FIRINGS,
+    MAX_NODES, MAX_OUTAGES, MAX_RULES,
+};
 pub use fault::{Cut, Outage};
 pub use trace::{packet_digest, DelayReason, DropReason, Fnv64, Trace, TraceEvent};
+/// The scenario engine the fabric's ports run ([`Fabric::with_ports`]).
+pub use uroce_faults::scenario;
+pub use uroce_faults::scenario::{
+    DeviceAction, DeviceActionKind, DeviceInfo, Firing, Port, Scenario, ScenarioError,
+};
 pub use uroce_faults::{
     Action, BthFacts, FaultConfig, Fire, Matcher, NodeId, PacketFacts, Probability, Rule, RuleId,
     RuleState, SimRng,

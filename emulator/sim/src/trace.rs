@@ -10,6 +10,7 @@
 
 use super::NodeId;
 use std::collections::VecDeque;
+use uroce_faults::scenario::DeviceActionKind;
 use uroce_hca::time::Instant;
 
 /// FNV-1a, 64 bits: simple, specified, stable.
@@ -127,6 +128,11 @@ pub enum DropReason {
     Overflow,
     /// A targeted rule ([`super::Action::Drop`]).
     Rule,
+    /// A scenario's `drop` rule or its background loss, at the sender's or
+    /// the receiver's port ([`Fabric::with_ports`](super::Fabric::with_ports)).
+    /// A scenario's `link_down` and `partition` drop as
+    /// [`DropReason::Partition`]: they are outages.
+    Scenario,
 }
 
 impl DropReason {
@@ -138,6 +144,7 @@ impl DropReason {
             DropReason::NoRoute => 4,
             DropReason::Overflow => 5,
             DropReason::Rule => 6,
+            DropReason::Scenario => 7,
         }
     }
 }
@@ -149,6 +156,8 @@ pub enum DelayReason {
     Reorder,
     /// A targeted rule ([`super::Action::Delay`]).
     Rule,
+    /// A scenario's `delay` rule or its background reordering, at a port.
+    Scenario,
 }
 
 /// One thing that happened in the fabric. `packet` numbers are assigned in
@@ -243,6 +252,55 @@ pub enum TraceEvent {
         /// When.
         at: Instant,
     },
+    /// A scenario rule fired at a node's port
+    /// ([`Fabric::with_ports`](super::Fabric::with_ports)).
+    ScenarioFired {
+        /// When.
+        at: Instant,
+        /// Whose port.
+        node: NodeId,
+        /// The rule's index in the scenario.
+        rule: usize,
+        /// Which firing of the rule on that port (1-based).
+        hit: u64,
+        /// The packet it fired on (`None`: a timed rule).
+        packet: Option<u64>,
+    },
+    /// A device fault a port decided was handed out (to the fabric's
+    /// device-fault handler, or queued for
+    /// [`Fabric::take_device_faults`](super::Fabric::take_device_faults)).
+    DeviceFault {
+        /// When.
+        at: Instant,
+        /// Whose device.
+        node: NodeId,
+        /// Which fault.
+        kind: DeviceActionKind,
+        /// The QP (`None`: every QP).
+        qpn: Option<u32>,
+        /// Its count (rnr, fail_key, dma_fault).
+        count: u32,
+        /// Its duration (stall).
+        for_ns: u64,
+    },
+    /// A port held a packet for reordering.
+    Hold {
+        /// When.
+        at: Instant,
+        /// Packet number.
+        packet: u64,
+        /// Whose port.
+        node: NodeId,
+    },
+    /// A port released a held packet: it goes on under a new number.
+    Release {
+        /// When.
+        at: Instant,
+        /// Whose port.
+        node: NodeId,
+        /// The packet's new number.
+        packet: u64,
+    },
 }
 
 impl TraceEvent {
@@ -257,7 +315,11 @@ impl TraceEvent {
             | TraceEvent::RuleFired { at, .. }
             | TraceEvent::Deliver { at, .. }
             | TraceEvent::Timeout { at, .. }
-            | TraceEvent::Heal { at } => at,
+            | TraceEvent::Heal { at }
+            | TraceEvent::ScenarioFired { at, .. }
+            | TraceEvent::DeviceFault { at, .. }
+            | TraceEvent::Hold { at, .. }
+            | TraceEvent::Release { at, .. } => at,
         }
     }
 
@@ -279,6 +341,7 @@ impl TraceEvent {
                 let why = match reason {
                     DelayReason::Reorder => 1,
                     DelayReason::Rule => 2,
+                    DelayReason::Scenario => 3,
                 };
                 (5, [at.as_nanos(), packet, extra_ns, why, 0])
             }
@@ -294,11 +357,40 @@ impl TraceEvent {
             }
             TraceEvent::Timeout { at, node: n } => (8, [at.as_nanos(), node(n), 0, 0, 0]),
             TraceEvent::Heal { at } => (9, [at.as_nanos(), 0, 0, 0, 0]),
+            TraceEvent::ScenarioFired { at, node: n, rule, hit, packet } => {
+                let packet = packet.map_or(u64::MAX, |p| p);
+                (10, [at.as_nanos(), node(n), rule as u64, hit, packet])
+            }
+            TraceEvent::DeviceFault { at, node: n, kind, qpn, count, for_ns } => {
+                h.write(&[11]);
+                let qpn = qpn.map_or(u64::MAX, u64::from);
+                for f in [at.as_nanos(), node(n), kind_code(kind), qpn, u64::from(count), for_ns] {
+                    h.write_u64(f);
+                }
+                return;
+            }
+            TraceEvent::Hold { at, packet, node: n } => {
+                (12, [at.as_nanos(), packet, node(n), 0, 0])
+            }
+            TraceEvent::Release { at, node: n, packet } => {
+                (13, [at.as_nanos(), packet, node(n), 0, 0])
+            }
         };
         h.write(&[tag]);
         for f in fields {
             h.write_u64(f);
         }
+    }
+}
+
+/// A device fault's kind in the hash (fixed here, whatever the enum's order).
+const fn kind_code(kind: DeviceActionKind) -> u64 {
+    match kind {
+        DeviceActionKind::Rnr => 1,
+        DeviceActionKind::FailKey => 2,
+        DeviceActionKind::DmaFault => 3,
+        DeviceActionKind::Stall => 4,
+        DeviceActionKind::Crash => 5,
     }
 }
 
@@ -326,6 +418,25 @@ impl core::fmt::Display for TraceEvent {
             }
             TraceEvent::Timeout { at, node } => write!(f, "{at} timeout {node}"),
             TraceEvent::Heal { at } => write!(f, "{at} heal"),
+            TraceEvent::ScenarioFired { at, node, rule, hit, packet } => {
+                write!(f, "{at} scenario rule {rule} fired {hit} at {node}")?;
+                match packet {
+                    Some(p) => write!(f, " on #{p}"),
+                    None => write!(f, " (timed)"),
+                }
+            }
+            TraceEvent::DeviceFault { at, node, kind, qpn, count, for_ns } => {
+                write!(f, "{at} device fault {} at {node}", kind.name())?;
+                match qpn {
+                    Some(q) => write!(f, " QP 0x{q:06x}")?,
+                    None => write!(f, " every QP")?,
+                }
+                write!(f, " count={count} for={for_ns}ns")
+            }
+            TraceEvent::Hold { at, packet, node } => write!(f, "{at} #{packet} held at {node}"),
+            TraceEvent::Release { at, node, packet } => {
+                write!(f, "{at} released at {node} as #{packet}")
+            }
         }
     }
 }

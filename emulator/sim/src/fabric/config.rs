@@ -110,6 +110,21 @@ pub struct FabricCounters {
     pub timeouts: u64,
     /// Copies handed to the mirror port ([`Fabric::set_mirror`](crate::Fabric::set_mirror)).
     pub mirrored: u64,
+    /// Dropped at a port by a scenario's `drop` rule or background loss
+    /// ([`Fabric::with_ports`](crate::Fabric::with_ports); its `link_down`
+    /// and `partition` count in `dropped_partition`). A scenario's extra
+    /// copies count in `duplicated`, its bit flips in `corrupted`.
+    pub dropped_scenario: u64,
+    /// Packets held back at a port by a scenario (`delay`, background
+    /// reordering).
+    pub delayed_scenario: u64,
+    /// Packets a port held for a `reorder` rule (each goes on later, under
+    /// a new number).
+    pub held_scenario: u64,
+    /// Scenario rules fired, at every port.
+    pub scenario_firings: u64,
+    /// Device faults the ports handed out.
+    pub device_faults: u64,
 }
 
 impl FabricCounters {
@@ -121,5 +136,6 @@ impl FabricCounters {
             + self.dropped_no_route
             + self.dropped_overflow
             + self.dropped_rule
+            + self.dropped_scenario
     }
 }

@@ -5,11 +5,13 @@
 mod config;
 mod packet;
 mod queue;
+mod scenario;
 mod send;
 
 pub use config::{FabricConfig, FabricCounters};
 use packet::Packet;
 use queue::InFlightQueue;
+pub use scenario::{DeviceFaultHandler, MAX_DEVICE_FAULTS, MAX_FIRINGS};
 
 use super::capture::{node_mac, Capture, CapturePoint};
 use super::fault::{Cut, Outage};
@@ -23,6 +25,7 @@ use uroce_faults::{Rule, RuleId, RuleState};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
 use uroce_hca::time::Instant;
 use uroce_wire::ethernet;
+use uroce_wire::pcap::CaptureFormat;
 
 /// The most endpoints a fabric holds.
 pub const MAX_NODES: usize = 1 << 16;
@@ -42,6 +45,18 @@ struct InFlight {
     /// FNV-1a 64 of `bytes`, known while they are as sent (not corrupted):
     /// the delivery's trace event reuses it instead of hashing again.
     digest: Option<u64>,
+    /// What a scenario attached to it (never without ports).
+    scenario: Option<Box<Riding>>,
+}
+
+/// What rides with a packet in flight when a scenario acted on it.
+#[derive(Debug)]
+struct Riding {
+    /// Device faults its receiver's port decided: handed out just before
+    /// it is delivered.
+    device: Vec<uroce_faults::scenario::DeviceAction>,
+    /// The firings on it, for the capture.
+    comment: Option<String>,
 }
 
 /// A deterministic network of endpoints in one thread, in virtual time.
@@ -105,6 +120,9 @@ pub struct Fabric<E: Endpoint> {
     /// Some endpoint may still have packets to send (its poll hit the bound).
     backlog: bool,
     steps_at_instant: u64,
+    /// The ports of a scenario ([`Fabric::with_ports`]).
+    scenario: Option<Box<scenario::Scenario>>,
+    device_handler: Option<DeviceFaultHandler<E>>,
 }
 
 impl<E: Endpoint> core::fmt::Debug for Fabric<E> {
@@ -145,6 +163,8 @@ impl<E: Endpoint> Fabric<E> {
             pool: Vec::new(),
             backlog: true,
             steps_at_instant: 0,
+            scenario: None,
+            device_handler: None,
         }
     }
 
@@ -154,7 +174,7 @@ impl<E: Endpoint> Fabric<E> {
     /// faults, rules and latency every packet meets.
     pub fn inject(&mut self, from: NodeId, destination: IpAddr, bytes: Vec<u8>) {
         self.check_node(from);
-        self.send(from, destination, Packet::from_vec(bytes));
+        self.send(from, destination, Packet::from_vec(bytes), None);
     }
 
     // ----- reading -----
@@ -333,9 +353,15 @@ impl<E: Endpoint> Fabric<E> {
 
     /// Starts a pcap capture (Ethernet link type, nanosecond timestamps in
     /// virtual time) into `writer`, replacing any running one. Capture
-    /// errors never change the run; see [`Fabric::capture_error`].
+    /// errors never change the run; see [`Fabric::capture_error`]. With
+    /// ports ([`Fabric::with_ports`]) the capture is pcapng and a frame a
+    /// scenario rule fired on carries the firing as its comment.
     pub fn start_capture(&mut self, writer: Box<dyn Write>, point: CapturePoint) {
-        self.capture = Some(Capture::new(writer, point));
+        self.capture = Some(if self.scenario.is_some() {
+            Capture::with_format(writer, point, CaptureFormat::PcapNg)
+        } else {
+            Capture::new(writer, point)
+        });
     }
 
     /// Frames written to the capture so far.
@@ -411,11 +437,14 @@ impl<E: Endpoint> Fabric<E> {
         }
         let delivery = self.in_flight.first_key().map(|(at, _)| at);
         let timer = self.endpoints.iter().filter_map(Endpoint::poll_timeout).min();
-        let next = match (delivery, timer) {
-            (Some(d), Some(t)) => d.min(t),
-            (d, t) => d.or(t)?,
+        let mut next = match (delivery, timer) {
+            (Some(d), Some(t)) => Some(d.min(t)),
+            (d, t) => d.or(t),
         };
-        Some(next.max(self.now))
+        if let Some(port) = self.scenario.as_ref().and_then(|s| s.next_deadline()) {
+            next = Some(next.map_or(port, |n| n.min(port)));
+        }
+        Some(next?.max(self.now))
     }
 
     /// Runs one step (see [`Fabric`]): sends what endpoints have, advances
@@ -465,7 +494,12 @@ impl<E: Endpoint> Fabric<E> {
             self.drain_transmits();
             let timer_due =
                 self.endpoints.iter().filter_map(Endpoint::poll_timeout).any(|t| t <= max_time);
-            if self.in_flight.is_empty() && !self.backlog && !timer_due {
+            let port_due = self
+                .scenario
+                .as_ref()
+                .and_then(|s| s.next_deadline())
+                .is_some_and(|t| t <= max_time);
+            if self.in_flight.is_empty() && !self.backlog && !timer_due && !port_due {
                 return true;
             }
             match self.next_event() {
@@ -493,6 +527,9 @@ impl<E: Endpoint> Fabric<E> {
                 self.config.seed,
             );
         }
+        if self.scenario.is_some() {
+            self.poll_ports();
+        }
         self.deliver_due();
         self.fire_timers();
         self.drain_transmits();
@@ -500,7 +537,14 @@ impl<E: Endpoint> Fabric<E> {
 
     fn deliver_due(&mut self) {
         while let Some(((_, packet), in_flight)) = self.in_flight.pop_due(self.now) {
-            let InFlight { from, to, bytes, digest } = in_flight;
+            let InFlight { from, to, bytes, digest, scenario } = in_flight;
+            let mut comment = None;
+            if let Some(riding) = scenario {
+                for action in &riding.device {
+                    self.device_fault(to, action);
+                }
+                comment = riding.comment;
+            }
             self.counters.delivered += 1;
             let digest = digest.unwrap_or_else(|| self.packet_digest(&bytes));
             self.trace.record(TraceEvent::Deliver {
@@ -512,7 +556,7 @@ impl<E: Endpoint> Fabric<E> {
                 digest,
             });
             if let Some(capture) = self.capture.as_mut().filter(|c| c.point().delivered()) {
-                capture.write(self.now, from, Some(to), &bytes);
+                capture.write_commented(self.now, from, Some(to), &bytes, comment.as_deref());
             }
             self.endpoints[to.0].receive(self.now, &bytes);
             self.mirror_copy(from, to, &bytes);
@@ -552,7 +596,8 @@ impl<E: Endpoint> Fabric<E> {
                     "node {i} transmitted {} bytes, more than MAX_PACKET_LEN",
                     transmit.len
                 );
-                self.send(NodeId(i), transmit.destination, Packet::new(buf, transmit.len));
+                let packet = Packet::new(buf, transmit.len);
+                self.send(NodeId(i), transmit.destination, packet, transmit.local_qpn);
             }
             // The bound was reached: the rest goes next step, at this time.
             self.backlog |= !drained;

@@ -85,6 +85,7 @@ mod tests {
             to: NodeId(1),
             bytes: Packet::from_vec(Vec::new()),
             digest: None,
+            scenario: None,
         }
     }
 

@@ -143,3 +143,90 @@ fn packet_digests_off_changes_only_the_digests() {
         }
     }
 }
+
+fn scenario(text: &str) -> uroce_faults::Scenario {
+    uroce_faults::Scenario::parse(text, "test").expect("scenario")
+}
+
+fn ports(s: &uroce_faults::Scenario, nodes: &[Probe]) -> Vec<uroce_faults::Port> {
+    nodes
+        .iter()
+        .filter_map(|p| p.addr.first().copied())
+        .map(|address| {
+            let me = uroce_faults::scenario::DeviceInfo { address, role: None };
+            uroce_faults::Port::new(s, me, 1)
+        })
+        .collect()
+}
+
+#[test]
+fn ports_that_never_fire_leave_the_run_and_its_hash_as_they_were() {
+    // Random faults on: a port that sees every packet and fires on none
+    // draws nothing from the fabric's generator and records no event.
+    let faults = FaultConfig {
+        loss: Probability::from_percent(10),
+        duplicate: Probability::from_percent(10),
+        reorder: Probability::from_percent(20),
+        reorder_max_delay_ns: 50_000,
+        corrupt: Probability::from_percent(5),
+        ..FaultConfig::NONE
+    };
+    let config = FabricConfig { faults, ..FabricConfig::new(4) };
+    let s = scenario(
+        "[scenario]\nname = \"idle\"\nsummary = \"never fires\"\n\
+         [[rule]]\nclass = \"rnr_nak\"\naction = \"drop\"\n",
+    );
+    let run = |with: bool| {
+        let nodes = probes();
+        let ports = if with { ports(&s, &nodes) } else { Vec::new() };
+        let mut fabric = Fabric::new(config.clone(), nodes).with_ports(ports);
+        assert_eq!(fabric.has_ports(), with);
+        assert!(fabric.run_until_idle(Instant::from_nanos(100_000_000)));
+        fabric
+    };
+    let (plain, ported) = (run(false), run(true));
+    assert_eq!(plain.trace_hash(), ported.trace_hash());
+    assert_eq!(plain.counters(), ported.counters());
+    let summary = ported.port(NodeId(0)).expect("a port").summary();
+    assert_eq!(summary.packets_out, 300);
+    assert!(summary.packets_in > 200, "{summary:?}");
+    assert!(ported.firings().is_empty());
+    assert!(ported.port(NodeId(2)).is_none(), "the third node has no address, no port");
+}
+
+#[test]
+fn a_timed_link_down_is_an_outage_at_the_ports_deadline() {
+    let s = scenario(
+        "[scenario]\nname = \"blink\"\nsummary = \"node 1 down from 1 ms to 3 ms\"\n\
+         [[rule]]\ndevice = \"10.0.0.2\"\nafter_ms = 1\naction = \"link_down\"\nfor_ms = 2\n",
+    );
+    let mut nodes = probes();
+    for n in &mut nodes {
+        n.left = 0;
+    }
+    let ports = ports(&s, &nodes);
+    let mut fabric = Fabric::new(FabricConfig::new(1), nodes).with_ports(ports);
+    let ms = |n: u64| Instant::from_nanos(n * 1_000_000);
+    fabric.run_until(Instant::from_nanos(500_000));
+    assert!(fabric.firings().is_empty() && fabric.outages().is_empty());
+    assert_eq!(fabric.next_event(), Some(ms(1)), "the port's deadline");
+    assert!(fabric.run_until_idle(ms(10)));
+    assert_eq!(fabric.now(), ms(1));
+    assert_eq!(fabric.next_event(), None);
+    assert_eq!(fabric.outages().len(), 1);
+    assert_eq!(fabric.outages()[0].cut, Cut::Partition { side: vec![NodeId(1)] });
+    assert_eq!(fabric.outages()[0].during, ms(1)..ms(3));
+    let (a, b) = (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)));
+    fabric.inject(NodeId(0), b, vec![0x45; 40]);
+    fabric.run_until(ms(3));
+    fabric.inject(NodeId(1), a, vec![0x45; 40]);
+    assert!(fabric.run_until_idle(ms(10)));
+    let c = fabric.counters();
+    assert_eq!((c.dropped_partition, c.delivered, c.scenario_firings), (1, 1, 1));
+    let firings = fabric.firings();
+    assert_eq!(firings.len(), 1);
+    assert_eq!(
+        (firings[0].0, firings[0].1.at_ns, firings[0].1.packet),
+        (NodeId(1), 1_000_000, None)
+    );
+}
