@@ -176,6 +176,8 @@ pub async fn serve(
     }
     // The last answer's completion.
     while conn.next().await?.0 != WcOpcode::Send {}
+    // The client closes its device only after this.
+    oob.send(b"bye").await?;
     Ok(rounds)
 }
 
@@ -208,5 +210,7 @@ pub async fn run_client(
         conn.post_recv(u64::from(i) + 1)?;
         env.sleep(think).await;
     }
+    // The server saw its last answer acknowledged.
+    oob.recv().await?;
     Ok(times)
 }
