@@ -15,7 +15,7 @@
 //! [`check!`] runs a test over seeds and prints the command that
 //! reproduces a failing one.
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use uroce_harness::{check, Env, Oob, Scenario, Sim};
 //!
@@ -23,7 +23,7 @@
 //! check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
 //!     let mut sim = Sim::builder(seed).nodes(2).scenario(Scenario::load("lost-ack")?).build();
 //!     let (a, b) = sim.oob_pair(0, 1);
-//!     sim.spawn(0, "server", move |node| async move {
+//!     sim.spawn(0, "server", move |_node| async move {
 //!         // Create a QP on node.ctx, send its QPN over `a`, await
 //!         // `cq.next()`... (see harness/tests/common/mod.rs)
 //!         let hello = a.recv().await.unwrap();
