@@ -64,5 +64,6 @@ pub use oob::{Oob, SimOob};
 pub use report::{Report, RuleCount};
 pub use sim::{Failure, JoinHandle, Node, Sim, SimBuilder, Unfinished};
 pub use uroce_hca::config::HcaConfig;
+pub use uroce_hca::counters::Counters;
 pub use uroce_hca::tally::CompletionTally;
 pub use uroce_sim::{FabricConfig, FaultConfig, Probability, Scenario};

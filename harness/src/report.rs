@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 use uroce::world::World;
+use uroce_hca::counters::Counters;
 use uroce_hca::tally::CompletionTally;
 use uroce_hca::SharedHca;
 use uroce_sim::NodeId;
@@ -36,6 +37,8 @@ pub struct Report {
     pub firings: Vec<String>,
     /// Each node's completions by status and its first error.
     pub completions: Vec<CompletionTally>,
+    /// Each node's HCA counters (retries, RNR NAKs, injected faults...).
+    pub counters: Vec<Counters>,
     /// The tasks that had not returned (daemons), `name (node n)`.
     pub unfinished: Vec<String>,
 }
@@ -67,6 +70,7 @@ impl Report {
                 .iter()
                 .map(|h| h.hca.lock().completion_tally().clone())
                 .collect(),
+            counters: world.hosts.iter().map(|h| h.hca.lock().counters()).collect(),
             unfinished,
         }
     }

@@ -73,6 +73,25 @@ fn a_link_down_for_good_is_retry_exceeded_at_the_client() {
 }
 
 #[test]
+fn injected_rnr_naks_reach_the_hcas_through_the_world_and_are_survived() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let builder = Sim::builder(seed).scenario(Scenario::load("rnr-retry")?);
+        let (client, server, report) = run(builder)?;
+        assert_eq!(client.map(|t| t.len() as u32), Ok(ROUNDS), "{report}");
+        assert_eq!(server, Some(Ok(ROUNDS)));
+        // Each node receives its 10th SEND (request 9, answer 9): the
+        // device fault is applied to that node's HCA before the packet.
+        for node in 0..2 {
+            assert_eq!(report.fired_at(node, "not-ready"), 1, "{report}");
+            let (c, peer) = (&report.counters[node], &report.counters[1 - node]);
+            assert_eq!((c.injected_rnr, c.send_rnr_err, peer.rcvd_rnr_err), (3, 3, 3), "{c:?}");
+        }
+        assert_eq!(report.completions[0].errors() + report.completions[1].errors(), 0);
+        Ok(())
+    });
+}
+
+#[test]
 fn the_same_seed_twice_is_the_same_run() {
     let noisy = |seed| {
         Sim::builder(seed)
