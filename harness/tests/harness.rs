@@ -1,0 +1,218 @@
+//! The harness in virtual time: the request/response program of
+//! `common/mod.rs` under fault scenarios, determinism, deadlock and panic
+//! detection.
+
+mod common;
+
+use common::{run_client, serve, tuning, AppError};
+use std::future::pending;
+use std::time::Duration;
+use uroce_harness::{
+    check, Env, Failure, FaultConfig, Probability, Report, Scenario, Sim, SimBuilder,
+};
+use uroce_verbs::{QpCap, QpInitAttr, QpType, WcStatus};
+
+const ROUNDS: u32 = 16;
+const THINK: Duration = Duration::from_micros(50);
+
+/// What one run gave: the client's and the server's outputs, the report.
+type Outputs = (Result<Vec<Duration>, AppError>, Option<Result<u32, AppError>>, Report);
+
+/// Node 0 serves, node 1 is the client; `ROUNDS` requests.
+fn run(builder: SimBuilder) -> Result<Outputs, Box<dyn std::error::Error>> {
+    let mut sim = builder.role(0, "server").role(1, "client").build();
+    let (a, b) = sim.oob_pair(0, 1);
+    let t = tuning(8);
+    let server =
+        sim.spawn_daemon(
+            0,
+            "server",
+            move |node| async move { serve(&node.ctx, &a, ROUNDS, &t).await },
+        );
+    let client = sim.spawn(1, "client", move |node| async move {
+        run_client(&node.ctx, &b, &node.env, ROUNDS, THINK, &t).await
+    });
+    let report = sim.run(Duration::from_secs(10))?;
+    Ok((client.output()?, server.output().ok(), report))
+}
+
+#[test]
+fn request_response_survives_a_lost_ack() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let builder = Sim::builder(seed).scenario(Scenario::load("lost-ack")?);
+        let (client, server, report) = run(builder)?;
+        let times = client.map_err(|e| format!("client: {e:?}"))?;
+        assert_eq!(times.len() as u32, ROUNDS);
+        assert_eq!(server, Some(Ok(ROUNDS)));
+        // Each node receives ACKs: the rule fires once on each.
+        assert!(report.fired("lost-ack") >= 1, "{report}");
+        assert_eq!(report.fired_at(1, "lost-ack"), 1, "{report}");
+        assert_eq!(report.completions[1].errors(), 0, "{report}");
+        assert_eq!(report.completions[1].successes(), 2 * u64::from(ROUNDS), "{report}");
+        // The lost ACK cost the client one ACK timeout (1 ms) somewhere.
+        let slowest = times.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert!(slowest >= Duration::from_millis(1), "{times:?}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_link_down_for_good_is_retry_exceeded_at_the_client() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let builder = Sim::builder(seed).scenario(Scenario::load("retry-exceeded")?);
+        let (client, server, report) = run(builder)?;
+        // The 10th request reaches a server cut off for good.
+        assert_eq!(client, Err(AppError::Completion(WcStatus::RetryExcErr)), "{report}");
+        assert_eq!(server, None, "the server still waits for request 9");
+        assert_eq!(report.unfinished, vec!["server (node 0)".to_owned()]);
+        assert_eq!(report.fired_at(0, "down"), 1, "{report}");
+        let first = report.completions[1].first_error().expect("an error");
+        assert_eq!((first.status, first.wr_id), (WcStatus::RetryExcErr, 9));
+        Ok(())
+    });
+}
+
+#[test]
+fn injected_rnr_naks_reach_the_hcas_through_the_world_and_are_survived() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let builder = Sim::builder(seed).scenario(Scenario::load("rnr-retry")?);
+        let (client, server, report) = run(builder)?;
+        assert_eq!(client.map(|t| t.len() as u32), Ok(ROUNDS), "{report}");
+        assert_eq!(server, Some(Ok(ROUNDS)));
+        // Each node receives its 10th SEND (request 9, answer 9): the
+        // device fault is applied to that node's HCA before the packet.
+        for node in 0..2 {
+            assert_eq!(report.fired_at(node, "not-ready"), 1, "{report}");
+            let (c, peer) = (&report.counters[node], &report.counters[1 - node]);
+            assert_eq!((c.injected_rnr, c.send_rnr_err, peer.rcvd_rnr_err), (3, 3, 3), "{c:?}");
+        }
+        assert_eq!(report.completions[0].errors() + report.completions[1].errors(), 0);
+        Ok(())
+    });
+}
+
+#[test]
+fn the_same_seed_twice_is_the_same_run() {
+    let noisy = |seed| {
+        Sim::builder(seed)
+            .scenario(Scenario::load("lost-ack").unwrap())
+            .faults(FaultConfig { loss: Probability::from_percent(5), ..FaultConfig::default() })
+    };
+    let (c1, s1, r1) = run(noisy(7)).unwrap();
+    let (c2, s2, r2) = run(noisy(7)).unwrap();
+    // Another seed draws other losses: another run.
+    let (c3, _, r3) = run(noisy(8)).unwrap();
+    assert_eq!((&c1, &s1), (&c2, &s2));
+    eprintln!(
+        "seed 7: trace_hash {:016x} and {:016x}; seed 8: {:016x}\n{r1}",
+        r1.trace_hash, r2.trace_hash, r3.trace_hash
+    );
+    assert_eq!(r1.trace_hash, r2.trace_hash);
+    assert_eq!(r1.firings, r2.firings);
+    assert_eq!(r1.elapsed, r2.elapsed);
+    assert!(c1.is_ok(), "{c1:?}");
+    assert_ne!(r1.trace_hash, r3.trace_hash);
+    assert_ne!(c1, c3, "the answers' times differ");
+}
+
+#[test]
+fn a_task_waiting_for_a_completion_that_never_comes_is_a_deadlock() {
+    let mut sim = Sim::builder(1).build();
+    sim.spawn(0, "idle", |_| async { 1 });
+    let waiter = sim.spawn(1, "waiter", |node| async move {
+        let pd = node.ctx.alloc_pd().unwrap();
+        let cq = node.ctx.create_cq(16).unwrap();
+        let cap = QpCap {
+            max_send_wr: 4,
+            max_recv_wr: 4,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        };
+        let _qp = pd.create_qp(&init).unwrap();
+        node.env.sleep(Duration::from_millis(3)).await;
+        cq.next().await.map(|wc| wc.wr_id)
+    });
+    let failure = sim.run(Duration::from_secs(3600)).unwrap_err();
+    match &failure {
+        Failure::Deadlock { at, waiting } => {
+            assert_eq!(waiting, &vec!["waiter (node 1)".to_owned()]);
+            assert_eq!(*at, Duration::from_millis(3), "found as soon as the sleep ended");
+        }
+        other => panic!("{other}"),
+    }
+    assert!(failure.to_string().contains("waiter (node 1)"), "{failure}");
+    assert!(!waiter.is_finished());
+}
+
+#[test]
+fn a_sleep_past_the_limit_is_a_timeout_and_a_panic_is_caught() {
+    let mut sim = Sim::builder(1).build();
+    sim.spawn(0, "sleeper", |node| async move { node.env.sleep(Duration::from_secs(5)).await });
+    let failure = sim.run(Duration::from_secs(1)).unwrap_err();
+    assert!(
+        matches!(&failure, Failure::Timeout { waiting, .. } if waiting == &["sleeper (node 0)"])
+    );
+
+    let mut sim = Sim::builder(1).build();
+    sim.spawn_daemon(1, "forever", |_| pending::<()>());
+    sim.spawn(0, "boom", |node| async move {
+        node.env.sleep(Duration::from_micros(10)).await;
+        panic!("boom at {:?}", node.env.now());
+    });
+    match sim.run(Duration::from_secs(1)).unwrap_err() {
+        Failure::Panic { task, at, message } => {
+            assert_eq!(task, "boom (node 0)");
+            assert_eq!(at, Duration::from_micros(10));
+            assert_eq!(message, "boom at 10µs");
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn tasks_are_polled_in_wake_order_and_ties_in_spawn_order() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    let mut sim = Sim::builder(1).build();
+    let log = Rc::new(RefCell::new(Vec::new()));
+    for (name, us) in [("c", 30), ("a", 10), ("b", 10), ("d", 0)] {
+        let log = log.clone();
+        sim.spawn(0, name, move |node| async move {
+            log.borrow_mut().push(format!("{name} start"));
+            node.env.sleep(Duration::from_micros(us)).await;
+            log.borrow_mut().push(format!("{name} {:?}", node.env.now()));
+        });
+    }
+    sim.run(Duration::from_secs(1)).unwrap();
+    let log = log.borrow().join(", ");
+    assert_eq!(log, "c start, a start, b start, d start, d 0ns, a 10µs, b 10µs, c 30µs");
+}
+
+#[test]
+fn check_names_the_seed_and_the_command_that_reproduces_it() {
+    let lines = uroce_harness::failure_lines("uroce-harness", 3);
+    assert!(lines.starts_with(
+        "uroce-harness: check_names_the_seed_and_the_command_that_reproduces_it failed at seed=3 trace_hash="
+    ), "{lines}");
+    assert!(
+        lines.ends_with(
+            "reproduce: UROCE_SEED=3 cargo test -p uroce-harness --test harness \
+         check_names_the_seed_and_the_command_that_reproduces_it -- --exact"
+        ),
+        "{lines}"
+    );
+    // A failing body: the macro panics after printing those lines.
+    let failed = std::panic::catch_unwind(|| {
+        check!(|seed| if seed == 2 { Err(format!("seed {seed} is bad")) } else { Ok(()) })
+    });
+    assert!(failed.is_err());
+}
