@@ -69,12 +69,14 @@ impl Report {
             if t.len() < 4 || t[0] != "scenario" {
                 continue;
             }
-            if let (Ok(addr), Ok(us)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
+            if let (Ok(addr), Ok(_)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
                 // `scenario <addr> <µs> ...`: a firing or a device line.
+                // A firing's line is written as it fires: its wall clock
+                // is the firing's (the device's µs need the device's
+                // `loaded` line, which may predate `since_us`).
                 let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
-                let at = base.get(&addr).copied().unwrap_or(wall.saturating_sub(0)) + us;
                 if what.starts_with("rule ") {
-                    report.firings.push(Fired { wall_us: at, addr, text: what.to_owned() });
+                    report.firings.push(Fired { wall_us: wall, addr, text: what.to_owned() });
                 } else if what.starts_with("crash:") {
                     report.kills += 1;
                 }

@@ -112,6 +112,14 @@ fn retry_exceeded_fails_the_program_and_the_check_passes() {
     assert!(e.contains("check ok: status = \"IBV_WC_RETRY_EXC_ERR\""), "{e}");
     assert!(e.contains("check ok: within_ms = 1600: "), "{e}");
     assert!(e.contains("uroce run: check: retry-exceeded passed (3 expectations)"), "{e}");
+    // Measured across the two processes: 8 ACK timeouts of 67 ms.
+    let ms: f64 = e
+        .split("within_ms = 1600: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the time measured");
+    assert!((400.0..=1600.0).contains(&ms), "{ms} ms: {e}");
     // The server, left waiting, gives up by its own timeout (its check
     // then fails or passes by what its requester saw: not asserted here).
     assert!(!server.killed_at_deadline, "{server:#?}");
