@@ -37,7 +37,9 @@ enum Command {
     Perftest(crate::perftest::PerftestArgs),
     /// Run an unmodified verbs program (`ibv_devinfo`, `ibv_rc_pingpong`,
     /// perftest...) on a uroce device: `uroce run [flags] -- PROGRAM
-    /// ARGS...` loads uroce's libibverbs.so.1 into it.
+    /// ARGS...` loads uroce's libibverbs.so.1 into it. With `--scenario`
+    /// the program runs under a fault scenario, a summary follows it, and
+    /// `--check` compares it with the scenario's `[expect]`.
     Run(crate::run::RunArgs),
     /// The fault scenarios shipped with uroce: `uroce scenarios` lists
     /// them, `uroce scenarios NAME` prints one (its rules and what a

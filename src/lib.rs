@@ -12,6 +12,8 @@ pub mod opcodes;
 pub mod perftest;
 pub mod pingpong;
 pub mod run;
+pub mod scenario_check;
+pub mod scenario_run;
 pub mod scenarios;
 pub mod swarm;
 pub mod world;

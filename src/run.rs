@@ -32,6 +32,31 @@ pub struct RunArgs {
     /// Write every packet to this pcap file (UROCE_CAPTURE).
     #[arg(long, value_name = "FILE.pcap")]
     pub capture: Option<PathBuf>,
+    /// Run a fault scenario at the device's port (UROCE_SCENARIO): a
+    /// library name (`uroce scenarios`) or a file. The program then runs as
+    /// a child; when it ends, a summary of the scenario's report is printed.
+    #[arg(long, value_name = "NAME|FILE")]
+    pub scenario: Option<String>,
+    /// The scenario engine's seed (UROCE_SCENARIO_SEED; default the file's).
+    #[arg(long, value_name = "N", requires = "scenario")]
+    pub scenario_seed: Option<u64>,
+    /// Override one of the scenario's [params] (UROCE_SCENARIO_PARAMS;
+    /// repeatable).
+    #[arg(long = "param", value_name = "K=V", requires = "scenario")]
+    pub params: Vec<String>,
+    /// This process's role (UROCE_SCENARIO_ROLE): rules with a `role`
+    /// apply only to it, and `--check` uses `[expect.ROLE]` when there is one.
+    #[arg(long, value_name = "R", requires = "scenario")]
+    pub role: Option<String>,
+    /// Where the device writes the scenario's report (UROCE_SCENARIO_REPORT;
+    /// default a temporary file). Runs that share one see each other's
+    /// firings (`within_ms` measures from the earliest).
+    #[arg(long, value_name = "FILE", requires = "scenario")]
+    pub report: Option<PathBuf>,
+    /// Compare what happened with the scenario's [expect] (for --role):
+    /// exit status 3 and the failed expectation named when it differs.
+    #[arg(long, requires = "scenario")]
+    pub check: bool,
     /// The program and its arguments (after `--`).
     #[arg(
         required = true,
@@ -122,21 +147,60 @@ fn variables(args: &RunArgs) -> Vec<(&'static str, OsString)> {
     set("UROCE_MTU", args.mtu.map(|m| m.to_string().into()));
     set("UROCE_FAULTS", args.faults.clone().map(Into::into));
     set("UROCE_CAPTURE", args.capture.clone().map(Into::into));
+    set("UROCE_SCENARIO", args.scenario.clone().map(Into::into));
+    set("UROCE_SCENARIO_SEED", args.scenario_seed.map(|s| s.to_string().into()));
+    set("UROCE_SCENARIO_PARAMS", (!args.params.is_empty()).then(|| args.params.join(",").into()));
+    set("UROCE_SCENARIO_ROLE", args.role.clone().map(Into::into));
     vars
 }
 
+/// The exit status `uroce run --check` returns when an expectation fails.
+pub const CHECK_FAILED: i32 = 3;
+
 /// Runs `uroce run`: returns only on failure (the program replaces it).
 pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
-    let vars = variables(args);
+    let mut vars = variables(args);
+    // Under a scenario the device reports to a file we read afterwards.
+    let mut temp_report = None;
+    if args.scenario.is_some() {
+        let report = args.report.clone().unwrap_or_else(|| {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let path = std::env::temp_dir()
+                .join(format!("uroce-run-{}-{nanos}.report", std::process::id()));
+            temp_report = Some(path.clone());
+            path
+        });
+        vars.push(("UROCE_SCENARIO_REPORT", report.into()));
+    }
     // The configuration the library will read, checked now: a mistake is
     // reported here rather than as a program that finds no device.
     let lookup = |name: &str| match vars.iter().find(|(n, _)| *n == name) {
         Some((_, v)) => v.to_str().map(str::to_owned),
         None => std::env::var(name).ok(),
     };
-    if let Err(e) = uroce_net::udp::UdpConfig::from_vars(lookup) {
-        let _ = writeln!(err, "uroce run: {e}");
-        return 2;
+    let config = match uroce_net::udp::UdpConfig::from_vars(lookup) {
+        Ok(config) => config,
+        Err(e) => {
+            let _ = writeln!(err, "uroce run: {e}");
+            return 2;
+        }
+    };
+    if let Some(sc) = &config.scenario {
+        let unknown = crate::scenario_check::unknown_counters(
+            sc.scenario.expect.for_role(sc.role.as_deref()),
+        );
+        if !unknown.is_empty() {
+            let _ = writeln!(
+                err,
+                "uroce run: scenario {}: [expect] names counters the HCA does not have: {} (it has: {})",
+                sc.scenario.origin,
+                unknown.join(", "),
+                crate::scenario_check::counter_names().join(", ")
+            );
+            return 2;
+        }
     }
     let dir = match library().and_then(|lib| library_dir(&lib)) {
         Ok(dir) => dir,
@@ -152,6 +216,22 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
     }
     let mut command = std::process::Command::new(&args.program[0]);
     command.args(&args.program[1..]).env("LD_LIBRARY_PATH", path).envs(vars);
+    if let Some(sc) = config.scenario {
+        let report = temp_report.clone().or_else(|| args.report.clone()).expect("set above");
+        let code = crate::scenario_run::spawn_and_summarize(
+            command,
+            &args.program[0],
+            &sc,
+            config.addr,
+            &report,
+            args.check,
+            err,
+        );
+        if let Some(t) = temp_report {
+            let _ = std::fs::remove_file(t);
+        }
+        return code;
+    }
     let e = command.exec();
     let _ = writeln!(err, "uroce run: {}: {e}", args.program[0].to_string_lossy());
     127

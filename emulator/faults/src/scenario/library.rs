@@ -3,11 +3,22 @@
 //! program that links `uroce-faults`, `libibverbs.so.1` included.
 
 /// Every scenario of the library: name and text, by name.
-pub const SCENARIOS: [(&str, &str); 4] = [
+pub const SCENARIOS: [(&str, &str); 15] = [
+    ("duplicate-atomics", include_str!("../../scenarios/duplicate-atomics.toml")),
+    ("ghost-responses", include_str!("../../scenarios/ghost-responses.toml")),
+    ("implied-nak", include_str!("../../scenarios/implied-nak.toml")),
     ("lost-ack", include_str!("../../scenarios/lost-ack.toml")),
+    ("lost-last-ack", include_str!("../../scenarios/lost-last-ack.toml")),
     ("partition-heals", include_str!("../../scenarios/partition-heals.toml")),
+    ("partition-outlasts-retries", include_str!("../../scenarios/partition-outlasts-retries.toml")),
+    ("peer-crash", include_str!("../../scenarios/peer-crash.toml")),
+    ("remote-access-error", include_str!("../../scenarios/remote-access-error.toml")),
+    ("remote-op-error", include_str!("../../scenarios/remote-op-error.toml")),
+    ("reorder-in-message", include_str!("../../scenarios/reorder-in-message.toml")),
     ("retry-exceeded", include_str!("../../scenarios/retry-exceeded.toml")),
     ("rnr-retry", include_str!("../../scenarios/rnr-retry.toml")),
+    ("rnr-retry-exceeded", include_str!("../../scenarios/rnr-retry-exceeded.toml")),
+    ("rnr-storm", include_str!("../../scenarios/rnr-storm.toml")),
 ];
 
 /// The names, in order (those of [`SCENARIOS`]).

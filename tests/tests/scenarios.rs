@@ -1,0 +1,289 @@
+//! The scenario library (design note fault-scenarios.md §5, step 11):
+//! every library scenario run under `uroce run --scenario NAME --check`
+//! against the tool §5 names — `uroce pingpong` (this test binary run as
+//! the command, through a `uroce` wrapper script) for ibv_rc_pingpong's
+//! rows, Debian's perftest (`ib_read_bw`, `ib_atomic_bw`, `ib_write_bw`) on
+//! uroce's `libibverbs.so.1` for the READ, atomic and WRITE rows — as a
+//! server (127.173.k.1) and a client (127.173.k.2), TCP port 18980 + k,
+//! one report shared by both (so `within_ms` measures from the other
+//! side's firing). Each row asserts both exit statuses and which sides'
+//! checks passed. A survivor is stopped (SIGTERM, forwarded to the program)
+//! after 15 s. Missing perftest: the row skips, or fails under CI=true.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use uroce_tests::{child, ibverbs};
+
+const CHILD_ENV: &str = "UROCE_SCENARIOS_CHILD";
+
+/// The child: runs `uroce` with the arguments in [`CHILD_ENV`].
+#[test]
+fn scenarios_child() {
+    child::run_if_child(CHILD_ENV);
+}
+
+/// The program a row runs.
+#[derive(Clone, Copy)]
+enum Tool {
+    /// `uroce pingpong -g 1` and these flags.
+    Pingpong(&'static [&'static str]),
+    /// A perftest binary, `-x 1` and these flags.
+    Perftest(&'static str, &'static [&'static str]),
+}
+
+/// One side of a row: its `uroce run` flags beyond the scenario, whether
+/// it checks, and the exit status `uroce run` must return.
+#[derive(Clone, Copy)]
+struct Side {
+    flags: &'static [&'static str],
+    role: Option<&'static str>,
+    check: bool,
+    code: i32,
+}
+
+const OK: Side = Side { flags: &[], role: None, check: true, code: 0 };
+
+/// One process, ended.
+#[derive(Debug)]
+struct Ended {
+    code: Option<i32>,
+    stopped: bool,
+    #[allow(dead_code)] // shown by Debug when a row fails
+    stdout: String,
+    stderr: String,
+}
+
+/// Starts `uroce run ARGS` (the wrapper), output to files in `dir`.
+fn start(uroce: &Path, dir: &Path, who: &str, args: &[String]) -> Child {
+    let lib = ibverbs::library().expect("cargo builds libibverbs.so beside the tests");
+    let out = std::fs::File::create(dir.join(format!("{who}.out"))).unwrap();
+    let err = std::fs::File::create(dir.join(format!("{who}.err"))).unwrap();
+    let mut command = Command::new(uroce);
+    command.args(args).env("UROCE_LIBIBVERBS", lib);
+    for name in
+        ["UROCE_ADDR", "UROCE_FAULTS", "UROCE_CAPTURE", "UROCE_LINK", "UROCE_MTU", "UROCE_TAP"]
+    {
+        command.env_remove(name);
+    }
+    command.stdin(Stdio::null()).stdout(out).stderr(err).spawn().expect("start uroce run")
+}
+
+/// Waits for `child` until `deadline`; then SIGTERM (which `uroce run`
+/// forwards to its program), and SIGKILL a second later.
+fn finish(mut child: Child, deadline: Instant, dir: &Path, who: &str) -> Ended {
+    let mut stopped = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline && !stopped {
+            stopped = true;
+            let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+            let grace = Instant::now() + Duration::from_secs(1);
+            while child.try_wait().unwrap().is_none() && Instant::now() < grace {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if child.try_wait().unwrap().is_none() {
+                let _ = child.kill();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let read = |ext: &str| std::fs::read_to_string(dir.join(format!("{who}.{ext}"))).unwrap();
+    Ended { code: status.code(), stopped, stdout: read("out"), stderr: read("err") }
+}
+
+/// Runs `name` as a server and a client, checks both ends.
+fn row(k: u16, name: &str, tool: Tool, params: &[&str], server: Side, client: Side) {
+    let test = format!("scenarios::{}", name.replace('-', "_"));
+    let (program, flags): (String, Vec<&str>) = match tool {
+        Tool::Perftest(bin, flags) => {
+            let found = ibverbs::tool(bin);
+            if !ibverbs::require(&test, found.is_some(), &format!("no {bin} (Debian's perftest)")) {
+                return;
+            }
+            let mut all = vec!["-x", "1"];
+            all.extend_from_slice(flags);
+            (found.unwrap().display().to_string(), all)
+        }
+        Tool::Pingpong(flags) => {
+            let mut all = vec!["-g", "1"];
+            all.extend_from_slice(flags);
+            (String::new(), all)
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let uroce = child::uroce_wrapper(dir.path(), "scenarios_child", CHILD_ENV);
+    let report = dir.path().join("report.txt");
+    let net = format!("127.173.{k}");
+    let port = 18980 + k;
+    let args = |side: &Side, addr: &str, peer: Option<&str>| -> Vec<String> {
+        let mut a: Vec<String> = vec!["run".into(), "--addr".into(), addr.into()];
+        a.extend(["--scenario", name, "--report"].map(String::from));
+        a.push(report.display().to_string());
+        for p in params {
+            a.extend(["--param".to_owned(), (*p).to_owned()]);
+        }
+        if let Some(r) = side.role {
+            a.extend(["--role".to_owned(), r.to_owned()]);
+        }
+        if side.check {
+            a.push("--check".into());
+        }
+        a.push("--".into());
+        if program.is_empty() {
+            a.extend([uroce.display().to_string(), "pingpong".into()]);
+        } else {
+            a.push(program.clone());
+        }
+        a.extend(flags.iter().map(|f| (*f).to_owned()));
+        a.extend(side.flags.iter().map(|f| (*f).to_owned()));
+        a.extend(["-p".to_owned(), port.to_string()]);
+        a.extend(peer.map(str::to_owned));
+        a
+    };
+    let (server_addr, client_addr) = (format!("{net}.1"), format!("{net}.2"));
+    let t0 = Instant::now();
+    let s = start(&uroce, dir.path(), "server", &args(&server, &server_addr, None));
+    while !ibverbs::listening(port) && t0.elapsed() < Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c = start(&uroce, dir.path(), "client", &args(&client, &client_addr, Some(&server_addr)));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let c = finish(c, deadline, dir.path(), "client");
+    let s = finish(s, deadline, dir.path(), "server");
+    eprintln!("{test}: {:.1} s", t0.elapsed().as_secs_f64());
+    for (who, side, end) in [("server", &server, &s), ("client", &client, &c)] {
+        let all = format!(
+            "{name} {who}: {end:#?}\nthe other: {:#?}",
+            if who == "server" { &c } else { &s }
+        );
+        assert!(!end.stopped, "{all}");
+        assert_eq!(end.code, Some(side.code), "{all}");
+        assert!(end.stderr.contains(&format!("uroce run: scenario {name} ")), "{all}");
+        if side.check {
+            let passed = format!("uroce run: check: {name} passed");
+            assert!(end.stderr.contains(&passed), "{all}");
+        }
+    }
+    // The scenario did something: a firing in the (shared) report.
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.lines().any(|l| l.contains(" fired ")), "no firing: {text}");
+}
+
+const PERF_READ: &[&str] = &["-s", "65536", "-n", "100"];
+const PERF_N: &[&str] = &["-n", "100"];
+const PERF_WRITE: &[&str] = &["-s", "4096", "-n", "100"];
+const PP: &[&str] = &["-n", "100"];
+const SERVER: Option<&str> = Some("server");
+const CLIENT: Option<&str> = Some("client");
+/// A server left waiting by a dead link: gives up after 3 s, unchecked.
+const WAITING: Side = Side { flags: &["--timeout", "3"], role: None, check: false, code: 1 };
+
+#[test]
+fn lost_ack() {
+    row(1, "lost-ack", Tool::Pingpong(PP), &[], OK, OK);
+}
+
+#[test]
+fn lost_last_ack() {
+    row(2, "lost-last-ack", Tool::Pingpong(PP), &["messages=100"], OK, OK);
+}
+
+#[test]
+fn implied_nak_read() {
+    let (s, c) = (Side { role: SERVER, ..OK }, Side { role: CLIENT, ..OK });
+    row(3, "implied-nak", Tool::Perftest("ib_read_bw", PERF_READ), &[], s, c);
+}
+
+#[test]
+fn implied_nak_atomic() {
+    let (s, c) = (Side { role: SERVER, ..OK }, Side { role: CLIENT, ..OK });
+    row(4, "implied-nak", Tool::Perftest("ib_atomic_bw", PERF_N), &[], s, c);
+}
+
+#[test]
+fn rnr_retry() {
+    row(5, "rnr-retry", Tool::Pingpong(PP), &[], OK, OK);
+}
+
+#[test]
+fn rnr_storm() {
+    row(6, "rnr-storm", Tool::Pingpong(PP), &[], OK, OK);
+}
+
+#[test]
+fn rnr_retry_exceeded() {
+    // rnr_retry 7 is infinite: the tools succeed (the file says so).
+    row(7, "rnr-retry-exceeded", Tool::Pingpong(PP), &[], OK, OK);
+}
+
+#[test]
+fn retry_exceeded() {
+    let client = Side { code: 1, ..OK };
+    row(8, "retry-exceeded", Tool::Pingpong(PP), &[], WAITING, client);
+}
+
+#[test]
+fn remote_access_error() {
+    // ib_write_bw fails on both ends (exit 1); both checks pass.
+    let (s, c) = (Side { role: SERVER, code: 1, ..OK }, Side { role: CLIENT, code: 1, ..OK });
+    row(9, "remote-access-error", Tool::Perftest("ib_write_bw", PERF_WRITE), &[], s, c);
+}
+
+#[test]
+fn remote_op_error() {
+    let (s, c) = (Side { role: SERVER, code: 1, ..OK }, Side { role: CLIENT, code: 1, ..OK });
+    row(10, "remote-op-error", Tool::Perftest("ib_write_bw", PERF_WRITE), &[], s, c);
+}
+
+#[test]
+fn ghost_responses() {
+    row(11, "ghost-responses", Tool::Pingpong(&["-n", "100", "-c"]), &[], OK, OK);
+}
+
+#[test]
+fn duplicate_atomics() {
+    let (s, c) = (Side { role: SERVER, ..OK }, Side { role: CLIENT, ..OK });
+    row(12, "duplicate-atomics", Tool::Perftest("ib_atomic_bw", PERF_N), &[], s, c);
+}
+
+#[test]
+fn reorder_in_message() {
+    let pp = Tool::Pingpong(&["-n", "100", "-s", "8192", "-c"]);
+    row(13, "reorder-in-message", pp, &[], OK, OK);
+}
+
+#[test]
+fn partition_heals() {
+    row(14, "partition-heals", Tool::Pingpong(PP), &[], OK, OK);
+}
+
+#[test]
+fn partition_outlasts_retries() {
+    let client = Side { code: 1, ..OK };
+    row(15, "partition-outlasts-retries", Tool::Pingpong(PP), &[], WAITING, client);
+}
+
+#[test]
+fn peer_crash() {
+    // The server is killed (uroce run: 128 + 9); the client's check
+    // measures from the server's firing, in the shared report.
+    let server = Side { role: SERVER, code: 137, ..OK };
+    let client = Side { role: CLIENT, code: 1, ..OK };
+    row(16, "peer-crash", Tool::Pingpong(PP), &[], server, client);
+}
+
+/// Every library scenario (`uroce scenarios`) has a row above.
+#[test]
+fn every_library_scenario_has_a_row() {
+    let mut out = Vec::new();
+    let code = uroce::cli::run(["uroce", "scenarios"], &mut out, &mut Vec::new());
+    assert_eq!(code, 0);
+    let list = String::from_utf8(out).unwrap();
+    let source = include_str!("scenarios.rs");
+    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
+        assert!(source.contains(&format!(", \"{name}\", ")), "no row for {name}");
+    }
+}
