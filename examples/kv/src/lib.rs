@@ -13,7 +13,7 @@
 //! - Every client call has a deadline, measured with [`Env`]: past it the
 //!   call fails with [`KvError::Timeout`]. A completion in error fails it
 //!   with [`KvError::Completion`] (`RetryExcErr` when the server is
-//!   unreachable). After an error the connection is unusable: every later
+//!   unreachable). After either the connection is unusable: every later
 //!   call returns that error again; connect anew.
 //!
 //! Lost, duplicated or reordered packets are the RC transport's business:
@@ -395,7 +395,12 @@ impl<E: Env> KvClient<E> {
     async fn call(&mut self, request: &str) -> Result<String, KvError> {
         self.usable()?;
         let result = within(&self.env, self.deadline, Self::exchange(&self.conn, request)).await;
-        self.note(result)
+        let answer = self.note(result)?;
+        // A refusal is an answer: the connection is fine.
+        match answer.strip_prefix("err ") {
+            Some(why) => Err(KvError::Server(why.to_owned())),
+            None => Ok(answer),
+        }
     }
 
     /// The error that broke the connection, if one did.
@@ -403,7 +408,8 @@ impl<E: Env> KvClient<E> {
         self.failed.clone().map_or(Ok(()), Err)
     }
 
-    /// Keeps an error: it breaks the connection for good.
+    /// Keeps an error of the connection (a completion in error, a
+    /// timeout): it breaks the connection for good.
     fn note<T>(&mut self, result: Result<T, KvError>) -> Result<T, KvError> {
         if let Err(e) = &result {
             self.failed = Some(e.clone());
@@ -424,11 +430,7 @@ impl<E: Env> KvClient<E> {
         }
         // The receive for the next answer, before the next request.
         conn.post_recv()?;
-        let answer = answer.unwrap();
-        match answer.strip_prefix("err ") {
-            Some(why) => Err(KvError::Server(why.to_owned())),
-            None => Ok(answer),
-        }
+        Ok(answer.unwrap())
     }
 
     async fn fetch_add(conn: &Conn, slot: u32) -> Result<u64, KvError> {

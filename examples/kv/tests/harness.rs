@@ -4,7 +4,7 @@
 //! client read and what the server holds with a model ([`Store::apply`]).
 
 use std::time::Duration;
-use uroce_example_kv::{serve, KvClient, KvError, Op, Options, Reply, Store};
+use uroce_example_kv::{serve, KvClient, KvError, Op, Options, Reply, Store, COUNTERS};
 use uroce_harness::{check, Env, Report, Scenario, Sim, SimBuilder};
 use uroce_verbs::WcStatus;
 
@@ -154,4 +154,28 @@ fn an_unreachable_server_is_retry_exceeded_within_the_deadline() {
         assert_eq!(store, None, "the server still waits");
         Ok(())
     });
+}
+
+#[test]
+fn a_refusal_is_an_answer_not_a_broken_connection() {
+    let mut sim = Sim::builder(1).build();
+    let (a, b) = sim.oob_pair(0, 1);
+    let options = Options::new(8, DEADLINE);
+    sim.spawn_daemon(0, "server", move |node| async move { serve(&node.ctx, &a, &options).await });
+    let client = sim.spawn(1, "client", move |node| async move {
+        let mut kv = KvClient::connect(&node.ctx, &b, node.env, &options).await?;
+        for i in 0..COUNTERS {
+            kv.incr(&format!("c{i}")).await?;
+        }
+        // The server has no counter left for a new key...
+        let refused = kv.incr("one-too-many").await;
+        // ...and the connection still works.
+        let count = kv.incr("c0").await?;
+        kv.close(&b).await?;
+        Ok::<_, KvError>((refused, count))
+    });
+    let report = sim.run(Duration::from_secs(1)).unwrap();
+    let (refused, count) = client.output().unwrap().unwrap_or_else(|e| panic!("{e}\n{report}"));
+    assert_eq!(refused, Err(KvError::Server("no counter left".into())));
+    assert_eq!(count, 2);
 }
