@@ -65,12 +65,14 @@ fn the_kv_binary_serves_a_client() {
             .args(args)
             .env("UROCE_ADDR", host)
             .env("UROCE_PROGRESS", "event")
+            .env_remove("UROCE_SCENARIO")
+            .env_remove("UROCE_FAULTS")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("start kv")
     };
-    let server = side("127.181.0.3", &["server", "--port", "18581"]);
+    let mut server = side("127.181.0.3", &["server", "--port", "18581"]);
     let client = side(
         "127.181.0.4",
         &[
@@ -94,6 +96,9 @@ fn the_kv_binary_serves_a_client() {
         ],
     );
     let client = client.wait_with_output().unwrap();
+    if !client.status.success() {
+        let _ = server.kill(); // it may wait for a client that never came
+    }
     let server = server.wait_with_output().unwrap();
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let (out, err) = (text(&client.stdout), text(&client.stderr));
