@@ -89,7 +89,9 @@ enum Command {
     /// over the HCAs (the counter completer_retry_err: after a retransmit
     /// timeout, a PSN sequence NAK, an RNR NAK or an implied NAK),
     /// trace_hash the fabric's trace hash (the same for the same flags),
-    /// adversary the packets the adversary injected. Exit status: 0 when
+    /// adversary the packets the adversary injected; with --scenario it
+    /// ends with ` scenario=<name> firings=<n>`, and the report lists the
+    /// firings (`fired: node<n>: ...`). Exit status: 0 when
     /// nothing mismatched and liveness held, 1 otherwise (with the command
     /// that reproduces the run), 2 on bad flags.
     Sim {
@@ -153,6 +155,19 @@ enum Command {
         /// them; tracing changes nothing the run does).
         #[arg(long)]
         trace: bool,
+        /// A fault scenario on every node's port, as the harness and the
+        /// scenario tests attach one: a library name (`uroce scenarios`)
+        /// or a scenario file. Its firings are in the report and the
+        /// trace hash; it makes the run lossy for the model (UC/UD
+        /// delivery not exact, RETRY_EXC_ERR accepted). The seed's
+        /// choices stay the same.
+        #[arg(long, value_name = "NAME|FILE")]
+        scenario: Option<String>,
+        /// A node's role for the scenario's `role =` rules (repeatable),
+        /// e.g. `--role 0=server`.
+        #[arg(long, value_name = "NODE=ROLE", requires = "scenario",
+              value_parser = swarm::parse_role)]
+        role: Vec<(usize, String)>,
     },
 }
 
@@ -199,7 +214,19 @@ where
             partitions,
             pauses,
             trace,
+            scenario,
+            role,
         } => {
+            let scenario = match scenario.map(|arg| swarm::load_scenario(&arg).map(|s| (arg, s))) {
+                None => None,
+                Some(Ok((arg, scenario))) => {
+                    Some(swarm::SwarmScenario { arg, scenario, roles: role })
+                }
+                Some(Err(e)) => {
+                    let _ = writeln!(err, "uroce sim: --scenario {e}");
+                    return 2;
+                }
+            };
             let config = SwarmConfig {
                 seed: seed.unwrap_or_else(random_seed),
                 ops: Some(ops),
@@ -216,6 +243,7 @@ where
                 outages,
                 partitions,
                 pauses,
+                scenario,
             };
             sim(&config, seed.is_none(), trace, out, err)
         }
@@ -242,6 +270,11 @@ fn sim(
     err: &mut dyn Write,
 ) -> i32 {
     let plan = swarm::Plan::resolve(config);
+    let mut roles = plan.scenario.iter().flat_map(|s| &s.roles);
+    if let Some((node, _)) = roles.find(|(node, _)| *node >= plan.nodes as usize) {
+        let _ = writeln!(err, "uroce sim: --role {node}=...: the run has {} nodes", plan.nodes);
+        return 2;
+    }
     let mut header = swarm::describe(&plan);
     if random {
         header.push_str(" [random seed]");

@@ -21,6 +21,16 @@
 //! none of them, or a run with `--outages 0 --partitions 0 --pauses 0`,
 //! gives the trace hash it gave before they existed; the others changed.
 //!
+//! A run may also carry a fault scenario (`--scenario NAME|FILE`, roles
+//! with `--role node=R`; [`SwarmConfig::scenario`]): it is attached to the
+//! world through [`crate::world::WorldBuilder::scenario`], the path the
+//! harness (`uroce-harness`) and the scenario tests take, so each node's
+//! port runs it and its device faults reach the HCAs. It draws nothing
+//! from the seed (a run without it is the run it always was); its firings
+//! are in the report and, as the fabric's `ScenarioFired` events, in the
+//! trace hash. For the model it makes the run lossy and accepts
+//! RETRY_EXC_ERR: its rules, not the rates, decide what is lost.
+//!
 //! # The code
 //!
 //! `plan.rs` resolves the flags and the seed; `run.rs` holds the run's
@@ -172,8 +182,8 @@ mod world;
 
 pub use adversary::{AdversaryStats, Kind as AdversaryKind, KINDS as ADVERSARY_KINDS};
 pub use plan::{
-    fraction, parse_fraction, parse_mtu, Plan, SwarmConfig, DEFAULT_OPS, MAX_DISRUPTIONS,
-    MAX_NODES, MAX_OPS, MAX_QPS,
+    fraction, load_scenario, parse_fraction, parse_mtu, parse_role, Plan, SwarmConfig,
+    SwarmScenario, DEFAULT_OPS, MAX_DISRUPTIONS, MAX_NODES, MAX_OPS, MAX_QPS,
 };
 
 use std::io::Write;
@@ -285,6 +295,13 @@ pub struct SwarmReport {
     pub hca: Vec<(&'static str, u64)>,
     /// What the adversary did (all zero when it did not run).
     pub adversary: AdversaryStats,
+    /// The fault scenario's name, when the run had one.
+    pub scenario: Option<String>,
+    /// The scenario's firings in order, `node<n>: <Firing>` (as the
+    /// harness's `Report::firings`); at most the fabric's `MAX_FIRINGS`.
+    pub firings: Vec<String>,
+    /// Firings past that bound (counted, not kept).
+    pub firings_lost: u64,
 }
 
 impl SwarmReport {
@@ -304,9 +321,15 @@ impl SwarmReport {
         self.mismatches == 0 && self.liveness_ok()
     }
 
-    /// The last line `uroce sim` prints.
+    /// The scenario's firings, kept and lost.
+    pub fn fired(&self) -> u64 {
+        self.firings.len() as u64 + self.firings_lost
+    }
+
+    /// The last line `uroce sim` prints (with ` scenario=NAME firings=N`
+    /// at the end when the run had a scenario).
     pub fn last_line(&self) -> String {
-        format!(
+        let mut line = format!(
             "seed={} ops={} completed={} mismatches={} retransmits={} trace_hash={:016x} \
              adversary={}",
             self.plan.seed,
@@ -316,7 +339,11 @@ impl SwarmReport {
             self.retransmits,
             self.trace_hash,
             self.adversary.injected
-        )
+        );
+        if let Some(name) = &self.scenario {
+            line.push_str(&format!(" scenario={name} firings={}", self.fired()));
+        }
+        line
     }
 
     /// The command that reproduces the run.
@@ -415,6 +442,24 @@ impl SwarmReport {
                 a.violations
             )?;
         }
+        if let Some(name) = &self.scenario {
+            writeln!(
+                out,
+                "scenario: {name}, {} firings; fabric: {} dropped, {} delayed, {} held by it, {} \
+                 device faults",
+                self.fired(),
+                self.fabric.dropped_scenario,
+                self.fabric.delayed_scenario,
+                self.fabric.held_scenario,
+                self.fabric.device_faults
+            )?;
+            for line in self.firings.iter().take(MAX_LOG) {
+                writeln!(out, "fired: {line}")?;
+            }
+            if self.fired() > MAX_LOG as u64 {
+                writeln!(out, "fired: ... {} in all", self.fired())?;
+            }
+        }
         let nonzero: Vec<String> =
             self.hca.iter().filter(|c| c.1 > 0).map(|(n, v)| format!("{n}={v}")).collect();
         writeln!(out, "HCA counters: {}", nonzero.join(" "))?;
@@ -473,7 +518,10 @@ pub fn describe(plan: &Plan) -> String {
         plan.pauses,
         plan.latency_ns,
         plan.reorder_max_delay_ns
-    )
+    ) + &plan.scenario.as_ref().map_or_else(String::new, |s| {
+        let roles: Vec<String> = s.roles.iter().map(|(n, r)| format!(" node{n}={r}")).collect();
+        format!(" scenario={}{}", s.scenario.name, roles.concat())
+    })
 }
 
 /// Runs a swarm.

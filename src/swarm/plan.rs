@@ -1,7 +1,7 @@
 //! What a run does: the flags the user gave, and every other choice drawn
 //! from the seed.
 
-use uroce_sim::{Probability, SimRng};
+use uroce_sim::{Probability, Scenario, SimRng};
 use uroce_verbs::Mtu;
 
 /// Send work requests a run posts when `--ops` is not given.
@@ -16,8 +16,60 @@ pub const MAX_NODES: u32 = 16;
 /// may draw.
 pub const MAX_DISRUPTIONS: u32 = 16;
 
+/// A fault scenario a run attaches to its world (`--scenario`, `--role`),
+/// through [`crate::world::WorldBuilder::scenario`]: the same path the
+/// harness (`uroce-harness`) and the scenario tests take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwarmScenario {
+    /// The scenario as given: a library name or a file's path (for the
+    /// command that reproduces the run).
+    pub arg: String,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Node roles (`--role node=R`), in the order given.
+    pub roles: Vec<(usize, String)>,
+}
+
+impl SwarmScenario {
+    /// The scenario's flags on `uroce sim`'s command line.
+    pub fn flags(&self) -> String {
+        let mut flags = format!(" --scenario {}", self.arg);
+        for (node, role) in &self.roles {
+            flags.push_str(&format!(" --role {node}={role}"));
+        }
+        flags
+    }
+}
+
+/// The scenario `--scenario ARG` names: a scenario of the library
+/// (`uroce scenarios`) by name, else a scenario file's path.
+pub fn load_scenario(arg: &str) -> Result<Scenario, String> {
+    if uroce_faults::scenario::library::get(arg).is_some() {
+        return Scenario::load(arg).map_err(|e| e.to_string());
+    }
+    let text = std::fs::read_to_string(arg).map_err(|e| {
+        format!(
+            "`{arg}`: neither a scenario of the library ({}) nor a file that reads: {e}",
+            uroce_faults::scenario::library::NAMES.join(", ")
+        )
+    })?;
+    Scenario::parse(&text, arg).map_err(|e| e.to_string())
+}
+
+/// `--role node=R`: node `node` has the role `R`.
+pub fn parse_role(text: &str) -> Result<(usize, String), String> {
+    let (node, role) =
+        text.split_once('=').ok_or_else(|| format!("`{text}`: not NODE=ROLE (e.g. 0=server)"))?;
+    let node = node.trim().parse().map_err(|_| format!("`{node}` is not a node number"))?;
+    let role = role.trim();
+    if role.is_empty() {
+        return Err(format!("`{text}`: the role is empty"));
+    }
+    Ok((node, role.to_string()))
+}
+
 /// What the user asked for; `None` lets the seed choose.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct SwarmConfig {
     /// The seed: every choice of the run derives from it.
     pub seed: u64,
@@ -55,12 +107,15 @@ pub struct SwarmConfig {
     /// Times a node's application stops posting and polling for a while,
     /// up to [`MAX_DISRUPTIONS`].
     pub pauses: Option<u32>,
+    /// A fault scenario on every node's port (none by default: the run,
+    /// its draws and its trace hash are those of a run without the flag).
+    pub scenario: Option<SwarmScenario>,
 }
 
 /// A resolved run: every choice made. Two runs with equal plans do the
 /// same thing, and [`Plan::command_line`] gives the `uroce sim` command
 /// whose plan is this one.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// The seed.
     pub seed: u64,
@@ -106,6 +161,8 @@ pub struct Plan {
     pub partitions: u32,
     /// Application pauses in the faulty phase.
     pub pauses: u32,
+    /// The fault scenario on the nodes' ports, if any.
+    pub scenario: Option<SwarmScenario>,
 }
 
 const MTUS: [Mtu; 5] = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096];
@@ -198,6 +255,8 @@ impl Plan {
             outages: disruptions(config.outages, outages),
             partitions: disruptions(config.partitions, partitions),
             pauses: disruptions(config.pauses, pauses),
+            // Nothing drawn: a scenario changes none of the choices above.
+            scenario: config.scenario.clone(),
         }
     }
 
@@ -207,9 +266,11 @@ impl Plan {
     }
 
     /// Whether the fabric may lose packets: a probabilistic fault, a link
-    /// outage or a partition (with two nodes at least).
+    /// outage or a partition (with two nodes at least), or a fault scenario.
     pub fn lossy(&self) -> bool {
-        self.faulty() || (self.nodes > 1 && self.outages + self.partitions > 0)
+        self.faulty()
+            || (self.nodes > 1 && self.outages + self.partitions > 0)
+            || self.scenario.is_some()
     }
 
     /// Whether an RC QP may legitimately spend all seven transport
@@ -217,8 +278,11 @@ impl Plan {
     /// of which a packet loss, corruption or a long reordering delay
     /// defeats) fails eight times in a row with a chance of at least one
     /// in ten million. Below that a RETRY_EXC_ERR means a stuck requester.
+    /// Always under a fault scenario, whose rules may target every retry.
     pub fn retry_exhaustion_plausible(&self) -> bool {
-        if self.allow_retry_exhaustion {
+        // A scenario may drop every retransmission (`retry-exceeded`) or
+        // cut a link for good: its rules, not the rates, decide.
+        if self.allow_retry_exhaustion || self.scenario.is_some() {
             return true;
         }
         let ppm = u64::from(self.loss.ppm())
@@ -233,7 +297,7 @@ impl Plan {
     pub fn command_line(&self) -> String {
         format!(
             "uroce sim --seed {} --ops {} --qps {} --nodes {} --loss {} --dup {} --reorder {} \
-             --corrupt {} --mtu {} --adversary {} --outages {} --partitions {} --pauses {}{}{}",
+             --corrupt {} --mtu {} --adversary {} --outages {} --partitions {} --pauses {}{}{}{}",
             self.seed,
             self.ops,
             self.qps,
@@ -248,7 +312,8 @@ impl Plan {
             self.partitions,
             self.pauses,
             if self.fence { "" } else { " --no-fence" },
-            if self.allow_retry_exhaustion { " --allow-retry-exhaustion" } else { "" }
+            if self.allow_retry_exhaustion { " --allow-retry-exhaustion" } else { "" },
+            self.scenario.as_ref().map_or_else(String::new, SwarmScenario::flags)
         )
     }
 }
@@ -327,6 +392,7 @@ mod tests {
                 outages: Some(value("--outages").parse().unwrap()),
                 partitions: Some(value("--partitions").parse().unwrap()),
                 pauses: Some(value("--pauses").parse().unwrap()),
+                scenario: None,
             };
             assert_eq!(Plan::resolve(&config), plan, "seed {seed}");
         }
@@ -337,5 +403,25 @@ mod tests {
             ..SwarmConfig::default()
         });
         assert!(plan.command_line().ends_with(" --no-fence --allow-retry-exhaustion"));
+    }
+
+    #[test]
+    fn a_scenario_draws_nothing_and_shows_in_the_command_line() {
+        let bare = SwarmConfig { seed: 11, ..SwarmConfig::default() };
+        let scenario = SwarmScenario {
+            arg: "lost-ack".into(),
+            scenario: load_scenario("lost-ack").unwrap(),
+            roles: vec![(1, "server".into())],
+        };
+        let with = SwarmConfig { scenario: Some(scenario.clone()), ..bare.clone() };
+        let (plan, planned) = (Plan::resolve(&bare), Plan::resolve(&with));
+        assert_eq!(Plan { scenario: Some(scenario), ..plan.clone() }, planned);
+        assert!(planned.lossy() && planned.retry_exhaustion_plausible());
+        let line = planned.command_line();
+        assert_eq!(line, plan.command_line() + " --scenario lost-ack --role 1=server");
+        assert_eq!(parse_role("0=client"), Ok((0, "client".to_string())));
+        assert!(parse_role("client").is_err() && parse_role("x=y").is_err());
+        assert!(parse_role("0=").is_err());
+        assert!(load_scenario("/no/such/scenario.toml").unwrap_err().contains("lost-ack"));
     }
 }

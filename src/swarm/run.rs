@@ -345,7 +345,16 @@ impl Sim {
             hca.iter().find(|(name, _)| *name == "completer_retry_err").map_or(0, |c| c.1);
         let count = |ty| self.sides.iter().filter(|s| s.ty == ty).count() as u32 / 2;
         let adversary = self.adversary().map(|a| a.stats().clone()).unwrap_or_default();
+        let firings = self
+            .fabric
+            .firings()
+            .iter()
+            .map(|(node, firing)| format!("node{}: {firing}", node.0))
+            .collect();
         SwarmReport {
+            scenario: self.plan.scenario.as_ref().map(|s| s.scenario.name.clone()),
+            firings,
+            firings_lost: self.fabric.firings_lost(),
             adversary,
             connections: [count(QpType::Rc), count(QpType::Uc), count(QpType::Ud)],
             stats: self.stats,

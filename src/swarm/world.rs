@@ -107,18 +107,27 @@ impl Sim {
             (0..plan.nodes).map(|_| Arc::new(SimMemory::new(1 << 40))).collect();
         // The adversary, when it runs, is the endpoint after the HCAs'.
         let adversary = (!plan.adversary.is_never()).then_some(NodeId(plan.nodes as usize));
-        let World { mut fabric, hosts } = WorldBuilder::new(plan.nodes as usize, config)
+        let mut builder = WorldBuilder::new(plan.nodes as usize, config)
             .hca_config(hca_config)
-            .memory(|i| mems[i].clone())
-            .build_with(
-                |host| Member::Hca(host.hca.clone()),
-                |hosts| {
-                    let Some(id) = adversary else { return Vec::new() };
-                    let hcas = hosts.iter().map(|h| h.hca.clone()).collect();
-                    let adversary = Adversary::new(id, plan.adversary, plan.seed, hcas);
-                    vec![Member::Adversary(Box::new(adversary))]
-                },
-            );
+            .memory(|i| mems[i].clone());
+        // A scenario goes on the ports as in the harness and the scenario
+        // tests (`WorldBuilder::scenario`: ports on the fabric, device
+        // faults applied to the HCAs). Without one nothing changes.
+        if let Some(s) = &plan.scenario {
+            builder = builder.scenario(s.scenario.clone());
+            for (node, role) in &s.roles {
+                builder = builder.role(*node, role);
+            }
+        }
+        let World { mut fabric, hosts } = builder.build_with(
+            |host| Member::Hca(host.hca.clone()),
+            |hosts| {
+                let Some(id) = adversary else { return Vec::new() };
+                let hcas = hosts.iter().map(|h| h.hca.clone()).collect();
+                let adversary = Adversary::new(id, plan.adversary, plan.seed, hcas);
+                vec![Member::Adversary(Box::new(adversary))]
+            },
+        );
         fabric.set_mirror(adversary);
         let mut rng = fabric.fork_rng();
 
