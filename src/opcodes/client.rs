@@ -6,8 +6,9 @@ use super::*;
 impl Session<'_> {
     pub(super) fn client_run(&mut self, stream: &mut OobStream) -> Result<(), String> {
         self.mw_rkeys = exchange::read_u32s::<2>(stream)?;
-        for (i, s) in STEPS.iter().enumerate() {
-            if i > 0 && STEPS[i - 1].qp != QpKind::Rc && s.qp == QpKind::Rc {
+        let steps = self.steps;
+        for (i, s) in steps.iter().enumerate() {
+            if i > 0 && steps[i - 1].qp != QpKind::Rc && s.qp == QpKind::Rc {
                 // Let the unreliable steps land before the RC ones.
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -32,9 +33,11 @@ impl Session<'_> {
         if s.flags & steps::F_SOLICITED != 0 {
             wr.flags = wr.flags | SendFlags::SOLICITED;
         }
-        let local = if s.is_send() || s.is_write() { steps::OFF_SRC } else { steps::OFF_DST };
+        let local = if s.is_send() || s.writes_slot() { steps::OFF_SRC } else { steps::OFF_DST };
         match payload {
             Some(bytes) if s.flags & steps::F_INLINE != 0 => wr.inline_data = Some(bytes),
+            // A FLUSH moves no data: its length is the range's.
+            _ if s.op == WrOpcode::Flush => {}
             _ if len > 0 => wr.sg_list = vec![self.mr.sge(local, len)],
             _ => {}
         }
@@ -48,14 +51,21 @@ impl Session<'_> {
         let addr = match s.target {
             Target::FetchAdd | Target::Atomics => base.wrapping_add(steps::OFF_ATOMIC),
             Target::CompareSwap => base.wrapping_add(steps::OFF_ATOMIC + 8),
+            Target::Previous => base.wrapping_add(steps::slot_offset(n - 1)),
             _ => base.wrapping_add(steps::slot_offset(n)),
         };
         let rkey = match s.key {
             steps::Key::Bad => self.peer.rkey ^ 0x00a5_a500,
             _ => self.peer.rkey,
         };
-        if s.is_write() || s.is_read() || s.is_atomic() {
+        if s.writes_slot() || s.is_read() || s.is_atomic() || s.op == WrOpcode::Flush {
             wr.remote = RemoteTarget { addr, rkey: Rkey(rkey) };
+        }
+        if s.op == WrOpcode::Flush {
+            // The WQE's FLUSH fields: the range's length, and (selectivity
+            // level << 8) | placement type.
+            wr.compare_add = u64::from(len);
+            wr.swap = s.swap;
         }
         if s.is_atomic() {
             wr.compare_add = s.compare_add;
@@ -69,9 +79,9 @@ impl Session<'_> {
     }
 
     pub(super) fn run_step(&mut self, n: u32) -> Result<(), String> {
-        let s = &STEPS[n as usize - 1];
+        let s = &self.steps[n as usize - 1];
         let len = s.bytes(self.mtu_bytes);
-        let payload = if s.is_send() || s.is_write() {
+        let payload = if s.is_send() || s.writes_slot() {
             let mut bytes = steps::pattern_bytes(n, len);
             if self.args.corrupt_step.contains(&n) && len > 0 {
                 bytes[len as usize / 2] ^= 0xff;
@@ -79,6 +89,8 @@ impl Session<'_> {
             }
             self.write(steps::OFF_SRC, &bytes)?;
             Some(bytes)
+        } else if s.op == WrOpcode::Flush {
+            None
         } else {
             self.write(steps::OFF_DST, &vec![steps::DST_FILL; (len + steps::GUARD) as usize])?;
             None
@@ -99,6 +111,20 @@ impl Session<'_> {
         if wc.wr_id != wr.wr_id {
             self.bad(format!("step {n}: completion for wr_id {}, want {}", wc.wr_id, wr.wr_id));
         }
+        let want_op = match s.op {
+            WrOpcode::AtomicWrite => Some(WcOpcode::AtomicWrite),
+            WrOpcode::Flush => Some(WcOpcode::Flush),
+            _ => None,
+        };
+        if let (Some(want), WcStatus::Success) = (want_op, wc.status) {
+            if wc.opcode != want {
+                self.bad(format!(
+                    "step {n}: completion opcode {}, want {}",
+                    wc_opcode_name(wc.opcode),
+                    wc_opcode_name(want)
+                ));
+            }
+        }
         if wc.status != s.expect {
             self.bad(format!(
                 "step {n}: status {}, want {}",
@@ -118,6 +144,10 @@ impl Session<'_> {
                 let mut want = steps::FA_FINAL.to_le_bytes().to_vec();
                 want.extend_from_slice(&steps::CAS_SWAP.to_le_bytes());
                 steps::check_payload(&what, &bytes, len as usize, |i| want[i], steps::DST_FILL)
+            } else if s.target == Target::Previous {
+                // What the previous step put into its slot.
+                let want = |i: usize| steps::pattern(n - 1, i as u32);
+                steps::check_payload(&what, &bytes, len as usize, want, steps::DST_FILL)
             } else {
                 let want = |i: usize| steps::pattern(n, i as u32);
                 steps::check_payload(&what, &bytes, len as usize, want, steps::DST_FILL)
@@ -151,7 +181,11 @@ impl Session<'_> {
                 say!(self, "  rnr naks received: {}", after - rnr_before);
             }
         }
-        if s.is_read() || s.is_atomic() || s.flags & steps::F_RNR != 0 {
+        if s.is_read()
+            || s.is_atomic()
+            || s.op == WrOpcode::AtomicWrite
+            || s.flags & steps::F_RNR != 0
+        {
             let verdict = if self.fails == before { "OK" } else { "FAILED" };
             say!(self, "CHECK step {n:2} {:<30} {verdict}", s.name);
         }

@@ -2,7 +2,8 @@
 //! that uroce and a Linux rxe run the cases the stock tools never send
 //! against each other, in either role, with the data checked end to end.
 //!
-//! Same flags (`-g`, `-p`, `-m`, `-L`), same steps ([`steps::STEPS`]),
+//! Same flags (`-g`, `-p`, `-m`, `-S`, `-L`), same steps ([`steps::STEPS`],
+//! and the IBA 1.5 sets of `-S`: [`steps::StepSet`]),
 //! same exchange ([`exchange`], over [`crate::oob`]), same checks, same
 //! output lines: the client (given a server address) posts every step and
 //! checks READ data and atomic results; the server posts the receives,
@@ -24,7 +25,7 @@ use exchange::Info;
 use std::io::{Read, Write};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
-use steps::{QpKind, Step, Target, STEPS};
+use steps::{QpKind, Step, StepSet, Target};
 use uroce_net::udp::UdpDevice;
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
@@ -59,7 +60,12 @@ pub struct OpcodesArgs {
     /// Path MTU of the RC and UC QPs: 256, 512, 1024, 2048 or 4096.
     #[arg(short = 'm', long, default_value = "1024", value_name = "MTU")]
     pub mtu: u32,
-    /// List the steps and the table fingerprint for -m, then exit.
+    /// The step set: base (every opcode of IBA 1.4 the stock tools never
+    /// send), awrite (ATOMIC_WRITE), flush (FLUSH to a peer without flush
+    /// rights; rxe-opcodes can only be its server).
+    #[arg(short = 'S', long = "set", value_enum, default_value = "base", value_name = "SET")]
+    pub set: StepSet,
+    /// List the steps and the table fingerprint for -m (and -S), then exit.
     #[arg(short = 'L', long)]
     pub list: bool,
     /// Give up on the out-of-band connection (accept, connect, each read)
@@ -102,7 +108,7 @@ pub fn run(args: &OpcodesArgs, out: &mut dyn Write, err: &mut dyn Write) -> i32 
         return 2;
     };
     if args.list {
-        let _ = write!(out, "{}", steps::listing(args.mtu, exchange::VERSION));
+        let _ = write!(out, "{}", steps::listing_of(args.set, args.mtu, exchange::VERSION));
         return 0;
     }
     let config = match args.net.config() {
@@ -157,6 +163,8 @@ struct Session<'a> {
     dev: &'a UdpDevice,
     out: &'a mut dyn Write,
     args: &'a OpcodesArgs,
+    /// The steps of `-S`.
+    steps: &'static [Step],
     mtu_bytes: u32,
     pd: Pd,
     cq: Cq,
@@ -251,13 +259,14 @@ impl<'a> Session<'a> {
             mtu: mtu.bytes(),
             addr: mr.addr(),
             gid: gid.0,
-            nsteps: STEPS.len() as u32,
-            fingerprint: steps::fingerprint(mtu.bytes()),
+            nsteps: args.set.steps().len() as u32,
+            fingerprint: steps::fingerprint_of(args.set.steps(), mtu.bytes()),
         };
         Ok(Session {
             dev,
             out,
             args,
+            steps: args.set.steps(),
             mtu_bytes: mtu.bytes(),
             pd,
             cq,
@@ -451,7 +460,8 @@ fn wc_opcode_name(opcode: WcOpcode) -> &'static str {
         WcOpcode::LocalInv => "LOCAL_INV",
         WcOpcode::Recv => "RECV",
         WcOpcode::RecvRdmaWithImm => "RECV_RDMA_WITH_IMM",
-        _ => "?",
+        WcOpcode::AtomicWrite => "ATOMIC_WRITE",
+        WcOpcode::Flush => "FLUSH",
     }
 }
 

@@ -11,7 +11,7 @@ impl Session<'_> {
         let mut words = steps::FA_INIT.to_le_bytes().to_vec();
         words.extend_from_slice(&steps::CAS_INIT.to_le_bytes());
         self.write(steps::OFF_ATOMIC, &words)?;
-        for (i, s) in STEPS.iter().enumerate() {
+        for (i, s) in self.steps.iter().enumerate() {
             let n = i as u32 + 1;
             if !s.is_read() || s.target != Target::Slot {
                 continue;
@@ -24,9 +24,9 @@ impl Session<'_> {
             }
             self.write(steps::slot_offset(n), &bytes)?;
         }
-        let slots = steps::receive_slots();
+        let slots = steps::receive_slots_of(self.steps);
         let mut rnr_seen = false;
-        for (i, s) in STEPS.iter().enumerate() {
+        for (i, s) in self.steps.iter().enumerate() {
             rnr_seen |= s.flags & steps::F_RNR != 0;
             let Some(slot) = slots[i] else { continue };
             if s.qp == QpKind::Rc && rnr_seen {
@@ -54,10 +54,10 @@ impl Session<'_> {
 
     /// The RC receives of the RNR step and after, and the spares.
     pub(super) fn server_post_after_rnr_window(&self) -> Result<(), String> {
-        let slots = steps::receive_slots();
+        let slots = steps::receive_slots_of(self.steps);
         let mut rnr_seen = false;
         let mut last = 0;
-        for (i, s) in STEPS.iter().enumerate() {
+        for (i, s) in self.steps.iter().enumerate() {
             rnr_seen |= s.flags & steps::F_RNR != 0;
             if let (true, QpKind::Rc, Some(slot)) = (rnr_seen, s.qp, slots[i]) {
                 self.post_recv(
@@ -110,8 +110,8 @@ impl Session<'_> {
     pub(super) fn server_run(&mut self, stream: &mut OobStream) -> Result<(), String> {
         self.bind_windows()?;
         exchange::write_u32s(stream, &self.mw_rkeys)?;
-        let want_total = STEPS.iter().filter(|s| s.takes_recv()).count();
-        let rc_before_rnr = steps::rc_receives_before_rnr();
+        let want_total = self.steps.iter().filter(|s| s.takes_recv()).count();
+        let rc_before_rnr = steps::rc_receives_before_rnr_of(self.steps);
         let (mut got_total, mut got_rc) = (0, 0);
         let deadline = Instant::now() + RECEIVE_WAIT;
         while got_total < want_total && Instant::now() < deadline {
@@ -157,12 +157,13 @@ impl Session<'_> {
 
     /// Checks one receive completion against its step.
     pub(super) fn check_recv(&mut self, wc: &WorkCompletion) -> Result<(), String> {
-        let Some(index) = (wc.wr_id as usize).checked_sub(1).filter(|i| *i < STEPS.len()) else {
+        let Some(index) = (wc.wr_id as usize).checked_sub(1).filter(|i| *i < self.steps.len())
+        else {
             self.bad(format!("a completion for receive {}, which no step uses", wc.wr_id));
             return Ok(());
         };
         let n = index as u32 + 1;
-        let s = &STEPS[index];
+        let s = &self.steps[index];
         if wc.status != WcStatus::Success {
             self.bad(format!("step {n}: receive status {}", wc_status_str(wc.status)));
             return Ok(());
@@ -247,7 +248,7 @@ impl Session<'_> {
             problems.extend(grh_problem(&header, &self.peer.gid, &self.me.gid));
         }
         if s.is_send() {
-            let slot = steps::receive_slots()[n as usize - 1].unwrap_or(0);
+            let slot = steps::receive_slots_of(self.steps)[n as usize - 1].unwrap_or(0);
             let offset = steps::receive_offset(s, slot) + u64::from(grh);
             let bytes = self.read(offset, u64::from(len + steps::GUARD))?;
             let what = format!("step {n} received data");
@@ -263,8 +264,8 @@ impl Session<'_> {
 
     /// After `done`: every WRITE target, and the atomic words.
     pub(super) fn check_memory(&mut self) -> Result<(), String> {
-        for (i, s) in STEPS.iter().enumerate() {
-            if !s.is_write() {
+        for (i, s) in self.steps.iter().enumerate() {
+            if !s.writes_slot() {
                 continue;
             }
             let n = i as u32 + 1;
@@ -280,7 +281,7 @@ impl Session<'_> {
                     steps::FILL,
                 )
             } else {
-                // A NAKed WRITE writes nothing.
+                // A NAKed WRITE (or ATOMIC_WRITE) writes nothing.
                 steps::check_payload(&what, &bytes, 0, |_| steps::FILL, steps::FILL)
             };
             let before = self.fails;
@@ -289,6 +290,9 @@ impl Session<'_> {
             }
             let verdict = if self.fails == before { "OK" } else { "FAILED" };
             say!(self, "CHECK step {n:2} {:<30} target {verdict}", s.name);
+        }
+        if !self.steps.iter().any(Step::is_atomic) {
+            return Ok(()); // a set without FETCH_ADD and COMPARE_SWAP
         }
         let words = self.read(steps::OFF_ATOMIC, 16)?;
         let word = |at: usize| {

@@ -2,7 +2,7 @@
 //! both sides share, the payload pattern and the byte checks.
 //!
 //! This table is `steps[]` in `tests/interop/vm/rxe-opcodes.c`, field for
-//! field. Both programs send a fingerprint of it (for their path MTU) in
+//! field, and [`StepSet`] its `-S` sets (`steps_awrite[]`, `steps_flush[]`). Both programs send a fingerprint of it (for their path MTU) in
 //! the exchange, so a difference between the two stops the run before any
 //! RDMA instead of showing up as a data mismatch; `-L` prints it.
 
@@ -70,6 +70,10 @@ pub const F_SOLICITED: u32 = 4;
 pub const F_INLINE: u32 = 8;
 /// The server's RC receive queue is empty when this step arrives.
 pub const F_RNR: u32 = 0x100;
+/// FLUSH placement type: global visibility (`IBV_FLUSH_GLOBAL`).
+pub const FLUSH_GLOBAL: u64 = 1;
+/// FLUSH selectivity level: the range in the RETH (`IBV_FLUSH_RANGE`).
+pub const FLUSH_RANGE: u64 = 0;
 
 /// The QP a step runs on (numbered as in the C table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +126,8 @@ pub enum Target {
     CompareSwap = 3,
     /// Both atomic words (16 bytes).
     Atomics = 4,
+    /// The previous step's slot (what it wrote there).
+    Previous = 5,
 }
 
 /// One step: a work request the client posts and what both sides check.
@@ -267,6 +273,79 @@ pub static STEPS: [Step; 26] = {
     ]
 };
 
+/// `-S awrite` (`steps_awrite[]`): ATOMIC_WRITE, each read back, one right
+/// behind a multi-packet WRITE, and last one with a bad rkey. An
+/// ATOMIC_WRITE's 8 bytes are the step's pattern, as a WRITE's payload.
+pub static AWRITE_STEPS: [Step; 6] = {
+    use Key::{Bad, Mr};
+    use QpKind::Rc;
+    use Target::{Previous, Slot};
+    use WrOpcode::*;
+    [
+        to(step("RC ATOMIC_WRITE", Rc, AtomicWrite, Len::Fixed(8)), Mr, Slot),
+        to(step("RC RDMA_READ the ATOMIC_WRITE", Rc, RdmaRead, Len::Fixed(8)), Mr, Previous),
+        to(step("RC RDMA_WRITE multi", Rc, RdmaWrite, Len::Big), Mr, Slot),
+        to(step("RC ATOMIC_WRITE after a WRITE", Rc, AtomicWrite, Len::Fixed(8)), Mr, Slot),
+        to(step("RC RDMA_READ the ATOMIC_WRITE", Rc, RdmaRead, Len::Fixed(8)), Mr, Previous),
+        Step {
+            expect: WcStatus::RemAccessErr,
+            ..to(step("RC ATOMIC_WRITE bad rkey", Rc, AtomicWrite, Len::Fixed(8)), Bad, Slot)
+        },
+    ]
+};
+
+/// `-S flush` (`steps_flush[]`): a WRITE, then a FLUSH of it (global
+/// visibility, the range) to a peer that gave no flush right. The status is
+/// what Linux rxe 6.12's answer gives: it has none (its ICRC of a FLUSH
+/// covers the headers twice, so it drops every FLUSH with the IBA's ICRC;
+/// docs/interop.md), and the retries run out. rxe-opcodes can only be this
+/// set's server (rdma-core 44 has no `ibv_wr_flush`).
+pub static FLUSH_STEPS: [Step; 2] = {
+    use Key::Mr;
+    use QpKind::Rc;
+    use Target::{Previous, Slot};
+    use WrOpcode::*;
+    [
+        to(step("RC RDMA_WRITE", Rc, RdmaWrite, SMALL), Mr, Slot),
+        Step {
+            swap: (FLUSH_RANGE << 8) | FLUSH_GLOBAL,
+            expect: WcStatus::RetryExcErr,
+            ..to(step("RC FLUSH (global, range)", Rc, Flush, SMALL), Mr, Previous)
+        },
+    ]
+};
+
+/// A step set (`-S`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StepSet {
+    /// [`STEPS`].
+    Base,
+    /// [`AWRITE_STEPS`].
+    Awrite,
+    /// [`FLUSH_STEPS`].
+    Flush,
+}
+
+impl StepSet {
+    /// Its steps.
+    pub fn steps(self) -> &'static [Step] {
+        match self {
+            StepSet::Base => &STEPS,
+            StepSet::Awrite => &AWRITE_STEPS,
+            StepSet::Flush => &FLUSH_STEPS,
+        }
+    }
+
+    /// Its name (`-S NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StepSet::Base => "base",
+            StepSet::Awrite => "awrite",
+            StepSet::Flush => "flush",
+        }
+    }
+}
+
 impl Step {
     /// Its length at path MTU `mtu` bytes.
     pub fn bytes(&self, mtu: u32) -> u32 {
@@ -297,6 +376,12 @@ impl Step {
         matches!(self.op, WrOpcode::AtomicFetchAndAdd | WrOpcode::AtomicCmpAndSwp)
     }
 
+    /// Its payload (the step's pattern) lands in its slot: a WRITE or an
+    /// ATOMIC_WRITE.
+    pub fn writes_slot(&self) -> bool {
+        self.is_write() || self.op == WrOpcode::AtomicWrite
+    }
+
     /// It carries immediate data.
     pub fn has_imm(&self) -> bool {
         matches!(self.op, WrOpcode::SendWithImm | WrOpcode::RdmaWriteWithImm)
@@ -322,8 +407,13 @@ pub fn pattern_bytes(n: u32, len: u32) -> Vec<u8> {
 /// goes on the wire and what is checked, each as a little-endian u32, at
 /// path MTU `mtu` bytes.
 pub fn fingerprint(mtu: u32) -> u32 {
+    fingerprint_of(&STEPS, mtu)
+}
+
+/// [`fingerprint`] of any step table.
+pub fn fingerprint_of(steps: &[Step], mtu: u32) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
-    for s in &STEPS {
+    for s in steps {
         let fields = [
             s.qp as u32,
             u32::from(s.op.raw()),
@@ -351,7 +441,12 @@ pub fn fingerprint(mtu: u32) -> u32 {
 /// The number of RC receives the server posts before the RNR step (it
 /// posts the rest once they are all used).
 pub fn rc_receives_before_rnr() -> usize {
-    STEPS
+    rc_receives_before_rnr_of(&STEPS)
+}
+
+/// [`rc_receives_before_rnr`] of any step table.
+pub fn rc_receives_before_rnr_of(steps: &[Step]) -> usize {
+    steps
         .iter()
         .take_while(|s| s.flags & F_RNR == 0)
         .filter(|s| s.qp == QpKind::Rc && s.takes_recv())
@@ -361,8 +456,13 @@ pub fn rc_receives_before_rnr() -> usize {
 /// The receive slot each receive-taking step gets on its QP (in step
 /// order), by step index; `None` for steps that take none.
 pub fn receive_slots() -> Vec<Option<u64>> {
+    receive_slots_of(&STEPS)
+}
+
+/// [`receive_slots`] of any step table.
+pub fn receive_slots_of(steps: &[Step]) -> Vec<Option<u64>> {
     let mut next = [0u64; 3];
-    STEPS
+    steps
         .iter()
         .map(|s| {
             s.takes_recv().then(|| {
@@ -449,12 +549,23 @@ pub fn check_payload(
 /// The lines of `-L`: the table at path MTU `mtu`, as rxe-opcodes prints
 /// it.
 pub fn listing(mtu: u32, version: u32) -> String {
+    listing_of(StepSet::Base, mtu, version)
+}
+
+/// [`listing`] of a step set.
+pub fn listing_of(set: StepSet, mtu: u32, version: u32) -> String {
+    let steps = set.steps();
+    // The base set's line is the one rxe-opcodes printed before -S.
+    let named = match set {
+        StepSet::Base => String::new(),
+        _ => format!(" step set {},", set.name()),
+    };
     let mut s = format!(
-        "rxe-opcodes exchange v{version}, path MTU {mtu}, {} steps, fingerprint 0x{:08x}\n",
-        STEPS.len(),
-        fingerprint(mtu)
+        "rxe-opcodes exchange v{version}, path MTU {mtu},{named} {} steps, fingerprint 0x{:08x}\n",
+        steps.len(),
+        fingerprint_of(steps, mtu)
     );
-    for (i, st) in STEPS.iter().enumerate() {
+    for (i, st) in steps.iter().enumerate() {
         s.push_str(&format!("{:2} {:<30} len={}\n", i + 1, st.name, st.bytes(mtu)));
     }
     s
@@ -490,6 +601,25 @@ mod tests {
         assert_eq!(fingerprint(1024), 0x97cf_8137);
         assert_eq!(fingerprint(4096), 0xb1ef_3df3);
         assert_ne!(fingerprint(1024), fingerprint(2048));
+        // `rxe-opcodes -L -S awrite` and `-L -S flush`.
+        assert_eq!(fingerprint_of(StepSet::Awrite.steps(), 1024), 0xec1e_e6fa);
+        assert_eq!(fingerprint_of(StepSet::Flush.steps(), 1024), 0x9cc1_3f72);
+    }
+
+    #[test]
+    fn the_iba15_sets_end_with_their_nak_and_read_back_what_they_wrote() {
+        for set in [StepSet::Awrite, StepSet::Flush] {
+            let steps = set.steps();
+            let (last, rest) = steps.split_last().expect("steps");
+            assert_ne!(last.expect, WcStatus::Success, "{set:?}: the NAK comes last");
+            assert!(rest.iter().all(|s| s.expect == WcStatus::Success));
+            for (i, s) in steps.iter().enumerate() {
+                if s.target == Target::Previous {
+                    assert!(i > 0 && steps[i - 1].writes_slot(), "{set:?} step {}", i + 1);
+                    assert!(s.bytes(1024) <= steps[i - 1].bytes(1024));
+                }
+            }
+        }
     }
 
     #[test]
