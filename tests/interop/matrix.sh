@@ -175,14 +175,13 @@ ONLY_DIR[flush]=u2r
 NO_SELF[flush]="rdma-core 44 has no ibv_wr_flush: rxe cannot be the FLUSH's sender"
 HOLDS[atomic_write]="RC_ATOMIC_WRITE RC_RDMA_READ_REQUEST"
 HOLDS[flush]="RC_FLUSH"
-# uroce's requester takes a READ response only for a READ WQE (emulator/hca/src/comp/place.rs, on_read_response): rxe's
-# answer to an ATOMIC_WRITE, a zero-length RDMA READ RESPONSE ONLY with an ACK AETH (IBA 1.5; rxe_resp.c
-# send_read_response_ack), is counted as a ghost response, the ATOMIC_WRITE is sent again until the retries run out
+# rxe answers an ATOMIC_WRITE with a zero-length RDMA READ RESPONSE ONLY with an ACK AETH (IBA 1.5; rxe_resp.c
+# send_read_response_ack); uroce's requester took READ responses only for READ WQEs and retried until the retries ran
+# out (XFAIL until 2026-11-26); it now takes that answer, and its responder gives the same one
 # rxe 6.12 crashed in this row once in three whole runs (2026-11-26): a double fault in rxe_requester's skb allocation
 # (rxe_init_packet, kworker rxe_wq), a kernel panic; the row passed in the other two and in five runs of its own
 # (release build); the harness then gives the rows after it a fresh boot
 KMARK[lib_send_lat/u2r@6.12]="flaky on 6.12: the VM's kernel panicked here once (double fault in rxe_requester, rxe_init_packet)"
-KMARK[atomic_write/u2r@6.12]="uroce ignores rxe's answer to ATOMIC_WRITE (a zero-length RDMA READ RESPONSE ONLY): retry exceeded"
 
 # Expand the cases into rows (arrays indexed by row number).
 R_HOLDS=() R_ID=() R_DIR=() R_LINK=() R_LOSS=() R_SECS=() R_VM=() R_U=() R_CHECK=() R_PMTU=() R_PORT=() R_LIB=() R_CM=() R_CMSG=() R_KNOWN=()

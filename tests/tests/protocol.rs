@@ -777,6 +777,34 @@ fn atomic_write_stores_eight_bytes_at_once() {
 }
 
 #[test]
+fn atomic_write_is_answered_by_a_zero_length_read_response_as_iba_1_5_and_rxe() {
+    // IBA 1.5 (rxe 6.12's send_read_response_ack): the answer to an
+    // ATOMIC WRITE is an RDMA READ RESPONSE ONLY without payload. Losing
+    // it makes the requester time out and send the ATOMIC WRITE again,
+    // which the responder acknowledges as a duplicate (stored once).
+    let mut p = rc_pair(|_| {});
+    p.w.fabric.add_rule(
+        Rule::new(
+            Matcher::any().opcode(Opcode::RC_RDMA_READ_RESPONSE_ONLY).from(NodeId(1)),
+            Action::Drop,
+        )
+        .nth(1),
+    );
+    let mut wr = SendWr::new(1, WrOpcode::AtomicWrite);
+    wr.inline_data = Some(7u64.to_le_bytes().to_vec());
+    wr.remote = RemoteTarget { addr: p.mr_b.addr() + 8, rkey: p.mr_b.rkey() };
+    p.a.post_send(&[wr]).unwrap();
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(statuses(&done), vec![(1, WcStatus::Success)]);
+    assert_eq!(p.mr_b.read_vec(8, 8).unwrap(), 7u64.to_le_bytes());
+    assert!(
+        counters(&p.w, 0).completer_retry_err >= 1,
+        "its READ-response answer was the one lost"
+    );
+    assert!(counters(&p.w, 1).duplicate_request >= 1, "the retransmission was a duplicate");
+}
+
+#[test]
 fn flush_checks_rights_and_range_and_completes() {
     let mut p = rc_pair(|_| {});
     let flushable = p.w.nodes[1]

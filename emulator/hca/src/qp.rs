@@ -236,6 +236,15 @@ pub enum Response {
         /// MSN to report in the AETHs.
         msn: u32,
     },
+    /// The answer to an ATOMIC WRITE or a FLUSH (IBA 1.5, as rxe's
+    /// `send_read_response_ack`): an RDMA READ RESPONSE ONLY without
+    /// payload, its AETH an ACK of `psn`.
+    ReadResponseAck {
+        /// PSN acknowledged (the request's).
+        psn: Psn,
+        /// MSN to report.
+        msn: u32,
+    },
     /// An ATOMIC ACKNOWLEDGE.
     AtomicAck {
         /// Index in the resource ring.

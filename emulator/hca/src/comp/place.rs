@@ -10,7 +10,8 @@ use crate::time::Instant;
 use crate::trace::ResponseVerdict;
 use uroce_device::types::{Access, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
-use uroce_wire::{roce, Mask, Psn};
+use uroce_wire::aeth::Syndrome;
+use uroce_wire::{roce, Mask, Opcode, Psn};
 
 impl QpStep<'_> {
     /// The send-queue entry a READ response or atomic ACK at `psn` belongs
@@ -108,6 +109,19 @@ impl QpStep<'_> {
         let qp = &mut *self.qp;
         let (pd, mtu) = (qp.pd, u64::from(qp.mtu()));
         let Some(entry) = qp.entry(entry_index) else { return NOT_PLACED };
+        if matches!(entry.opcode, WrOpcode::AtomicWrite | WrOpcode::Flush) {
+            // IBA 1.5's answer to an ATOMIC WRITE or a FLUSH (rxe 6.12's):
+            // a READ RESPONSE ONLY without payload whose AETH acknowledges
+            // it. (An ACK is accepted too: uroce before, and coalescing.)
+            let acked = packet.bth().opcode() == Opcode::RC_RDMA_READ_RESPONSE_ONLY
+                && packet.payload().is_empty()
+                && packet.aeth().is_some_and(|a| matches!(a.syndrome(), Syndrome::Ack { .. }));
+            if acked {
+                return self.on_ack(now, psn);
+            }
+            self.dev.counters.rcvd_ghost_response += 1;
+            return NOT_PLACED;
+        }
         if entry.opcode != WrOpcode::RdmaRead {
             self.dev.counters.rcvd_ghost_response += 1;
             return NOT_PLACED;

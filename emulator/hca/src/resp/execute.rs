@@ -67,7 +67,17 @@ impl QpStep<'_> {
         qp.resp.accept_request(psn.next(), info.is(Mask::END), false);
         qp.resp.unacked_pkts += 1;
         let coalesce_limit = self.dev.config.max_pkt_per_ack;
-        if qp.qp_type == QpType::Rc && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit) {
+        if qp.qp_type == QpType::Rc && (info.is(Mask::ATOMIC_WRITE) || info.is(Mask::FLUSH)) {
+            // IBA 1.5 (rxe 6.12's `acknowledge`): always answered, by an
+            // RDMA READ RESPONSE ONLY without payload.
+            let msn = qp.resp.msn;
+            qp.resp.unacked_pkts = 0;
+            if qp.resp.owe(Response::ReadResponseAck { psn, msn }) {
+                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+            }
+        } else if qp.qp_type == QpType::Rc
+            && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit)
+        {
             let msn = qp.resp.msn;
             qp.resp.unacked_pkts = 0;
             let syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);

@@ -62,6 +62,11 @@ impl QpStep<'_> {
                 qp.resp.queue.pop_front();
                 ResponsePlan::ack(Opcode::RC_ACKNOWLEDGE, psn, syndrome, msn)
             }
+            Response::ReadResponseAck { psn, msn } => {
+                qp.resp.queue.pop_front();
+                let ack = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
+                ResponsePlan::ack(Opcode::RC_RDMA_READ_RESPONSE_ONLY, psn, ack, msn)
+            }
             Response::AtomicAck { resource, msn } => {
                 qp.resp.queue.pop_front();
                 let Some(Resource::Atomic { psn, orig }) =
