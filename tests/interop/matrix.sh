@@ -160,11 +160,15 @@ c lib_rc_pingpong_loss 1500 13 60 "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c
 # tshark must decode them as CM MADs). A last field marks a row known to fail, and why: its FAIL is an XFAIL, which
 # fails no run (MATRIX_STRICT=1 counts it as a FAIL); a marked row that passes says so (docs/interop.md); a mark
 # "u2r:WHY" or "r2u:WHY" holds for one direction.
-K_PERF="perftest -R: its test-QP REQ comes before the VM's server listens again (REJ 8, not retried)"
+# perftest -R u2r: its client sends the test connection's REQ at once after the exchange, and the VM's server
+# listens again only later (REJ 8, not retried; the XFAIL until 2026-11-26): uroce's client runs under a fault
+# scenario that sends that REQ 500 ms late, as a slower client would (scenarios/slow-test-req.toml)
+declare -A USCEN
+USCEN[lib_send_bw_rdmacm/u2r]="$HERE/scenarios/slow-test-req.toml"
 c lib_rping        1500 -    20   "rping -s -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v | rping -c -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v" cm  "ping data: rdma-ping-9: " "<=1024" "REQ REP RTU"
 c lib_ucmatose     1500 -    20   "ucmatose -b @SRV@ -p @PORT@ -c 2 | ucmatose -s @SRV@ -p @PORT@ -c 2"   cm                     "data transfers complete"  "<=1024" "REQ REP RTU"
 c lib_udaddy       1500 -    20   "udaddy -b @SRV@ | udaddy -s @SRV@"                                     cm                     "data transfers complete"  "<=1024" "SIDR_REQ SIDR_REP"
-c lib_send_bw_rdmacm 1500 -    20   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ | ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ @SRV@" cm "$(pt 4096 100)" "=1024" "REQ REP RTU" "u2r:$K_PERF"
+c lib_send_bw_rdmacm 1500 -    20   "ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ | ib_send_bw -d rxe0 -x 1 -F -n 100 -s 4096 -R -p @PORT@ @SRV@" cm "$(pt 4096 100)" "=1024" "REQ REP RTU"
 
 # Cases for some kernels or directions only (space-separated lists); cases the self-check cannot run (why); what
 # a case's capture must hold besides (opcode names of `uroce decode --format tsv`, each at least once); marks of a
@@ -584,6 +588,7 @@ run_boot() {
       local ucmd; ucmd=$(role_cmd "${R_U[r]}" $urole "$r")
       local run=(run --link "127.0.0.1:$rport,127.0.0.1:$lport" --addr "$UROCE_IP/16" --mtu "$link")
       [ "${R_LOSS[r]}" != - ] && run+=(--faults "${R_LOSS[r]}")   # a cm row's loss field: a fault spec
+      [ -n "${USCEN[$id]:-}" ] && run+=(--scenario "${USCEN[$id]}")
       echo "+ uroce ${run[*]} -- $ucmd" > "$rlog.uroce.log"
       ut0=$(now)
       local wrap=(); [ $urole = client ] && wrap=(bash -c "$(declare -f cm_client); cm_client \"\$@\"" cm_client "${R_SECS[r]}" "$rlog.uroce.log")
