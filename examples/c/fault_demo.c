@@ -278,14 +278,25 @@ static int connect_qp(struct ctx *c, const struct peer *me, const struct peer *t
 			     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 }
 
+/*
+ * The server keeps RECV_AHEAD receives posted: twice the client's --depth.
+ * The client posts its next SEND as soon as one is acknowledged, which can
+ * be before the server has polled that receive's completion and posted a
+ * new one; with only --depth receives that race would be a genuine RNR NAK
+ * (harmless with rnr_retry 7, but mixed into the count under a finite
+ * --rnr-retry).
+ */
+#define RECV_AHEAD (2 * cfg.depth)
+
+/* Slots: RECV_AHEAD for receives (--depth of them for the other ops). */
 static size_t buf_len(void)
 {
-	return (size_t)cfg.size * cfg.depth;
+	return (size_t)cfg.size * RECV_AHEAD;
 }
 
 static int post_recv(struct ctx *c, uint64_t id)
 {
-	struct ibv_sge sge = { .addr = (uintptr_t)c->buf + (id % cfg.depth) * cfg.size,
+	struct ibv_sge sge = { .addr = (uintptr_t)c->buf + (id % RECV_AHEAD) * cfg.size,
 			       .length = cfg.size, .lkey = c->mr->lkey };
 	struct ibv_recv_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1 }, *bad;
 	return ibv_post_recv(c->qp, &wr, &bad);
@@ -450,12 +461,12 @@ static int setup(struct ctx *c)
 	c->mr = ibv_reg_mr(c->pd, c->buf, len, IBV_ACCESS_LOCAL_WRITE |
 			   IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 			   IBV_ACCESS_REMOTE_ATOMIC);
-	c->cq = ibv_create_cq(c->dev, 2 * cfg.depth + 16, NULL, NULL, 0);
+	c->cq = ibv_create_cq(c->dev, cfg.depth + RECV_AHEAD + 16, NULL, NULL, 0);
 	if (!c->mr || !c->cq)
 		return -1;
 	struct ibv_qp_init_attr qa = {
 		.send_cq = c->cq, .recv_cq = c->cq, .qp_type = IBV_QPT_RC,
-		.cap = { .max_send_wr = cfg.depth, .max_recv_wr = cfg.depth,
+		.cap = { .max_send_wr = cfg.depth, .max_recv_wr = RECV_AHEAD,
 			 .max_send_sge = 1, .max_recv_sge = 1 },
 	};
 	c->qp = ibv_create_qp(c->pd, &qa);
@@ -543,7 +554,7 @@ static int server(struct ctx *c)
 
 	/* Receives for --op send, posted ahead and re-posted as they are used. */
 	if (cfg.op == OP_SEND)
-		for (; next < (uint64_t)cfg.depth; next++, outstanding++)
+		for (; next < (uint64_t)RECV_AHEAD; next++, outstanding++)
 			if (post_recv(c, next))
 				return EXIT_SETUP;
 	/* Serve until the client says it is done. */
