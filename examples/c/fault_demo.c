@@ -543,20 +543,33 @@ static int client(struct ctx *c, const struct peer *them)
 	return EXIT_OK;
 }
 
-static int server(struct ctx *c)
+/*
+ * The server's first receives for --op send: posted before it tells the
+ * client it is ready, so no SEND can find the queue empty (an RNR NAK).
+ * Returns how many were posted, or -1.
+ */
+static int post_first_recvs(struct ctx *c)
+{
+	int n = 0;
+
+	if (cfg.op == OP_SEND)
+		for (; n < RECV_AHEAD; n++)
+			if (post_recv(c, (uint64_t)n))
+				return -1;
+	return n;
+}
+
+/* Serves; `posted` receives are already posted (wr_ids 0..posted-1). */
+static int server(struct ctx *c, int posted)
 {
 	struct tally t = { 0 };
 	struct pollfd p = { .fd = c->sock, .events = POLLIN };
-	int outstanding = 0, rc = 0;
-	uint64_t next = 0;
+	int outstanding = posted, rc = 0;
+	uint64_t next = (uint64_t)posted;
 	char line[128];
 	volatile uint64_t *counter = (uint64_t *)c->buf;
 
-	/* Receives for --op send, posted ahead and re-posted as they are used. */
-	if (cfg.op == OP_SEND)
-		for (; next < (uint64_t)RECV_AHEAD; next++, outstanding++)
-			if (post_recv(c, next))
-				return EXIT_SETUP;
+	/* Receives are re-posted as they are used. */
 	/* Serve until the client says it is done. */
 	for (;;) {
 		struct ibv_wc wc;
@@ -675,12 +688,15 @@ int main(int argc, char **argv)
 		cleanup(&c);
 		return EXIT_SETUP;
 	}
-	/* Both QPs are ready before the client posts anything. */
-	if (write_line(c.sock, "ready\n") || read_line(c.sock, (char[16]){0}, 16)) {
+	/* Both QPs are ready, and the server's receives posted, before the
+	 * client posts anything. */
+	int posted = cfg.server ? 0 : post_first_recvs(&c);
+	if (posted < 0 || write_line(c.sock, "ready\n") ||
+	    read_line(c.sock, (char[16]){0}, 16)) {
 		cleanup(&c);
 		return EXIT_SETUP;
 	}
-	rc = cfg.server ? client(&c, &them) : server(&c);
+	rc = cfg.server ? client(&c, &them) : server(&c, posted);
 	cleanup(&c);
 	printf("%s: exit %d\n", cfg.server ? "client" : "server", rc);
 	return rc;
