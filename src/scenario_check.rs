@@ -116,31 +116,36 @@ impl Report {
         for line in text.lines() {
             let Some((wall, rest)) = line.split_once(' ') else { continue };
             let Ok(wall) = wall.parse::<u64>() else { continue };
-            if wall < since_us {
-                continue;
-            }
             let t: Vec<&str> = rest.splitn(5, ' ').collect();
             if t.len() < 4 || t[0] != "scenario" {
                 continue;
             }
-            if let (Ok(addr), Ok(_)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
+            // A device's `loaded` line counts even before `since_us`: the
+            // other process of a shared report may have opened its device
+            // before this run started.
+            let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
+            if let (Ok(addr), true) = (t[2].parse::<IpAddr>(), what.starts_with("0 loaded ")) {
+                base.insert(addr, wall);
+                continue;
+            }
+            if wall < since_us {
+                continue;
+            }
+            if let (Ok(addr), Ok(us)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
                 // `scenario <addr> <µs> ...`: a firing or a device line.
-                // A firing's line is written as it fires: its wall clock
-                // is the firing's (the device's µs need the device's
-                // `loaded` line, which may predate `since_us`).
-                let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
+                // A firing's time is its device's clock, as an error's or
+                // an event's (the line's own wall clock, written a little
+                // later, when the device's `loaded` line is missing).
                 if what.starts_with("rule ") {
-                    report.firings.push(Fired { wall_us: wall, addr, text: what.to_owned() });
+                    let wall_us = base.get(&addr).map_or(wall, |b| b.saturating_add(us));
+                    report.firings.push(Fired { wall_us, addr, text: what.to_owned() });
                 } else if what.starts_with("crash:") {
                     report.kills += 1;
                 }
                 continue;
             }
             let Ok(addr) = t[2].parse::<IpAddr>() else { continue };
-            let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
-            if what.starts_with("0 loaded ") {
-                base.insert(addr, wall);
-            } else if let Some(fields) = what.strip_prefix("completions ") {
+            if let Some(fields) = what.strip_prefix("completions ") {
                 let origin = base.get(&addr).copied().unwrap_or(wall);
                 let mut s = DeviceSummary::default();
                 let mut first = None;
@@ -494,6 +499,22 @@ mod tests {
         assert_eq!(s2.async_events.as_ref().unwrap()["IBV_EVENT_QP_ACCESS_ERR"], 2);
         assert_eq!(s2.raised.len(), 4);
         assert_eq!(s2.runtime_counters["rx_dropped"], 4);
+    }
+
+    #[test]
+    fn firings_are_timed_on_their_devices_clock() {
+        // The firing's line was written 9 ms after the device's µs say it
+        // fired (a slow batch); the device opened before this run began.
+        let text = "\
+1000000 scenario x 10.0.0.2 0 loaded from library seed 0
+1509000 scenario 10.0.0.2 500000 rule r fired 1: fail_key x1 on in RC_RDMA_WRITE_FIRST
+";
+        let r = Report::parse(text, 1_200_000);
+        assert_eq!(r.firings.len(), 1);
+        assert_eq!(r.firings[0].wall_us, 1_500_000);
+        // Without its `loaded` line, the line's own wall clock.
+        let r = Report::parse(text.lines().nth(1).unwrap(), 0);
+        assert_eq!(r.firings[0].wall_us, 1_509_000);
     }
 
     #[test]
