@@ -194,7 +194,7 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
         if !unknown.is_empty() {
             let _ = writeln!(
                 err,
-                "uroce run: scenario {}: [expect] names counters the HCA does not have: {} (it has: {})",
+                "uroce run: scenario {}: [expect] names counters neither the HCA nor the runtime has: {} (known: {})",
                 sc.scenario.origin,
                 unknown.join(", "),
                 crate::scenario_check::counter_names().join(", ")

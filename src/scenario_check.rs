@@ -8,9 +8,15 @@
 //! device clock starts at that wall clock), `scenario <addr> <µs> rule ...
 //! fired ...` (a firing, in device µs), `scenario <addr> <µs> crash: ...`,
 //! and the summary (`scenario <name> <addr> completions ...`, `... counters
-//! k=v ...`, the port's lines). Times of different devices (and processes)
-//! are compared on the wall clock: a device's µs plus its `loaded` line's
-//! wall clock.
+//! k=v ...`, `... runtime_counters k=v ...`, `... async_events total=N
+//! NAME=N ...`, `... async_event NAME qp=0x.. at_us=N`, the port's lines).
+//! Times of different devices (and processes) are compared on the wall
+//! clock: a device's µs plus its `loaded` line's wall clock.
+//!
+//! `async_event = "NAME"` holds when this process's device raised at least
+//! one event of that name during the run, whenever it came and whether or
+//! not the program read it (every device raises `IBV_EVENT_PORT_ACTIVE`
+//! first, as it opens, so "the first event" would say nothing).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -27,7 +33,19 @@ pub struct Fired {
     pub text: String,
 }
 
-/// A device's summary (`completions` and `counters` lines).
+/// One asynchronous event a device raised (an `async_event` line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaisedEvent {
+    /// Its `IBV_EVENT_*` name.
+    pub name: String,
+    /// What it concerns: `qp=0x..`, `cq=N`, `srq=N` or `port=N`.
+    pub element: String,
+    /// µs since the epoch.
+    pub wall_us: u64,
+}
+
+/// A device's summary (`completions`, `async_events`, `async_event`,
+/// `counters` and `runtime_counters` lines).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceSummary {
     /// `success=`.
@@ -36,8 +54,44 @@ pub struct DeviceSummary {
     pub errors: u64,
     /// The first error: its `IBV_WC_*` name and wall clock (µs).
     pub first_error: Option<(String, u64)>,
-    /// The `counters` line (zeros are absent).
+    /// The `counters` line: the HCA's (zeros are absent).
     pub counters: BTreeMap<String, u64>,
+    /// The `runtime_counters` line: the runtime's (`UdpStats`; zeros are
+    /// absent).
+    pub runtime_counters: BTreeMap<String, u64>,
+    /// The `async_events` line: every asynchronous event raised, by name
+    /// (`None`: the report has no such line).
+    pub async_events: Option<BTreeMap<String, u64>>,
+    /// The `async_event` lines (the first 64 events of each device), by
+    /// wall clock.
+    pub raised: Vec<RaisedEvent>,
+}
+
+impl DeviceSummary {
+    /// A counter of the HCA's or the runtime's (0 when absent).
+    pub fn counter(&self, name: &str) -> u64 {
+        self.counters.get(name).or_else(|| self.runtime_counters.get(name)).copied().unwrap_or(0)
+    }
+}
+
+/// `k=v` fields into a map (others skipped).
+fn key_values(fields: &str) -> impl Iterator<Item = (String, u64)> + '_ {
+    fields.split_whitespace().filter_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        Some((k.to_owned(), v.parse::<u64>().ok()?))
+    })
+}
+
+/// The latest summary of `addr` in `summaries`, a new one if it has none.
+fn latest_of(summaries: &mut Vec<(IpAddr, DeviceSummary)>, addr: IpAddr) -> &mut DeviceSummary {
+    let at = match summaries.iter().rposition(|(a, _)| *a == addr) {
+        Some(at) => at,
+        None => {
+            summaries.push((addr, DeviceSummary::default()));
+            summaries.len() - 1
+        }
+    };
+    &mut summaries[at].1
 }
 
 /// A report read back.
@@ -62,31 +116,36 @@ impl Report {
         for line in text.lines() {
             let Some((wall, rest)) = line.split_once(' ') else { continue };
             let Ok(wall) = wall.parse::<u64>() else { continue };
-            if wall < since_us {
-                continue;
-            }
             let t: Vec<&str> = rest.splitn(5, ' ').collect();
             if t.len() < 4 || t[0] != "scenario" {
                 continue;
             }
-            if let (Ok(addr), Ok(_)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
+            // A device's `loaded` line counts even before `since_us`: the
+            // other process of a shared report may have opened its device
+            // before this run started.
+            let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
+            if let (Ok(addr), true) = (t[2].parse::<IpAddr>(), what.starts_with("0 loaded ")) {
+                base.insert(addr, wall);
+                continue;
+            }
+            if wall < since_us {
+                continue;
+            }
+            if let (Ok(addr), Ok(us)) = (t[1].parse::<IpAddr>(), t[2].parse::<u64>()) {
                 // `scenario <addr> <µs> ...`: a firing or a device line.
-                // A firing's line is written as it fires: its wall clock
-                // is the firing's (the device's µs need the device's
-                // `loaded` line, which may predate `since_us`).
-                let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
+                // A firing's time is its device's clock, as an error's or
+                // an event's (the line's own wall clock, written a little
+                // later, when the device's `loaded` line is missing).
                 if what.starts_with("rule ") {
-                    report.firings.push(Fired { wall_us: wall, addr, text: what.to_owned() });
+                    let wall_us = base.get(&addr).map_or(wall, |b| b.saturating_add(us));
+                    report.firings.push(Fired { wall_us, addr, text: what.to_owned() });
                 } else if what.starts_with("crash:") {
                     report.kills += 1;
                 }
                 continue;
             }
             let Ok(addr) = t[2].parse::<IpAddr>() else { continue };
-            let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
-            if what.starts_with("0 loaded ") {
-                base.insert(addr, wall);
-            } else if let Some(fields) = what.strip_prefix("completions ") {
+            if let Some(fields) = what.strip_prefix("completions ") {
                 let origin = base.get(&addr).copied().unwrap_or(wall);
                 let mut s = DeviceSummary::default();
                 let mut first = None;
@@ -102,17 +161,19 @@ impl Report {
                 }
                 s.first_error = first.map(|f| (f, origin + at.unwrap_or(0)));
                 report.summaries.push((addr, s));
-            } else if let Some(fields) = what.strip_prefix("counters") {
-                let counters = fields.split_whitespace().filter_map(|kv| {
-                    let (k, v) = kv.split_once('=')?;
-                    Some((k.to_owned(), v.parse::<u64>().ok()?))
-                });
-                match report.summaries.iter_mut().rev().find(|(a, _)| *a == addr) {
-                    Some((_, s)) => s.counters.extend(counters),
-                    None => report.summaries.push((
-                        addr,
-                        DeviceSummary { counters: counters.collect(), ..Default::default() },
-                    )),
+            } else if let Some(fields) = field_line(what, "counters") {
+                latest_of(&mut report.summaries, addr).counters.extend(key_values(fields));
+            } else if let Some(fields) = field_line(what, "runtime_counters") {
+                let s = latest_of(&mut report.summaries, addr);
+                s.runtime_counters.extend(key_values(fields));
+            } else if let Some(fields) = field_line(what, "async_events") {
+                let by_name = key_values(fields).filter(|(k, _)| k != "total");
+                let s = latest_of(&mut report.summaries, addr);
+                s.async_events.get_or_insert_with(BTreeMap::new).extend(by_name);
+            } else if let Some(fields) = field_line(what, "async_event") {
+                let origin = base.get(&addr).copied().unwrap_or(wall);
+                if let Some(event) = raised_event(fields, origin) {
+                    latest_of(&mut report.summaries, addr).raised.push(event);
                 }
             }
         }
@@ -136,9 +197,43 @@ impl Report {
             for (k, v) in &s.counters {
                 *t.counters.entry(k.clone()).or_insert(0) += v;
             }
+            for (k, v) in &s.runtime_counters {
+                *t.runtime_counters.entry(k.clone()).or_insert(0) += v;
+            }
+            if let Some(events) = &s.async_events {
+                let all = t.async_events.get_or_insert_with(BTreeMap::new);
+                for (k, v) in events {
+                    *all.entry(k.clone()).or_insert(0) += v;
+                }
+            }
+            t.raised.extend(s.raised.iter().cloned());
+        }
+        if let Some(t) = total.as_mut() {
+            t.raised.sort_by_key(|e| e.wall_us);
         }
         total
     }
+}
+
+/// The fields of a summary line named `name` (`name k=v ...`; `name`
+/// alone has none).
+fn field_line<'a>(what: &'a str, name: &str) -> Option<&'a str> {
+    let rest = what.strip_prefix(name)?;
+    if rest.is_empty() {
+        Some(rest)
+    } else {
+        rest.strip_prefix(' ')
+    }
+}
+
+/// `IBV_EVENT_... <element> at_us=N` on the wall clock of a device that
+/// opened at `origin` (µs since the epoch).
+fn raised_event(fields: &str, origin: u64) -> Option<RaisedEvent> {
+    let mut words = fields.split_whitespace();
+    let name = words.next()?.to_owned();
+    let element = words.next()?.to_owned();
+    let at = words.next()?.strip_prefix("at_us=")?.parse::<u64>().ok()?;
+    Some(RaisedEvent { name, element, wall_us: origin.saturating_add(at) })
 }
 
 /// How the program ended.
@@ -170,12 +265,15 @@ pub fn signal_name(sig: i32) -> String {
     name.to_owned()
 }
 
-/// The counter names `min_counters`/`max_counters` may use (the HCA's).
+/// The counter names `min_counters`/`max_counters` may use: the HCA's,
+/// then the runtime's (`UdpStats`).
 pub fn counter_names() -> Vec<&'static str> {
-    uroce_hca::counters::Counters::default().named().iter().map(|(n, _)| *n).collect()
+    let hca = uroce_hca::counters::Counters::default().named();
+    let runtime = uroce_net::udp::UdpStats::default().named();
+    hca.iter().chain(&runtime).map(|(n, _)| *n).collect()
 }
 
-/// The expectation's counters that the HCA does not have.
+/// The expectation's counters that neither the HCA nor the runtime has.
 pub fn unknown_counters(expect: &RoleExpect) -> Vec<String> {
     let names = counter_names();
     expect
@@ -262,7 +360,11 @@ pub fn check(
         };
         push(format!("within_ms = {ms}"), seen, ok);
     }
-    let count = |name: &str| summary.and_then(|s| s.counters.get(name).copied()).unwrap_or(0);
+    if let Some(name) = &expect.async_event {
+        let (seen, ok) = async_seen(summary, name, firings.first());
+        push(format!("async_event = \"{name}\""), seen.unwrap_or_else(none), ok);
+    }
+    let count = |name: &str| summary.map_or(0, |s| s.counter(name));
     for (name, min) in &expect.min_counters {
         let n = count(name);
         let seen = if summary.is_some() { format!("{name}={n}") } else { none() };
@@ -276,6 +378,44 @@ pub fn check(
     v
 }
 
+/// What the report says of asynchronous event `name` (`None`: no
+/// summary), and whether the device raised one. `first`: the first firing,
+/// to time the event from.
+fn async_seen(
+    summary: Option<&DeviceSummary>,
+    name: &str,
+    first: Option<&Fired>,
+) -> (Option<String>, bool) {
+    let Some(s) = summary else { return (None, false) };
+    let Some(events) = &s.async_events else {
+        return (Some("no async_events line in the report".into()), false);
+    };
+    let n = events.get(name).copied().unwrap_or(0);
+    if n == 0 {
+        let all: Vec<String> = events.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let all = if all.is_empty() { "none".to_owned() } else { all.join(" ") };
+        return (Some(format!("async events {all}")), false);
+    }
+    let seen = match s.raised.iter().find(|e| e.name == name) {
+        Some(e) => {
+            format!("{name}={n}, the first on {}{}", e.element, after_firing(e.wall_us, first))
+        }
+        None => format!("{name}={n}"),
+    };
+    (Some(seen), true)
+}
+
+/// ` (+X ms after the first firing)`, or nothing without a firing.
+pub fn after_firing(wall_us: u64, first: Option<&Fired>) -> String {
+    match first {
+        Some(f) => {
+            let us = i128::from(wall_us) - i128::from(f.wall_us);
+            format!(" ({:+.3} ms after the first firing)", us as f64 / 1000.0)
+        }
+        None => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -285,7 +425,11 @@ mod tests {
 1000000 scenario x 10.0.0.2 0 loaded from library seed 0
 1500000 scenario 10.0.0.2 500000 rule down fired 1: link_down on in SEND_ONLY
 2100000 scenario x 10.0.0.1 completions success=9 errors=2 IBV_WC_RETRY_EXC_ERR=1 IBV_WC_WR_FLUSH_ERR=1 first_error=IBV_WC_RETRY_EXC_ERR qp=0x000011 wr_id=9 at_us=1040000
+2100000 scenario x 10.0.0.1 async_events total=2 IBV_EVENT_QP_ACCESS_ERR=1 IBV_EVENT_PORT_ACTIVE=1
+2100000 scenario x 10.0.0.1 async_event IBV_EVENT_PORT_ACTIVE port=1 at_us=0
+2100000 scenario x 10.0.0.1 async_event IBV_EVENT_QP_ACCESS_ERR qp=0x000011 at_us=520000
 2100000 scenario x 10.0.0.1 counters sent_pkts=30 completer_retry_err=7
+2100000 scenario x 10.0.0.1 runtime_counters rx_datagrams=31 rx_dropped=2
 ";
 
     #[test]
@@ -323,9 +467,120 @@ mod tests {
     }
 
     #[test]
-    fn counter_names_are_the_hcas() {
-        assert!(counter_names().contains(&"completer_retry_err"));
-        let e = RoleExpect { min_counters: vec![("no_such".into(), 1)], ..RoleExpect::default() };
+    fn async_events_and_runtime_counters_read_back() {
+        let r = Report::parse(REPORT, 0);
+        let s = r.summary_of("10.0.0.1".parse().unwrap()).unwrap();
+        let events = s.async_events.as_ref().unwrap();
+        assert_eq!(events["IBV_EVENT_QP_ACCESS_ERR"], 1);
+        assert_eq!(events["IBV_EVENT_PORT_ACTIVE"], 1);
+        assert!(!events.contains_key("total"));
+        assert_eq!(s.raised.len(), 2);
+        assert_eq!(
+            s.raised[1],
+            RaisedEvent {
+                name: "IBV_EVENT_QP_ACCESS_ERR".into(),
+                element: "qp=0x000011".into(),
+                wall_us: 1_520_000
+            }
+        );
+        assert_eq!(s.runtime_counters["rx_dropped"], 2);
+        // `counters` and `runtime_counters` do not mix up.
+        assert!(!s.counters.contains_key("rx_dropped"));
+        assert_eq!(
+            (s.counter("rx_dropped"), s.counter("sent_pkts"), s.counter("tx_errors")),
+            (2, 30, 0)
+        );
+        // Two devices at one address add up.
+        let twice = format!(
+            "{REPORT}{}",
+            REPORT.replace("1000000 scenario x 10.0.0.1 0", "1100000 scenario x 10.0.0.1 0")
+        );
+        let s2 = Report::parse(&twice, 0).summary_of("10.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(s2.async_events.as_ref().unwrap()["IBV_EVENT_QP_ACCESS_ERR"], 2);
+        assert_eq!(s2.raised.len(), 4);
+        assert_eq!(s2.runtime_counters["rx_dropped"], 4);
+    }
+
+    #[test]
+    fn firings_are_timed_on_their_devices_clock() {
+        // The firing's line was written 9 ms after the device's µs say it
+        // fired (a slow batch); the device opened before this run began.
+        let text = "\
+1000000 scenario x 10.0.0.2 0 loaded from library seed 0
+1509000 scenario 10.0.0.2 500000 rule r fired 1: fail_key x1 on in RC_RDMA_WRITE_FIRST
+";
+        let r = Report::parse(text, 1_200_000);
+        assert_eq!(r.firings.len(), 1);
+        assert_eq!(r.firings[0].wall_us, 1_500_000);
+        // Without its `loaded` line, the line's own wall clock.
+        let r = Report::parse(text.lines().nth(1).unwrap(), 0);
+        assert_eq!(r.firings[0].wall_us, 1_509_000);
+    }
+
+    #[test]
+    fn async_event_passes_fails_and_is_absent() {
+        let r = Report::parse(REPORT, 0);
+        let s = r.summary_of("10.0.0.1".parse().unwrap()).unwrap();
+        let expect = |name: &str| RoleExpect {
+            async_event: Some(name.into()),
+            min_counters: vec![("rx_dropped".into(), 2)],
+            max_counters: vec![("tx_errors".into(), 0)],
+            ..RoleExpect::default()
+        };
+        // Raised (not the device's first event: PORT_ACTIVE is): passes,
+        // timed from the first firing (1.5 s on the wall clock).
+        let v = check(&expect("IBV_EVENT_QP_ACCESS_ERR"), Some(&s), &r.firings, Ended::Code(6));
+        assert_eq!(v.len(), 3);
+        assert!(v.iter().all(|v| v.ok), "{v:?}");
+        assert_eq!(v[0].expected, "async_event = \"IBV_EVENT_QP_ACCESS_ERR\"");
+        assert_eq!(
+            v[0].seen,
+            "IBV_EVENT_QP_ACCESS_ERR=1, the first on qp=0x000011 (+20.000 ms after the first firing)"
+        );
+        assert_eq!(v[1].seen, "rx_dropped=2");
+        // Not raised: fails, listing what was.
+        let v = check(&expect("IBV_EVENT_QP_FATAL"), Some(&s), &r.firings, Ended::Code(0));
+        assert!(!v[0].ok);
+        assert_eq!(v[0].seen, "async events IBV_EVENT_PORT_ACTIVE=1 IBV_EVENT_QP_ACCESS_ERR=1");
+        // No summary (the program was killed), or a report without the
+        // line: fails.
+        let v = check(&expect("IBV_EVENT_QP_FATAL"), None, &[], Ended::Signal(9));
+        assert!(!v[0].ok);
+        assert_eq!(v[0].seen, "no summary in the report (killed by SIGKILL)");
+        let old = DeviceSummary { async_events: None, ..s.clone() };
+        let v = check(&expect("IBV_EVENT_QP_ACCESS_ERR"), Some(&old), &[], Ended::Code(0));
+        assert!(!v[0].ok);
+        assert_eq!(v[0].seen, "no async_events line in the report");
+        // A device that raised none.
+        let quiet =
+            DeviceSummary { async_events: Some(BTreeMap::new()), ..DeviceSummary::default() };
+        let v = check(&expect("IBV_EVENT_QP_ACCESS_ERR"), Some(&quiet), &[], Ended::Code(0));
+        assert!(!v[0].ok);
+        assert_eq!(v[0].seen, "async events none");
+        // A runtime counter over its maximum fails like the HCA's.
+        let mut noisy = s.clone();
+        noisy.runtime_counters.insert("tx_errors".to_owned(), 3);
+        let v = check(&expect("IBV_EVENT_QP_ACCESS_ERR"), Some(&noisy), &[], Ended::Code(0));
+        assert!(v[0].ok && v[1].ok && !v[2].ok, "{v:?}");
+        assert_eq!(v[2].seen, "tx_errors=3");
+    }
+
+    #[test]
+    fn counter_names_are_the_hcas_and_the_runtimes() {
+        let names = counter_names();
+        assert!(names.contains(&"completer_retry_err"));
+        assert!(names.contains(&"rx_dropped") && names.contains(&"faults_lost"));
+        assert!(names.contains(&"link_rx_dropped"));
+        // No name is both.
+        let mut sorted = names.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), names.len());
+        let e = RoleExpect {
+            min_counters: vec![("no_such".into(), 1), ("tx_errors".into(), 0)],
+            max_counters: vec![("rcvd_pkts".into(), 9)],
+            ..RoleExpect::default()
+        };
         assert_eq!(unknown_counters(&e), vec!["no_such".to_owned()]);
     }
 }

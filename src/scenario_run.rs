@@ -3,7 +3,10 @@
 //! report, and with `--check` the comparison with the scenario's
 //! `[expect]` (see [`crate::scenario_check`]).
 
-use crate::scenario_check::{check, signal_name, Ended, Report};
+use crate::scenario_check::{
+    after_firing, check, signal_name, DeviceSummary, Ended, Fired, Report,
+};
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write;
 use std::net::IpAddr;
@@ -159,20 +162,15 @@ pub fn spawn_and_summarize(
     match &summary {
         Some(sum) => {
             let first_error = sum.first_error.as_ref().map_or("none".to_owned(), |(n, at)| {
-                if report.firings.is_empty() {
-                    n.clone()
-                } else {
-                    let ms = at.saturating_sub(first) as f64 / 1000.0;
-                    format!("{n} (+{ms:.3} ms after the first firing)")
-                }
+                format!("{n}{}", after_firing(*at, report.firings.first()))
             });
             out.push(format!(
                 "{p} completions success={} errors={} first_error={first_error}",
                 sum.success, sum.errors
             ));
-            let counters: Vec<String> =
-                sum.counters.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            out.push(format!("{p} counters {}", counters.join(" ")));
+            out.extend(async_lines(p, sum, report.firings.first()));
+            out.push(format!("{p} counters {}", key_values(&sum.counters)));
+            out.push(format!("{p} runtime_counters {}", key_values(&sum.runtime_counters)));
         }
         None => out.push(format!(
             "{p} no summary from the device at {addr} (the program opened none, or was killed)"
@@ -197,9 +195,6 @@ pub fn spawn_and_summarize(
                 ));
             }
         }
-        if expect.async_event.is_some() {
-            out.push(format!("{p} check skipped: async_event (not in the report)"));
-        }
         out.push(if failed {
             format!("{p} check: {} failed", s.name)
         } else {
@@ -216,4 +211,28 @@ pub fn spawn_and_summarize(
         Ended::Code(c) => c,
         Ended::Signal(sig) => 128 + sig,
     }
+}
+
+/// `k=v k=v ...`.
+fn key_values(map: &BTreeMap<String, u64>) -> String {
+    map.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+}
+
+/// The device's asynchronous events: `async events NAME=N ...` (or
+/// `none`), then the first [`FIRINGS_SHOWN`] one by one, each with what it
+/// concerns and when; nothing for a report without them.
+fn async_lines(p: &str, sum: &DeviceSummary, first: Option<&Fired>) -> Vec<String> {
+    let Some(events) = &sum.async_events else { return Vec::new() };
+    let mut out = vec![if events.is_empty() {
+        format!("{p} async events none")
+    } else {
+        format!("{p} async events {}", key_values(events))
+    }];
+    for e in sum.raised.iter().take(FIRINGS_SHOWN) {
+        out.push(format!("{p}   {} {}{}", e.name, e.element, after_firing(e.wall_us, first)));
+    }
+    if sum.raised.len() > FIRINGS_SHOWN {
+        out.push(format!("{p}   ... {} more", sum.raised.len() - FIRINGS_SHOWN));
+    }
+    out
 }

@@ -157,7 +157,22 @@ fn remote_access_error_fails_the_write_flushes_the_rest_and_cleans_up() {
     has(&server, "server", "server: outcome: QP in error");
     has(&server, "server", "server: exit 6");
     has(&server, "server", "check ok: injected_key_fail >= 1");
-    has(&server, "server", "check: remote-access-error passed");
+    // The device raised it (the report's async_event line, on the QP the
+    // rule fired on, at the firing's time), and the check of the file's
+    // `async_event` saw it.
+    has(&server, "server", "uroce run:   IBV_EVENT_QP_ACCESS_ERR qp=0x");
+    has(
+        &server,
+        "server",
+        "check ok: async_event = \"IBV_EVENT_QP_ACCESS_ERR\": IBV_EVENT_QP_ACCESS_ERR=1, the first on qp=0x",
+    );
+    let out = server.output();
+    let line = out.lines().find(|l| l.contains("check ok: async_event")).unwrap_or("");
+    assert!(line.ends_with(" ms after the first firing)") && line.contains("(+"), "{line}");
+    has(&server, "server", "check: remote-access-error passed (4 expectations)");
+    // The client's QP went to ERR by the NAK, not by an error of its own:
+    // no asynchronous event beyond the port's.
+    has(&client, "client", "uroce run: async events IBV_EVENT_PORT_ACTIVE=1\n");
 }
 
 #[test]

@@ -87,6 +87,12 @@ fn lost_ack_on_two_uroce_pingpongs_passes_the_check_and_prints_the_summary() {
         assert!(e.contains("rule lost-ack fired 1: drop"), "{who}: {e}");
         assert!(e.contains("uroce run: completions success="), "{who}: {e}");
         assert!(e.contains(" errors=0 first_error=none"), "{who}: {e}");
+        // The device's asynchronous events (PORT_ACTIVE as it opened) and
+        // the runtime's counters.
+        assert!(e.contains("uroce run: async events IBV_EVENT_PORT_ACTIVE=1\n"), "{who}: {e}");
+        assert!(e.contains("uroce run:   IBV_EVENT_PORT_ACTIVE port=1 ("), "{who}: {e}");
+        assert!(e.contains("uroce run: runtime_counters "), "{who}: {e}");
+        assert!(e.contains(" rx_datagrams="), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: outcome = \"success\""), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: completer_retry_err >= 1"), "{who}: {e}");
         assert!(e.contains("uroce run: check: lost-ack passed (2 expectations)"), "{who}: {e}");
@@ -145,7 +151,8 @@ fn a_wrong_expectation_fails_the_check_with_the_mismatch_named() {
     let file = lost_ack_expecting(
         dir.path(),
         "outcome = \"error\"\nstatus = \"IBV_WC_RETRY_EXC_ERR\"\n\
-         min_counters = { completer_retry_err = 1, rcvd_rnr_err = 1 }",
+         min_counters = { completer_retry_err = 1, rcvd_rnr_err = 1, tx_packets = 1 }\n\
+         max_counters = { rx_datagrams = 0 }\nasync_event = \"IBV_EVENT_QP_FATAL\"",
     );
     let file = file.display().to_string();
     let flags = ["--scenario", &file, "--check"];
@@ -175,6 +182,22 @@ fn a_wrong_expectation_fails_the_check_with_the_mismatch_named() {
             "{who}: {e}"
         );
         assert!(e.contains("check ok: completer_retry_err >= 1"), "{who}: {e}");
+        // The runtime's counters are checked as the HCA's.
+        assert!(e.contains("check ok: tx_packets >= 1: tx_packets="), "{who}: {e}");
+        assert!(
+            e.contains(
+                "check FAILED: [expect] rx_datagrams <= 0 of scenario wrong: saw rx_datagrams="
+            ),
+            "{who}: {e}"
+        );
+        // No QP went fatal: the events raised are named.
+        assert!(
+            e.contains(
+                "check FAILED: [expect] async_event = \"IBV_EVENT_QP_FATAL\" of scenario wrong: \
+                 saw async events IBV_EVENT_PORT_ACTIVE=1\n"
+            ),
+            "{who}: {e}"
+        );
         assert!(e.contains("uroce run: check: wrong failed"), "{who}: {e}");
     }
 }
@@ -207,9 +230,23 @@ fn a_malformed_file_or_an_unknown_counter_stops_uroce_run_before_the_program() {
     let unknown = unknown.display().to_string();
     let (code, err) = uroce_in_process(&["run", "--scenario", &unknown, "--", "sh", "-c", &touch]);
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("names counters the HCA does not have: no_such_counter"), "{err}");
+    assert!(
+        err.contains("names counters neither the HCA nor the runtime has: no_such_counter"),
+        "{err}"
+    );
     assert!(err.contains("completer_retry_err"), "the names it has: {err}");
+    assert!(err.contains("rx_dropped"), "the runtime's names: {err}");
     assert!(!marker.exists(), "the program ran");
+    // The runtime's counters (UdpStats) are known.
+    let runtime = lost_ack_expecting(
+        dir.path(),
+        "outcome = \"success\"\nmin_counters = { rx_dropped = 0 }\n\
+         max_counters = { faults_lost = 0, tx_errors = 0 }",
+    );
+    let runtime = runtime.display().to_string();
+    let (code, err) = uroce_in_process(&["run", "--scenario", &runtime, "--", "sh", "-c", &touch]);
+    assert_eq!(code, 0, "{err}");
+    assert!(marker.exists(), "the program did not run: {err}");
     let (code, err) =
         uroce_in_process(&["run", "--scenario", "lost-ack", "--param", "cut_ms", "--", "true"]);
     assert_eq!(code, 2, "{err}");

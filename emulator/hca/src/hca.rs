@@ -152,8 +152,17 @@ impl Ipv4Ids {
 /// Events kept before the oldest is dropped.
 const MAX_EVENTS: usize = 4096;
 
-/// Queues an event, dropping the oldest when [`MAX_EVENTS`] wait.
-pub(crate) fn push_event(events: &mut VecDeque<Event>, event: Event) {
+/// Queues an event, dropping the oldest when [`MAX_EVENTS`] wait; an
+/// asynchronous one is recorded in `log` too (at `at`), taken or not.
+pub(crate) fn push_event(
+    events: &mut VecDeque<Event>,
+    log: &mut crate::async_log::AsyncLog,
+    at: Instant,
+    event: Event,
+) {
+    if let Event::Async { event, element } = event {
+        log.record(at, event, element);
+    }
     if events.len() == MAX_EVENTS {
         events.pop_front();
     }
@@ -208,6 +217,8 @@ pub struct Hca {
     pub(crate) crashed: bool,
     /// The completions written, by status ([`Hca::completion_tally`]).
     pub(crate) tally: crate::tally::CompletionTally,
+    /// The asynchronous events raised ([`Hca::async_log`]).
+    pub(crate) async_log: crate::async_log::AsyncLog,
 }
 
 impl Hca {
@@ -248,6 +259,7 @@ impl Hca {
             mcast: crate::mcast::McastGroups::default(),
             crashed: false,
             tally: crate::tally::CompletionTally::default(),
+            async_log: crate::async_log::AsyncLog::default(),
             gids,
             addresses,
             mem,
@@ -344,7 +356,7 @@ impl Hca {
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
-        push_event(&mut self.events, event);
+        push_event(&mut self.events, &mut self.async_log, self.last_now, event);
     }
 
     /// The GID table.

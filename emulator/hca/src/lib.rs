@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod async_log;
 mod comp;
 pub mod config;
 pub mod counters;

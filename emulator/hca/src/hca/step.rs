@@ -42,6 +42,8 @@ pub(crate) struct Device<'a> {
     pub(crate) last_now: Instant,
     /// The completions written, by status.
     pub(crate) tally: &'a mut crate::tally::CompletionTally,
+    /// The asynchronous events raised.
+    pub(crate) async_log: &'a mut crate::async_log::AsyncLog,
 }
 
 /// The QP a step works on, with the device state it needs.
@@ -82,6 +84,7 @@ impl Hca {
             ip_ids: &mut self.ip_ids,
             last_now: self.last_now,
             tally: &mut self.tally,
+            async_log: &mut self.async_log,
         };
         Some(QpStep { index, qp, dev })
     }
@@ -94,7 +97,7 @@ impl Device<'_> {
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
-        push_event(self.events, event);
+        push_event(self.events, self.async_log, self.last_now, event);
     }
 
     /// Drops a received packet: its counter, and the step.

@@ -50,6 +50,7 @@ mod groups;
 mod link_tcp;
 mod progress;
 mod scenario;
+mod scenario_summary;
 mod sockets;
 mod stats;
 mod sys;

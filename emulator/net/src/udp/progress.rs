@@ -168,12 +168,13 @@ impl Runtime {
     pub(super) fn write_scenario_summary(&self) {
         let lines = lock(&self.io).scenario.as_mut().and_then(|sp| sp.take_summary_lines());
         let Some(lines) = lines else { return };
-        let (tally, counters) = {
+        let stats = self.stats();
+        let (tally, events, counters) = {
             let hca = self.hca.lock();
-            (hca.completion_tally().clone(), hca.counters())
+            (hca.completion_tally().clone(), hca.async_log().clone(), hca.counters())
         };
         if let Some(sp) = lock(&self.io).scenario.as_mut() {
-            sp.write_summary(lines, &tally, &counters);
+            sp.write_summary(lines, &tally, &events, &counters, &stats);
         }
     }
 

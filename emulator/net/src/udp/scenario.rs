@@ -17,10 +17,12 @@
 //! report file (`UROCE_SCENARIO_REPORT`) with the wall clock in front
 //! (`<µs since the Unix epoch> scenario ...`), so two processes' reports
 //! line up. The summary (per rule, the port's counts, the completions,
-//! the HCA's non-zero counters) goes to both when the device closes, or at
-//! the process's exit for a device never closed (an `atexit` hook).
+//! the asynchronous events, the HCA's and the runtime's non-zero counters)
+//! goes to both when the device closes, or at the process's exit for a
+//! device never closed (an `atexit` hook).
 
 use super::config::ScenarioConfig;
+use super::UdpStats;
 use super::{lock, UdpError};
 use core::net::IpAddr;
 use std::cmp::Reverse;
@@ -30,10 +32,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Once, Weak};
 use uroce_faults::scenario::{
-    DeviceAction, DeviceActionKind, DeviceInfo, Dir, DropCause, Held, Port, MAX_HELD, WC_STATUSES,
+    DeviceAction, DeviceActionKind, DeviceInfo, Dir, DropCause, Held, Port, MAX_HELD,
 };
 use uroce_faults::CopyVerdict;
 use uroce_faults::FaultSpec;
+use uroce_hca::async_log::AsyncLog;
 use uroce_hca::counters::Counters;
 use uroce_hca::tally::CompletionTally;
 use uroce_hca::time::Instant;
@@ -252,50 +255,22 @@ impl ScenarioPort {
     }
 
     /// Writes the summary: the port's lines (from
-    /// [`ScenarioPort::take_summary_lines`]), then the completions and the
-    /// HCA's non-zero counters.
+    /// [`ScenarioPort::take_summary_lines`]), then the device's (the
+    /// completions, the asynchronous events, the HCA's and the runtime's
+    /// non-zero counters: `scenario_summary.rs`).
     pub(super) fn write_summary(
         &mut self,
         mut lines: Vec<String>,
         tally: &CompletionTally,
+        events: &AsyncLog,
         counters: &Counters,
+        stats: &UdpStats,
     ) {
         let who = format!("scenario {} {}", self.port.scenario_name(), self.addr);
-        lines.push(format!("{who} {}", completions_line(tally)));
-        let nonzero: Vec<String> = counters
-            .named()
-            .iter()
-            .filter(|(_, v)| *v > 0)
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        lines.push(format!("{who} counters {}", nonzero.join(" ")));
+        let device = super::scenario_summary::device_lines(tally, events, counters, stats);
+        lines.extend(device.into_iter().map(|l| format!("{who} {l}")));
         self.write_lines(&lines);
     }
-}
-
-/// `completions success=N errors=N [IBV_WC_...=N ...] first_error=...`.
-pub(super) fn completions_line(tally: &CompletionTally) -> String {
-    let mut line = format!("completions success={} errors={}", tally.successes(), tally.errors());
-    for (status, n) in tally.by_status() {
-        if n > 0 && status.raw() != 0 {
-            line.push_str(&format!(" {}={n}", status_name(status.raw())));
-        }
-    }
-    match tally.first_error() {
-        None => line.push_str(" first_error=none"),
-        Some(e) => line.push_str(&format!(
-            " first_error={} qp=0x{:06x} wr_id={} at_us={}",
-            status_name(e.status.raw()),
-            e.qpn.value(),
-            e.wr_id,
-            e.at.as_nanos() / 1_000
-        )),
-    }
-    line
-}
-
-fn status_name(raw: u8) -> String {
-    WC_STATUSES.get(usize::from(raw)).map_or_else(|| format!("status{raw}"), |s| (*s).to_owned())
 }
 
 /// The scenario's device action as the HCA's fault (`now_ns`: the device's
