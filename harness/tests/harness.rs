@@ -4,13 +4,14 @@
 
 mod common;
 
-use common::{run_client, serve, tuning, AppError};
+use common::{run_client, serve, AppError};
 use std::future::pending;
 use std::time::Duration;
 use uroce_harness::{
     check, Env, Failure, FaultConfig, Probability, Report, Scenario, Sim, SimBuilder,
 };
-use uroce_verbs::{QpCap, QpInitAttr, QpType, WcStatus};
+use uroce_verbs::connect::{self, Tuning};
+use uroce_verbs::{QpType, WcStatus};
 
 const ROUNDS: u32 = 16;
 const THINK: Duration = Duration::from_micros(50);
@@ -22,7 +23,7 @@ type Outputs = (Result<Vec<Duration>, AppError>, Option<Result<u32, AppError>>, 
 fn run(builder: SimBuilder) -> Result<Outputs, Box<dyn std::error::Error>> {
     let mut sim = builder.role(0, "server").role(1, "client").build();
     let (a, b) = sim.oob_pair(0, 1);
-    let t = tuning(8);
+    let t = Tuning::with_timeout(8);
     let server =
         sim.spawn_daemon(
             0,
@@ -122,22 +123,7 @@ fn a_task_waiting_for_a_completion_that_never_comes_is_a_deadlock() {
     let waiter = sim.spawn(1, "waiter", |node| async move {
         let pd = node.ctx.alloc_pd().unwrap();
         let cq = node.ctx.create_cq(16).unwrap();
-        let cap = QpCap {
-            max_send_wr: 4,
-            max_recv_wr: 4,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap,
-            sq_sig_all: false,
-        };
-        let _qp = pd.create_qp(&init).unwrap();
+        let _qp = connect::create_qp(&pd, &cq, QpType::Rc, None, connect::cap(4, 1, 0)).unwrap();
         node.env.sleep(Duration::from_millis(3)).await;
         cq.next().await.map(|wc| wc.wr_id)
     });

@@ -11,9 +11,10 @@
 
 mod common;
 
-use common::{run_client, serve, tuning};
+use common::{run_client, serve};
 use std::time::Duration;
 use uroce_harness::{Scenario, Sim};
+use uroce_verbs::connect::Tuning;
 
 const SCENARIO: &str = r#"
 [scenario]
@@ -38,7 +39,7 @@ fn run(seed: u64) -> (u64, u32, u64) {
     let scenario = Scenario::parse(SCENARIO, "pinned.rs").expect("the scenario parses");
     let mut sim = Sim::builder(seed).scenario(scenario).role(0, "server").role(1, "client").build();
     let (a, b) = sim.oob_pair(0, 1);
-    let t = tuning(8);
+    let t = Tuning::with_timeout(8);
     sim.spawn_daemon(0, "server", move |node| async move { serve(&node.ctx, &a, 12, &t).await });
     let client = sim.spawn(1, "client", move |node| async move {
         run_client(&node.ctx, &b, &node.env, 12, Duration::from_micros(50), &t).await

@@ -5,11 +5,12 @@
 
 mod common;
 
-use common::{run_client, serve, tuning};
+use common::{run_client, serve};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::time::Duration;
 use uroce_harness::real::{block_on, RealEnv, TcpOob};
 use uroce_net::udp::{ProgressMode, UdpConfig, UdpDevice};
+use uroce_verbs::connect::Tuning;
 use uroce_verbs::Context;
 
 const ROUNDS: u32 = 16;
@@ -23,7 +24,7 @@ fn device(host: u8) -> UdpDevice {
 #[test]
 fn the_same_async_code_runs_on_the_udp_runtime() {
     // ACK timeout 14 (67 ms): loopback under a loaded machine.
-    let t = tuning(14);
+    let t = Tuning::with_timeout(14);
     let listener = TcpListener::bind((Ipv4Addr::new(127, 171, 0, 1), 0)).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {

@@ -147,23 +147,21 @@ pub fn run_pair_env(
     let deadline = Instant::now() + limit;
     let (server_addr, client_addr) = (format!("{net}.1"), format!("{net}.2"));
     let port_text = port.to_string();
-    let server = on_uroce(program, dir, &server_addr)
-        .envs(env.iter().copied())
-        .args(["-p", &port_text])
-        .args(flags)
-        .spawn()
-        .expect("start the server");
+    // One side at `addr`, with `last` after the flags.
+    let start = |addr: &str, last: &[&str]| {
+        on_uroce(program, dir, addr)
+            .envs(env.iter().copied())
+            .args(["-p", &port_text])
+            .args(flags)
+            .args(last)
+            .spawn()
+    };
+    let server = start(&server_addr, &[]).expect("start the server");
     let listen_deadline = Instant::now() + Duration::from_secs(15);
     while !listening(port) && Instant::now() < listen_deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let client = on_uroce(program, dir, &client_addr)
-        .envs(env.iter().copied())
-        .args(["-p", &port_text])
-        .args(flags)
-        .arg(&server_addr)
-        .spawn()
-        .expect("start the client");
+    let client = start(&client_addr, &[&server_addr]).expect("start the client");
     let client = finish(client, deadline);
     let server = finish(server, deadline);
     (server, client)

@@ -3,16 +3,18 @@
 //! context), each with a PD and a CQ, and helpers to connect QPs and run
 //! the fabric until completions arrive.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use uroce::world::{Host, WorldBuilder};
 use uroce_device::mem::SimMemory;
 use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{Fabric, FabricConfig, NodeId};
-use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{
-    Access, Context, Cq, Gid, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, WorkCompletion,
-};
+use uroce_verbs::connect::{self, Tuning};
+use uroce_verbs::{Context, Cq, Gid, Pd, Qp, QpCap, QpType, Qpn, WorkCompletion};
+
+/// A QP's sizes, and every access right, as the tests' connections use
+/// them.
+pub use uroce_verbs::connect::{cap, ALL_ACCESS};
 
 /// One node: its HCA and the application's handles.
 pub struct Node {
@@ -37,24 +39,11 @@ pub struct World {
 }
 
 /// The default tuning of test connections: path MTU 1024, a short ACK
-/// timeout (timeout 8 = 1 ms), 7 retries, infinite RNR retries.
+/// timeout (timeout 8 = 1 ms), 7 retries, infinite RNR retries
+/// ([`Tuning::with_timeout`]).
 pub fn tuning() -> Tuning {
-    Tuning {
-        mtu: Mtu::Mtu1024,
-        sq_psn: 0,
-        timeout: 8,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        rd_atomic: 16,
-        sgid_index: 1,
-        hop_limit: 64,
-        sl: 0,
-    }
+    Tuning::with_timeout(8)
 }
-
-/// Every access right.
-pub const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8 | 16);
 
 impl World {
     /// `n` nodes (10.0.0.1 ... in the simulation only) on a fabric with
@@ -91,31 +80,14 @@ impl World {
     /// A QP of `qp_type` on node `n`.
     pub fn qp(&self, n: usize, qp_type: QpType, cap: QpCap) -> Qp {
         let node = &self.nodes[n];
-        let init = QpInitAttr {
-            qp_type,
-            send_cq: &node.cq,
-            recv_cq: &node.cq,
-            srq: None,
-            cap,
-            sq_sig_all: false,
-        };
-        node.pd.create_qp(&init).expect("create QP")
+        connect::create_qp(&node.pd, &node.cq, qp_type, None, cap).expect("create QP")
     }
 
-    /// Connects QP `a` on node `na` with QP `b` on node `nb` (RC or UC).
+    /// Connects QP `a` on node `na` with QP `b` on node `nb` (RC or UC):
+    /// [`connect::pair`], `b` sending from 1000 past `tuning.sq_psn`.
     pub fn connect(&self, na: usize, a: &Qp, nb: usize, b: &Qp, tuning: &Tuning) {
-        let remote_of = |n: usize, qp: &Qp, psn: u32| Remote {
-            gid: Gid::from_ip(IpAddr::V4(self.nodes[n].ip)),
-            qpn: qp.qpn(),
-            psn,
-        };
-        connect::to_init(a, ALL_ACCESS, 0).expect("a to INIT");
-        connect::to_init(b, ALL_ACCESS, 0).expect("b to INIT");
-        let (psn_a, psn_b) = (tuning.sq_psn, tuning.sq_psn.wrapping_add(1000) & 0xff_ffff);
-        connect::to_rts(a, Some(remote_of(nb, b, psn_b)), &Tuning { sq_psn: psn_a, ..*tuning })
-            .expect("a to RTS");
-        connect::to_rts(b, Some(remote_of(na, a, psn_a)), &Tuning { sq_psn: psn_b, ..*tuning })
-            .expect("b to RTS");
+        let gid = |n: usize| Gid::from(self.nodes[n].ip);
+        connect::pair(a, gid(na), b, gid(nb), ALL_ACCESS, tuning).expect("connect a and b");
     }
 
     /// Runs the fabric until node `n`'s CQ has `count` completions or the
@@ -151,17 +123,6 @@ impl World {
     /// The current virtual time.
     pub fn now(&self) -> Instant {
         self.fabric.now()
-    }
-}
-
-/// A QP capability set for tests.
-pub fn cap(wr: u32, sge: u32, inline: u32) -> QpCap {
-    QpCap {
-        max_send_wr: wr,
-        max_recv_wr: wr,
-        max_send_sge: sge,
-        max_recv_sge: sge,
-        max_inline_data: inline,
     }
 }
 

@@ -3,27 +3,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use uroce_tests::cli::{uroce, Run};
 use uroce_tests::{golden_dir, pcaps_in, shared_golden_dir};
 use uroce_wire::frame::{classify, Classified, IpHeader};
 use uroce_wire::pcap::CaptureReader;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn uroce(args: &[&str]) -> Run {
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let argv = std::iter::once("uroce").chain(args.iter().copied());
-    let code = uroce::cli::run(argv, &mut out, &mut err);
-    Run {
-        code,
-        stdout: String::from_utf8(out).expect("utf-8 stdout"),
-        stderr: String::from_utf8(err).expect("utf-8 stderr"),
-    }
-}
 
 fn decode_tsv(path: &Path) -> Run {
     uroce(&["decode", "--format", "tsv", path.to_str().unwrap()])

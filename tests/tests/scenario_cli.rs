@@ -203,11 +203,8 @@ fn a_wrong_expectation_fails_the_check_with_the_mismatch_named() {
 }
 
 fn uroce_in_process(args: &[&str]) -> (i32, String) {
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let code =
-        uroce::cli::run(std::iter::once("uroce").chain(args.iter().copied()), &mut out, &mut err);
-    (code, String::from_utf8(err).unwrap())
+    let run = uroce_tests::cli::uroce(args);
+    (run.code, run.stderr)
 }
 
 #[test]

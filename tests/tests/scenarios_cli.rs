@@ -2,24 +2,7 @@
 //! scenario files checked with their errors placed (file, line, column).
 
 use std::path::PathBuf;
-
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn uroce(args: &[&str]) -> Run {
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    let argv = std::iter::once("uroce").chain(args.iter().copied());
-    let code = uroce::cli::run(argv, &mut out, &mut err);
-    Run {
-        code,
-        stdout: String::from_utf8(out).expect("utf-8 stdout"),
-        stderr: String::from_utf8(err).expect("utf-8 stderr"),
-    }
-}
+use uroce_tests::cli::uroce;
 
 /// The library's files, as the source tree holds them.
 fn library_files() -> Vec<(String, PathBuf)> {

@@ -1,10 +1,38 @@
-//! Attributes for the usual RC/UC connection steps, as `ibv_rc_pingpong`
-//! sets them.
+//! Connecting QPs: the usual RC/UC connection steps with the attributes
+//! `ibv_rc_pingpong` sets ([`to_init`], [`to_rts`]), the hello two sides
+//! swap over a side channel first ([`Remote::to_bytes`],
+//! [`Remote::from_bytes`]), the objects a side creates before
+//! ([`Endpoint`], [`create_qp`], [`cap`]), and two QPs of one process
+//! connected to each other ([`pair`]).
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `connect.rs` | [`Remote`], [`Tuning`], the state changes, [`pair`] |
+//! | `connect/hello.rs` | [`Remote::to_bytes`], [`Remote::from_bytes`], [`BadHello`] |
+//! | `connect/endpoint.rs` | [`Endpoint`], [`create_qp`], [`cap`] |
+
+mod endpoint;
+mod hello;
+#[cfg(test)]
+mod tests;
+
+pub use endpoint::{cap, create_qp, Endpoint};
+pub use hello::BadHello;
 
 use crate::error::Result;
 use crate::qp::Qp;
 use uroce_device::command::{AhAttr, Gid, QpAttr};
 use uroce_device::types::{Access, AttrMask, Mtu, QpState, QpType, Qpn};
+
+/// The access rights the tests and examples grant their QPs and regions:
+/// local write, remote write, read and atomics, memory window binding.
+pub const ALL_ACCESS: Access = Access(
+    Access::LOCAL_WRITE.0
+        | Access::REMOTE_WRITE.0
+        | Access::REMOTE_READ.0
+        | Access::REMOTE_ATOMIC.0
+        | Access::MW_BIND.0,
+);
 
 /// RESET → INIT.
 pub fn to_init(qp: &Qp, access: Access, qkey: u32) -> Result<()> {
@@ -21,7 +49,7 @@ pub fn to_init(qp: &Qp, access: Access, qkey: u32) -> Result<()> {
 }
 
 /// The remote end of a connection.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Remote {
     /// Its GID.
     pub gid: Gid,
@@ -54,6 +82,28 @@ pub struct Tuning {
     pub hop_limit: u8,
     /// Service level of the path.
     pub sl: u8,
+}
+
+impl Tuning {
+    /// A connection as the tests and examples make it: path MTU 1024, ACK
+    /// timeout exponent `timeout` (4.096 µs × 2^timeout: 8 ≈ 1 ms, 14 ≈
+    /// 67 ms), 7 transport retries, infinite RNR retries, RNR timer code 1
+    /// (0.01 ms), 16 READ/atomic credits, source GID index 1 (the IPv4
+    /// GID), hop limit 64, service level 0, first PSN 0.
+    pub fn with_timeout(timeout: u8) -> Tuning {
+        Tuning {
+            mtu: Mtu::Mtu1024,
+            sq_psn: 0,
+            timeout,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 1,
+            rd_atomic: 16,
+            sgid_index: 1,
+            hop_limit: 64,
+            sl: 0,
+        }
+    }
 }
 
 /// INIT → RTR → RTS for RC and UC; INIT → RTR → RTS for UD.
@@ -95,6 +145,20 @@ pub fn to_rts(qp: &Qp, remote: Option<Remote>, tuning: &Tuning) -> Result<()> {
             | AttrMask::MAX_QP_RD_ATOMIC;
     }
     qp.modify(&attr, mask)
+}
+
+/// Connects two QPs of one process (RC or UC, in RESET) to each other: `a`,
+/// reached at `a_gid`, and `b`, at `b_gid`, both brought to INIT with
+/// `access`, then to RTS with `tuning`; `a` sends from PSN
+/// `tuning.sq_psn`, `b` from 1000 past it.
+pub fn pair(a: &Qp, a_gid: Gid, b: &Qp, b_gid: Gid, access: Access, tuning: &Tuning) -> Result<()> {
+    let (psn_a, psn_b) = (tuning.sq_psn, tuning.sq_psn.wrapping_add(1000) & 0xff_ffff);
+    let to_a = Remote { gid: a_gid, qpn: a.qpn(), psn: psn_a };
+    let to_b = Remote { gid: b_gid, qpn: b.qpn(), psn: psn_b };
+    to_init(a, access, 0)?;
+    to_init(b, access, 0)?;
+    to_rts(a, Some(to_b), &Tuning { sq_psn: psn_a, ..*tuning })?;
+    to_rts(b, Some(to_a), &Tuning { sq_psn: psn_b, ..*tuning })
 }
 
 /// Moves a QP to the error state.

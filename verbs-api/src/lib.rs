@@ -53,7 +53,7 @@
 //! | `srq.rs` | [`Srq`] |
 //! | `wr.rs` | [`SendWr`], [`RecvWr`], [`RemoteTarget`], and the WQE bytes written for them |
 //! | `ring.rs` | the driver's side of the rings: produces WQEs, consumes CQEs |
-//! | `connect.rs` | [`connect`]: the usual RESET → INIT → RTR → RTS steps |
+//! | `connect.rs` | [`connect`]: the usual RESET → INIT → RTR → RTS steps, the side-channel hello, a side's objects, two local QPs connected |
 //! | `error.rs` | [`Error`], [`Result`], [`PostResult`] |
 
 pub mod connect;

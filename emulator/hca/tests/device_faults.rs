@@ -10,17 +10,16 @@ use uroce_hca::config::HcaConfig;
 use uroce_hca::trace::{RequestVerdict, Step};
 use uroce_hca::{DeviceFault, Endpoint, Hca, Instant, SharedHca};
 use uroce_sim::{Action, Fabric, FabricConfig, Matcher, NodeId, Rule};
-use uroce_verbs::connect::{self, Remote, Tuning};
+use uroce_verbs::connect::{self, Tuning, ALL_ACCESS};
 use uroce_verbs::{
-    Access, CmdError, Context, Cq, Event, EventType, Gid, Mr, Mtu, Pd, Qp, QpCap, QpInitAttr,
-    QpState, QpType, RecvWr, RemoteTarget, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    CmdError, Context, Cq, Event, EventType, Gid, Mr, Pd, Qp, QpState, QpType, RecvWr,
+    RemoteTarget, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 use uroce_wire::aeth::Syndrome;
 use uroce_wire::frame::{classify, Classified, Link};
 
 const MS: u64 = 1_000_000;
-const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8 | 16);
 
 // ---- a two-node world (the fabric-level helpers live here, not in the
 // crate) ------------------------------------------------------------------
@@ -75,22 +74,8 @@ impl World {
     /// A QP of `qp_type` on node `n`, taking its receives from `srq`, if one.
     fn qp_on(&self, n: usize, qp_type: QpType, srq: Option<&uroce_verbs::Srq>) -> Qp {
         let node = &self.nodes[n];
-        let cap = QpCap {
-            max_send_wr: 64,
-            max_recv_wr: 64,
-            max_send_sge: 2,
-            max_recv_sge: 2,
-            max_inline_data: 64,
-        };
-        let init = QpInitAttr {
-            qp_type,
-            send_cq: &node.cq,
-            recv_cq: &node.cq,
-            srq,
-            cap,
-            sq_sig_all: false,
-        };
-        node.pd.create_qp(&init).expect("create QP")
+        connect::create_qp(&node.pd, &node.cq, qp_type, srq, connect::cap(64, 2, 64))
+            .expect("create QP")
     }
 
     /// An RC pair: `a` on node 0, `b` on node 1, connected with `tuning`.
@@ -100,17 +85,8 @@ impl World {
 
     /// Connects `a` (node 0) and `b` (node 1).
     fn connect(&self, a: Qp, b: Qp, tuning: &Tuning) -> (Qp, Qp) {
-        let remote = |n: usize, qp: &Qp, psn| Remote {
-            gid: Gid::from_ip(IpAddr::V4(self.nodes[n].ip)),
-            qpn: qp.qpn(),
-            psn,
-        };
-        connect::to_init(&a, ALL_ACCESS, 0).expect("a to INIT");
-        connect::to_init(&b, ALL_ACCESS, 0).expect("b to INIT");
-        connect::to_rts(&a, Some(remote(1, &b, 1000)), &Tuning { sq_psn: 0, ..*tuning })
-            .expect("a to RTS");
-        connect::to_rts(&b, Some(remote(0, &a, 0)), &Tuning { sq_psn: 1000, ..*tuning })
-            .expect("b to RTS");
+        let gid = |n: usize| Gid::from(self.nodes[n].ip);
+        connect::pair(&a, gid(0), &b, gid(1), ALL_ACCESS, tuning).expect("connect a and b");
         (a, b)
     }
 
@@ -171,21 +147,10 @@ impl World {
     }
 }
 
-/// Path MTU 1024, timeout 8 (4.096 us * 2^8 = 1.05 ms), 7 retries, 7 RNR
-/// retries (infinite), min_rnr_timer 1 (0.01 ms).
+/// Timeout 8 (4.096 us * 2^8 = 1.05 ms), 7 retries, 7 RNR retries
+/// (infinite), min_rnr_timer 1 (0.01 ms): [`Tuning::with_timeout`].
 fn tuning() -> Tuning {
-    Tuning {
-        mtu: Mtu::Mtu1024,
-        sq_psn: 0,
-        timeout: 8,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        rd_atomic: 16,
-        sgid_index: 1,
-        hop_limit: 64,
-        sl: 0,
-    }
+    Tuning::with_timeout(8)
 }
 
 /// One transport timeout of [`tuning`], in ns.

@@ -29,10 +29,10 @@ use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
 use uroce_harness::{Env, Oob};
-use uroce_verbs::connect::{self, Remote, Tuning};
+use uroce_verbs::connect::{self, Endpoint, Remote, Tuning};
 use uroce_verbs::{
-    Access, Context, Cq, Gid, Mr, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, RecvWr,
-    RemoteTarget, Rkey, SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
+    Access, Context, RecvWr, RemoteTarget, Rkey, SendFlags, SendWr, WcOpcode, WcStatus,
+    WorkCompletion, WrOpcode,
 };
 
 /// The largest request or answer, in bytes.
@@ -106,23 +106,11 @@ pub struct Options {
 }
 
 impl Options {
-    /// ACK timeout exponent `timeout` (4.096 µs × 2^timeout: 8 ≈ 1 ms,
-    /// 14 ≈ 67 ms), 7 transport retries, infinite RNR retries, MTU 1024;
-    /// `deadline` for every client call.
+    /// The connection of [`Tuning::with_timeout`] (ACK timeout exponent
+    /// `timeout`: 8 ≈ 1 ms, 14 ≈ 67 ms; 7 transport retries, infinite RNR
+    /// retries, MTU 1024); `deadline` for every client call.
     pub fn new(timeout: u8, deadline: Duration) -> Options {
-        let tuning = Tuning {
-            mtu: Mtu::Mtu1024,
-            sq_psn: 0,
-            timeout,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 1,
-            rd_atomic: 16,
-            sgid_index: 1,
-            hop_limit: 64,
-            sl: 0,
-        };
-        Options { tuning, deadline }
+        Options { tuning: Tuning::with_timeout(timeout), deadline }
     }
 }
 
@@ -198,66 +186,41 @@ pub async fn within<T>(
     .await
 }
 
-/// One side's verbs objects (the QP first: dropped before its CQ) and
-/// where the peer's memory region is.
+/// One side's verbs objects and where the peer's memory region is.
 struct Conn {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
+    side: Endpoint,
     /// The peer's region: its address and R_Key.
     peer_mr: RemoteTarget,
 }
+
+/// A hello: the [`Remote`] of the side's QP, then its region's address
+/// and R_Key.
+const HELLO_LEN: usize = Remote::LEN + 8 + 4;
 
 impl Conn {
     /// Creates an RC QP and a region, swaps (GID, QPN, PSN, region) with
     /// the peer over `oob`, brings the QP to RTS with a receive posted.
     async fn open(ctx: &Context, oob: &impl Oob, psn: u32, t: &Tuning) -> Result<Conn, KvError> {
-        let pd = verbs("alloc_pd", ctx.alloc_pd())?;
-        let cq = verbs("create_cq", ctx.create_cq(64))?;
-        let cap = QpCap {
-            max_send_wr: 16,
-            max_recv_wr: 16,
-            max_send_sge: 1,
-            max_recv_sge: 1,
-            max_inline_data: 0,
-        };
-        let init = QpInitAttr {
-            qp_type: QpType::Rc,
-            send_cq: &cq,
-            recv_cq: &cq,
-            srq: None,
-            cap,
-            sq_sig_all: false,
-        };
-        let qp = verbs("create_qp", pd.create_qp(&init))?;
-        let mr = verbs("alloc_mr", pd.alloc_mr(MR_LEN, ACCESS))?;
-
-        // Hello: GID (16 bytes), QPN, PSN, region address, R_Key.
-        let gid = verbs("query_gid", ctx.query_gid(t.sgid_index))?;
-        let mut hello = gid.0.to_vec();
-        hello.extend_from_slice(&qp.qpn().value().to_be_bytes());
-        hello.extend_from_slice(&psn.to_be_bytes());
-        hello.extend_from_slice(&mr.addr().to_be_bytes());
-        hello.extend_from_slice(&mr.rkey().0.to_be_bytes());
+        let side = verbs("open", Endpoint::rc(ctx, 64, connect::cap(16, 1, 0), MR_LEN, ACCESS))?;
+        let mut hello =
+            verbs("query_gid", side.remote(ctx, t.sgid_index, psn))?.to_bytes().to_vec();
+        hello.extend_from_slice(&side.mr.addr().to_be_bytes());
+        hello.extend_from_slice(&side.mr.rkey().0.to_be_bytes());
         oob.send(&hello).await?;
         let peer = oob.recv().await?;
-        if peer.len() != hello.len() {
+        if peer.len() != HELLO_LEN {
             return Err(KvError::Protocol(format!("hello of {} bytes", peer.len())));
         }
-        let word = |at: usize| u32::from_be_bytes(peer[at..at + 4].try_into().unwrap());
-        let remote = Remote {
-            gid: Gid(peer[..16].try_into().unwrap()),
-            qpn: Qpn::new(word(16)),
-            psn: word(20),
-        };
-        let addr = u64::from_be_bytes(peer[24..32].try_into().unwrap());
-        let peer_mr = RemoteTarget { addr, rkey: Rkey(word(32)) };
+        let (remote, region) = peer.split_at(Remote::LEN);
+        let remote = Remote::from_bytes(remote).map_err(|e| KvError::Protocol(e.to_string()))?;
+        let addr = u64::from_be_bytes(region[..8].try_into().unwrap());
+        let rkey = Rkey(u32::from_be_bytes(region[8..].try_into().unwrap()));
 
-        let conn = Conn { qp, mr, cq, _pd: pd, peer_mr };
-        verbs("to_init", connect::to_init(&conn.qp, ACCESS, 0))?;
+        let conn = Conn { side, peer_mr: RemoteTarget { addr, rkey } };
+        verbs("to_init", connect::to_init(&conn.side.qp, ACCESS, 0))?;
         conn.post_recv()?;
-        verbs("to_rts", connect::to_rts(&conn.qp, Some(remote), &Tuning { sq_psn: psn, ..*t }))?;
+        let tuning = Tuning { sq_psn: psn, ..*t };
+        verbs("to_rts", connect::to_rts(&conn.side.qp, Some(remote), &tuning))?;
         // Both sides' receives are posted before either sends.
         oob.send(b"ready").await?;
         oob.recv().await?;
@@ -265,12 +228,12 @@ impl Conn {
     }
 
     fn post_recv(&self) -> Result<(), KvError> {
-        let wr = RecvWr { wr_id: 0, sg_list: vec![self.mr.sge(RECV_AT, MAX_MESSAGE as u32)] };
-        verbs("post_recv", self.qp.post_recv(&[wr]).map_err(|(_, e)| e))
+        let wr = RecvWr { wr_id: 0, sg_list: vec![self.side.mr.sge(RECV_AT, MAX_MESSAGE as u32)] };
+        verbs("post_recv", self.side.qp.post_recv(&[wr]).map_err(|(_, e)| e))
     }
 
     fn post(&self, wr: SendWr) -> Result<(), KvError> {
-        verbs("post_send", self.qp.post_send(&[wr]).map_err(|(_, e)| e))
+        verbs("post_send", self.side.qp.post_send(&[wr]).map_err(|(_, e)| e))
     }
 
     /// SENDs `text` from the send buffer.
@@ -278,16 +241,16 @@ impl Conn {
         if text.len() > MAX_MESSAGE {
             return Err(KvError::Protocol(format!("a message of {} bytes", text.len())));
         }
-        verbs("write", self.mr.write(SEND_AT, text.as_bytes()))?;
+        verbs("write", self.side.mr.write(SEND_AT, text.as_bytes()))?;
         let mut wr = SendWr::new(1, WrOpcode::Send);
-        wr.sg_list = vec![self.mr.sge(SEND_AT, text.len() as u32)];
+        wr.sg_list = vec![self.side.mr.sge(SEND_AT, text.len() as u32)];
         wr.flags = SendFlags::SIGNALED;
         self.post(wr)
     }
 
     /// The next completion; one in error is an error.
     async fn next(&self) -> Result<WorkCompletion, KvError> {
-        let wc = verbs("cq", self.cq.next().await)?;
+        let wc = verbs("cq", self.side.cq.next().await)?;
         match wc.status {
             WcStatus::Success => Ok(wc),
             status => Err(KvError::Completion(status)),
@@ -296,13 +259,13 @@ impl Conn {
 
     /// The message a receive completion delivered.
     fn received(&self, wc: &WorkCompletion) -> Result<String, KvError> {
-        let bytes = verbs("read", self.mr.read_vec(RECV_AT, wc.byte_len as usize))?;
+        let bytes = verbs("read", self.side.mr.read_vec(RECV_AT, wc.byte_len as usize))?;
         String::from_utf8(bytes).map_err(|_| KvError::Protocol("a message not in UTF-8".into()))
     }
 
     /// The 8-byte word `i` of this side's region.
     fn word(&self, i: u32) -> Result<u64, KvError> {
-        let bytes = verbs("read", self.mr.read_vec(WORDS_AT + 8 * u64::from(i), 8))?;
+        let bytes = verbs("read", self.side.mr.read_vec(WORDS_AT + 8 * u64::from(i), 8))?;
         Ok(u64::from_le_bytes(bytes.try_into().unwrap()))
     }
 }
@@ -435,7 +398,7 @@ impl<E: Env> KvClient<E> {
 
     async fn fetch_add(conn: &Conn, slot: u32) -> Result<u64, KvError> {
         let mut wr = SendWr::new(2, WrOpcode::AtomicFetchAndAdd);
-        wr.sg_list = vec![conn.mr.sge(WORDS_AT, 8)];
+        wr.sg_list = vec![conn.side.mr.sge(WORDS_AT, 8)];
         wr.remote = RemoteTarget {
             addr: conn.peer_mr.addr + WORDS_AT + 8 * u64::from(slot),
             rkey: conn.peer_mr.rkey,

@@ -10,15 +10,11 @@
 use std::io;
 use std::time::Duration;
 use uroce_harness::{Env, Oob};
-use uroce_verbs::connect::{self, Remote, Tuning};
-use uroce_verbs::{
-    Access, Context, Cq, Gid, Mr, Mtu, Pd, Qp, QpCap, QpInitAttr, QpType, Qpn, RecvWr, SendFlags,
-    SendWr, WcOpcode, WcStatus, WrOpcode,
-};
+use uroce_verbs::connect::{self, Endpoint, Remote, Tuning, ALL_ACCESS};
+use uroce_verbs::{Context, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
 
 /// Bytes per message slot.
 const SLOT: u32 = 64;
-const ALL_ACCESS: Access = Access(1 | 2 | 4 | 8 | 16);
 
 /// What went wrong for a side.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,57 +41,35 @@ fn verbs<T, E: std::fmt::Display>(
     move |r| r.map_err(|e| AppError::Verbs(format!("{what}: {e}")))
 }
 
-/// The connection tuning: ACK timeout `timeout` (8 = 1 ms), 7 retries,
-/// infinite RNR retries, path MTU 1024.
-pub fn tuning(timeout: u8) -> Tuning {
-    Tuning {
-        mtu: Mtu::Mtu1024,
-        sq_psn: 0,
-        timeout,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        rd_atomic: 16,
-        sgid_index: 1,
-        hop_limit: 64,
-        sl: 0,
-    }
-}
-
-/// One side's verbs objects (the QP first: dropped before its CQ).
-pub struct Conn {
-    qp: Qp,
-    mr: Mr,
-    cq: Cq,
-    _pd: Pd,
-}
+/// One side's verbs objects.
+pub struct Conn(Endpoint);
 
 impl Conn {
     fn post_recv(&self, wr_id: u64) -> Result<(), AppError> {
-        let sge = self.mr.sge(0, SLOT);
+        let sge = self.0.mr.sge(0, SLOT);
         verbs("post_recv")(
-            self.qp.post_recv(&[RecvWr { wr_id, sg_list: vec![sge] }]).map_err(|(_, e)| e),
+            self.0.qp.post_recv(&[RecvWr { wr_id, sg_list: vec![sge] }]).map_err(|(_, e)| e),
         )
     }
 
     fn post_send(&self, wr_id: u64, text: &str) -> Result<(), AppError> {
-        verbs("write")(self.mr.write(u64::from(SLOT), text.as_bytes()))?;
+        verbs("write")(self.0.mr.write(u64::from(SLOT), text.as_bytes()))?;
         let mut wr = SendWr::new(wr_id, WrOpcode::Send);
-        wr.sg_list = vec![self.mr.sge(u64::from(SLOT), text.len() as u32)];
+        wr.sg_list = vec![self.0.mr.sge(u64::from(SLOT), text.len() as u32)];
         wr.flags = SendFlags::SIGNALED;
-        verbs("post_send")(self.qp.post_send(&[wr]).map_err(|(_, e)| e))
+        verbs("post_send")(self.0.qp.post_send(&[wr]).map_err(|(_, e)| e))
     }
 
     /// Awaits the next completion; a status in error is an error.
     async fn next(&self) -> Result<(WcOpcode, String), AppError> {
-        let wc = verbs("cq")(self.cq.next().await)?;
+        let wc = verbs("cq")(self.0.cq.next().await)?;
         if wc.status != WcStatus::Success {
             return Err(AppError::Completion(wc.status));
         }
         let mut text = String::new();
         if wc.opcode == WcOpcode::Recv {
             let mut buf = vec![0u8; wc.byte_len as usize];
-            verbs("read")(self.mr.read(0, &mut buf))?;
+            verbs("read")(self.0.mr.read(0, &mut buf))?;
             text = String::from_utf8_lossy(&buf).into_owned();
         }
         Ok((wc.opcode, text))
@@ -110,42 +84,16 @@ pub async fn connect(
     psn: u32,
     tuning: &Tuning,
 ) -> Result<Conn, AppError> {
-    let pd = verbs("alloc_pd")(ctx.alloc_pd())?;
-    let cq = verbs("create_cq")(ctx.create_cq(64))?;
-    let cap = QpCap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap,
-        sq_sig_all: false,
-    };
-    let qp = verbs("create_qp")(pd.create_qp(&init))?;
-    let mr = verbs("alloc_mr")(pd.alloc_mr(u64::from(2 * SLOT), ALL_ACCESS))?;
-    let conn = Conn { qp, mr, cq, _pd: pd };
+    let side = Endpoint::rc(ctx, 64, connect::cap(16, 1, 0), u64::from(2 * SLOT), ALL_ACCESS);
+    let conn = Conn(verbs("open")(side)?);
 
-    let gid = verbs("query_gid")(ctx.query_gid(tuning.sgid_index))?;
-    let mut hello = gid.0.to_vec();
-    hello.extend_from_slice(&conn.qp.qpn().value().to_be_bytes());
-    hello.extend_from_slice(&psn.to_be_bytes());
-    oob.send(&hello).await?;
+    let hello = verbs("query_gid")(conn.0.remote(ctx, tuning.sgid_index, psn))?;
+    oob.send(&hello.to_bytes()).await?;
     let peer = oob.recv().await?;
-    if peer.len() != 24 {
-        return Err(AppError::Protocol(format!("hello of {} bytes", peer.len())));
-    }
-    let word = |at: usize| u32::from_be_bytes(peer[at..at + 4].try_into().unwrap());
-    let remote =
-        Remote { gid: Gid(peer[..16].try_into().unwrap()), qpn: Qpn::new(word(16)), psn: word(20) };
-    verbs("to_init")(connect::to_init(&conn.qp, ALL_ACCESS, 0))?;
+    let remote = Remote::from_bytes(&peer).map_err(|e| AppError::Protocol(e.to_string()))?;
+    verbs("to_init")(connect::to_init(&conn.0.qp, ALL_ACCESS, 0))?;
     conn.post_recv(0)?;
-    verbs("to_rts")(connect::to_rts(&conn.qp, Some(remote), &Tuning { sq_psn: psn, ..*tuning }))?;
+    verbs("to_rts")(connect::to_rts(&conn.0.qp, Some(remote), &Tuning { sq_psn: psn, ..*tuning }))?;
     // Both sides' receives are posted before either sends.
     oob.send(b"ready").await?;
     oob.recv().await?;

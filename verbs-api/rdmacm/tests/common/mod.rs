@@ -7,25 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Under `CI=true` nothing may be missing.
-pub fn strict() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// True when `ok`; otherwise prints why `test` skips (or panics under CI).
-pub fn require(test: &str, ok: bool, missing: &str) -> bool {
-    if !ok {
-        assert!(!strict(), "{test}: {missing} (CI=true: nothing may be missing)");
-        eprintln!("skipping {test}: {missing}");
-    }
-    ok
-}
-
-/// A program on `PATH`.
-pub fn tool(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
+/// Skipping (or failing under `CI=true`) when a tool is missing, and what
+/// a process did: as the libibverbs tests have them.
+pub use uroce_tests::ibverbs::{require, tool, Ended};
 
 /// Whether `tools` (of `rdmacm-utils`) are installed.
 pub fn rdmacm_tools(test: &str, tools: &[&str]) -> bool {
@@ -53,15 +37,6 @@ pub fn library_dir() -> tempfile::TempDir {
         std::os::unix::fs::symlink(lib, dir.path().join(soname)).expect("link the library");
     }
     dir
-}
-
-/// What a process did.
-#[derive(Debug)]
-pub struct Ended {
-    /// Exit code (None: killed by the deadline or a signal).
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
 }
 
 /// A process on uroce's libraries, its device at `addr` with the device
