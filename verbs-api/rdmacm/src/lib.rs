@@ -28,23 +28,25 @@
 //! `rdma_accept`, `rdma_reject`, `rdma_establish`, `rdma_notify`,
 //! `rdma_disconnect`, `rdma_get_request`, RC and UC (REQ, REP, RTU, REJ,
 //! DREQ/DREP) and UD (SIDR), with their events. Each checks its arguments
-//! and the id's state first, as librdmacm and the kernel do. Not offered
-//! yet: multicast (`rdma_join_multicast`: ENOSYS) and rsockets (`rsocket`:
-//! ENOSYS; the other `r*` calls EBADF).
+//! and the id's state first, as librdmacm and the kernel do. Multicast
+//! (`rdma_join_multicast` and friends) as the kernel's rdma_cm does on
+//! RoCEv2. Not offered yet: rsockets (`rsocket`: ENOSYS; the other `r*`
+//! calls EBADF).
 //!
 //! | file | what |
 //! | --- | --- |
-//! | `abi.rs` | the C structs, their layout checked against the headers |
+//! | `abi/` | the C structs and constants by header (`verbs.rs`, `sa.rs`, `rdma_cma.rs`, `consts.rs`), their layout checked against the headers (`layout.rs`) |
 //! | `exports.rs` | the 68 exported names and the functions behind them |
 //! | `verbs.rs` | the verbs called, resolved in the process's libibverbs |
 //! | `devices.rs` | devices, their addresses (GID tables), PDs |
 //! | `channel.rs` | event channels and events |
-//! | `id.rs` | ids: bind, resolve, QPs, options, the CM calls' checks |
+//! | `id/` | ids: bind, resolve (`resolve.rs`), QPs (`qp.rs`), options (`options.rs`), the CM calls' checks (`connect.rs`) |
+//! | `multicast.rs` | `rdma_join_multicast`, `rdma_leave_multicast`: groups, attach on the event |
 //! | `ports.rs` | the port spaces |
 //! | `addr.rs` | socket addresses |
 //! | `addrinfo.rs` | `rdma_getaddrinfo` |
 //! | `cm_link.rs` | the door to the device's CM, the CM events' thread |
-//! | `cm.rs` | the RDMA CM over the device's CM: commands, QP transitions, events |
+//! | `cm/` | the RDMA CM over the device's CM: the calls (`calls.rs`), an incoming request (`request.rs`), events and the deferred QP transitions (`events.rs`) |
 //! | `rsocket.rs` | the rsocket calls |
 //! | `ffi.rs` | errno, and the guard that keeps panics from crossing into C |
 
