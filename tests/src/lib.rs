@@ -92,6 +92,7 @@ pub fn check_capture(bytes: &[u8]) -> GoldenReport {
 pub mod child;
 pub mod cli;
 pub mod engine_bench;
+pub mod fault_demo;
 pub mod fuzz;
 pub mod hca_fuzz;
 pub mod ibverbs;

@@ -3,7 +3,8 @@
 //! against the tool §5 names — `uroce pingpong` (this test binary run as
 //! the command, through a `uroce` wrapper script) for ibv_rc_pingpong's
 //! rows, Debian's perftest (`ib_read_bw`, `ib_atomic_bw`, `ib_write_bw`) on
-//! uroce's `libibverbs.so.1` for the READ, atomic and WRITE rows — as a
+//! uroce's `libibverbs.so.1` for the READ, atomic and WRITE rows, the C
+//! example `examples/c/fault_demo.c` where a finite `rnr_retry` is needed — as a
 //! server (127.173.k.1) and a client (127.173.k.2), TCP port 18980 + k,
 //! one report shared by both (so `within_ms` measures from the other
 //! side's firing). Each row asserts both exit statuses and which sides'
@@ -13,7 +14,7 @@
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use uroce_tests::{child, ibverbs};
+use uroce_tests::{child, fault_demo, ibverbs};
 
 const CHILD_ENV: &str = "UROCE_SCENARIOS_CHILD";
 
@@ -30,6 +31,8 @@ enum Tool {
     Pingpong(&'static [&'static str]),
     /// A perftest binary, `-x 1` and these flags.
     Perftest(&'static str, &'static [&'static str]),
+    /// `examples/c/fault_demo.c` (built here with cc) and these flags.
+    FaultDemo(&'static [&'static str]),
 }
 
 /// One side of a row: its `uroce run` flags beyond the scenario, whether
@@ -97,6 +100,7 @@ fn finish(mut child: Child, deadline: Instant, dir: &Path, who: &str) -> Ended {
 /// Runs `name` as a server and a client, checks both ends.
 fn row(k: u16, name: &str, tool: Tool, params: &[&str], server: Side, client: Side) {
     let test = format!("scenarios::{}", name.replace('-', "_"));
+    let built = tempfile::tempdir().unwrap();
     let (program, flags): (String, Vec<&str>) = match tool {
         Tool::Perftest(bin, flags) => {
             let found = ibverbs::tool(bin);
@@ -111,6 +115,10 @@ fn row(k: u16, name: &str, tool: Tool, params: &[&str], server: Side, client: Si
             let mut all = vec!["-g", "1"];
             all.extend_from_slice(flags);
             (String::new(), all)
+        }
+        Tool::FaultDemo(flags) => {
+            let Some(binary) = fault_demo::build(&test, built.path()) else { return };
+            (binary, flags.to_vec())
         }
     };
     let dir = tempfile::tempdir().unwrap();
@@ -215,8 +223,12 @@ fn rnr_storm() {
 
 #[test]
 fn rnr_retry_exceeded() {
-    // rnr_retry 7 is infinite: the tools succeed (the file says so).
-    row(7, "rnr-retry-exceeded", Tool::Pingpong(PP), &[], OK, OK);
+    // The tools' rnr_retry 7 never runs out: the C example with a finite
+    // one (tests/tests/fault_demo.rs checks its output in detail). The
+    // client exits 3 (a completion in error), both checks pass.
+    let (s, c) = (Side { role: SERVER, ..OK }, Side { role: CLIENT, code: 3, ..OK });
+    let flags = &["--op", "send", "--iters", "20", "--rnr-retry", "3", "--timeout", "5"];
+    row(7, "rnr-retry-exceeded", Tool::FaultDemo(flags), &[], s, c);
 }
 
 #[test]
