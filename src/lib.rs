@@ -16,4 +16,7 @@ pub mod scenario_check;
 pub mod scenario_run;
 pub mod scenarios;
 pub mod swarm;
-pub mod world;
+/// The simulated world (HCAs on the simulated fabric, each with a verbs
+/// context) and its stepping function: [`uroce_harness::world`], re-exported
+/// for the swarm, the fuzz bodies and the tests that name it `uroce::world`.
+pub use uroce_harness::world;

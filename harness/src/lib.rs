@@ -2,7 +2,7 @@
 //! on uroce's simulated fabric, in virtual time, under fault scenarios,
 //! seed by seed; and the same code on the real UDP runtime.
 //!
-//! A [`Sim`] is a [`uroce::world`] (HCAs on the simulated fabric, each with
+//! A [`Sim`] is a [`world::World`] (HCAs on the simulated fabric, each with
 //! a verbs [`Context`](uroce_verbs::Context)) and a single-threaded executor.
 //! Tasks are `async` blocks given a [`Node`] (its context, its [`SimEnv`],
 //! its id, address and role); they await completions with
@@ -10,7 +10,8 @@
 //! to their peers over an [`Oob`] side channel ([`Sim::oob_pair`]).
 //! [`Sim::run`] polls the ready tasks in wake order; when none is ready it
 //! moves the fabric to its next event (a delivery, an HCA timer, a
-//! scenario port's deadline) or to the first sleep's end. No thread, no
+//! scenario port's deadline) or to the first sleep's end
+//! ([`world::advance`] with [`world::Stop::FirstEvent`]). No thread, no
 //! clock: a run is a function of its seed ([`Sim::trace_hash`]), and
 //! [`check!`] runs a test over seeds and prints the command that
 //! reproduces a failing one.
@@ -46,10 +47,17 @@
 //! [`real::block_on`] with [`real::RealEnv`] and [`real::TcpOob`], one
 //! thread per node (`harness/tests/real.rs`).
 //!
-//! What the harness uses of uroce: [`uroce::world::WorldBuilder`] builds
-//! the nodes (a scenario's ports on the fabric, its device faults applied
-//! to the HCAs by the world's handler), `uroce_verbs`' async CQ wakes the
-//! tasks (woken from the fabric step that writes the completion).
+//! The simulated world is the harness's own module, [`world`]:
+//! [`world::WorldBuilder`] builds the nodes (a scenario's ports on the
+//! fabric, its device faults applied to the HCAs by the world's handler)
+//! and [`world::advance`] is the one function that moves a world in time.
+//! `uroce sim` (the swarm) builds its world with the same builder and
+//! steps it with the same function, in random slices of virtual time
+//! ([`world::Stop::AtTime`]); `uroce` re-exports the module as
+//! `uroce::world`. The harness depends on the emulator (`uroce-device`,
+//! `uroce-hca`, `uroce-sim`) and `uroce-verbs`, not on the `uroce`
+//! package. `uroce_verbs`' async CQ wakes the tasks (woken from the fabric
+//! step that writes the completion).
 
 mod check;
 mod env;
@@ -57,6 +65,7 @@ mod oob;
 pub mod real;
 mod report;
 mod sim;
+pub mod world;
 
 pub use check::{check_seeds, failure_lines, seeds, DEFAULT_SEEDS};
 pub use env::{Env, SimEnv};

@@ -1,8 +1,8 @@
 //! What a run came to ([`Report`]).
 
+use crate::world::World;
 use std::fmt;
 use std::time::Duration;
-use uroce::world::World;
 use uroce_hca::counters::Counters;
 use uroce_hca::tally::CompletionTally;
 use uroce_hca::SharedHca;

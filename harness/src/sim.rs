@@ -3,6 +3,7 @@
 use crate::env::{Clock, SimEnv};
 use crate::oob::{self, SimOob};
 use crate::report::Report;
+use crate::world::{Stop, World, WorldBuilder};
 use std::cell::RefCell;
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
@@ -14,7 +15,6 @@ use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Duration;
-use uroce::world::{World, WorldBuilder};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{FabricConfig, FaultConfig, Scenario};
@@ -106,7 +106,7 @@ pub struct Node {
     pub env: SimEnv,
     /// The node's index.
     pub id: usize,
-    /// Its IPv4 address (10.0.0.1 for node 0, ...: [`uroce::world::node_ip`]).
+    /// Its IPv4 address (10.0.0.1 for node 0, ...: [`crate::world::node_ip`]).
     pub ip: Ipv4Addr,
     /// Its role ([`SimBuilder::role`]), if any.
     pub role: Option<String>,
@@ -234,7 +234,7 @@ enum Advance {
 }
 
 /// A deterministic simulation: nodes (HCAs on the simulated fabric, from
-/// [`uroce::world`]) and async tasks on them, run in virtual time on one
+/// [`crate::world`]) and async tasks on them, run in virtual time on one
 /// thread. The whole run is a function of the seed: same seed, same
 /// [`Sim::trace_hash`], same outputs.
 pub struct Sim {
@@ -398,31 +398,30 @@ impl Sim {
             .collect()
     }
 
+    /// One turn of the loop, never past `deadline` ([`Instant::FAR_FUTURE`]:
+    /// no bound).
     fn advance(&mut self, deadline: Instant) -> Advance {
         if self.poll_ready() {
             return Advance::Progress;
         }
         // No task is ready: let the fabric take what they posted, then wake
         // whoever that completed at once.
-        let now = self.world.now();
-        self.world.fabric.run_until_condition(now, |_| true);
+        self.world.take_posted();
         if self.poll_ready() {
             return Advance::Progress;
         }
         let fabric = self.world.fabric.next_event();
         let timer = self.clock.first_timer();
-        let next = match (fabric, timer) {
-            (None, None) => return Advance::Idle,
-            (f, t) => f.into_iter().chain(t).min().unwrap_or(now),
+        let Some(next) = fabric.into_iter().chain(timer).min() else {
+            return Advance::Idle;
         };
         if next > deadline {
             return Advance::Beyond;
         }
-        if fabric == Some(next) {
-            self.world.fabric.step();
-        } else {
-            self.world.fabric.run_until(next);
-        }
+        // The fabric's next event, or the first sleep's end if that comes
+        // first (the fabric's event first on a tie).
+        let until = timer.map_or(deadline, |t| t.min(deadline));
+        self.world.advance(until, Stop::FirstEvent);
         self.clock.now.set(self.world.now());
         self.clock.fire_due();
         Advance::Progress

@@ -14,6 +14,7 @@ use super::plan::Plan;
 use super::workload::{Knobs, Op};
 use super::world::Member;
 use super::{Log, Stats, SwarmReport};
+use crate::world::{self, Stop};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::rc::Rc;
@@ -376,10 +377,6 @@ impl Sim {
         }
     }
 
-    /// Runs the fabric for a random slice of virtual time.
-    /// Runs the fabric for a random slice of virtual time; when the
-    /// application has nothing to do (`idle`) until the fabric does
-    /// something or a delayed receive is due, at least until then.
     /// Turns tracing on: every HCA records its decisions, which the run
     /// collects as it goes.
     pub(super) fn trace(&mut self) {
@@ -407,6 +404,11 @@ impl Sim {
         }
     }
 
+    /// Runs the fabric for a random slice of virtual time; when the
+    /// application has nothing to do (`idle`) until the fabric does
+    /// something or a delayed receive is due, at least until then. The
+    /// stepping is the world's ([`world::advance`], as the harness's `Sim`
+    /// steps): the slices are this driver's choice.
     pub(super) fn advance(&mut self, idle: bool) {
         let q = match self.rng.below(10) {
             0..=3 => 1_000,
@@ -415,9 +417,9 @@ impl Sim {
         };
         let now = self.now();
         let mut deadline = now.plus_nanos(q);
-        // The application rang doorbells: let the fabric take the packets.
-        let _ = self.fabric.endpoints_mut();
-        self.fabric.run_until(now);
+        // The application rang doorbells: let the fabric take the packets
+        // (and run what is due now).
+        world::advance(&mut self.fabric, now, Stop::AtTime);
         if idle {
             let due = self
                 .sides
@@ -434,7 +436,7 @@ impl Sim {
                 deadline = deadline.max(next);
             }
         }
-        self.fabric.run_until(deadline);
+        world::advance(&mut self.fabric, deadline, Stop::AtTime);
         self.collect_steps();
     }
 

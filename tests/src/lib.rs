@@ -97,5 +97,6 @@ pub mod fuzz;
 pub mod hca_fuzz;
 pub mod ibverbs;
 pub mod report;
+pub mod sim_rc;
 
 pub mod world;

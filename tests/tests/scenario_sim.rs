@@ -1,11 +1,23 @@
-//! Fault scenarios on the simulated fabric (issue 16, step 9): each node's
-//! port runs the scenario, device faults reach the HCAs, and a run is a
-//! function of its seed. Virtual time only.
+//! Fault scenarios on the simulated fabric (issue 16, step 9), on the
+//! harness's [`Sim`]: each node's port runs the scenario, device faults
+//! reach the HCAs, and a run is a function of its seed. The program is two
+//! node tasks: the client (node 0) sends `MESSAGES` SENDs over RC, each
+//! after the previous completed; the server (node 1) has a receive posted
+//! for each, takes them, waits `SETTLE` and checks nothing more came. They
+//! connect over the side channel ([`RcSide::connect`]) and await their
+//! completions. Virtual time only.
 
-use uroce::world::WorldBuilder;
-use uroce_sim::{Cut, FabricConfig, NodeId, Scenario, SharedBuffer};
-use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{Mr, Qp, QpType, RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Duration;
+use uroce_harness::{Env, JoinHandle, Node, Report, Sim, SimOob};
+use uroce_hca::counters::Counters;
+use uroce_hca::SharedHca;
+use uroce_sim::SharedBuffer;
+use uroce_sim::{CapturePoint, Cut, DeviceActionKind, Fabric, FabricConfig, NodeId, Scenario};
+use uroce_tests::sim_rc::{RcSide, TaskError};
+use uroce_tests::world::{cap, tuning, ALL_ACCESS};
+use uroce_verbs::{RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use uroce_wire::pcap::CaptureReader;
 
 const MS: u64 = 1_000_000;
@@ -13,123 +25,265 @@ const MS: u64 = 1_000_000;
 const MESSAGES: u64 = 20;
 /// Receive buffers' size: a 4-packet message at path MTU 1024.
 const RECV_LEN: u64 = 4096;
+/// The virtual time one SEND may take to complete.
+const SEND_LIMIT: Duration = Duration::from_millis(500);
+/// How long the server waits, after its last receive, for more.
+const SETTLE: Duration = Duration::from_millis(100);
+/// The virtual time a whole run may take.
+const RUN_LIMIT: Duration = Duration::from_secs(30);
+/// The client's first PSN; the server's is 1000 further.
+const CLIENT_PSN: u32 = 0;
 
-struct Run {
-    w: World,
-    a: Qp,
-    mr_a: Mr,
+/// The bytes every SEND carries (its first `len`).
+fn payload() -> Vec<u8> {
+    (0..RECV_LEN).map(|i| (i * 7) as u8).collect()
+}
+
+/// What the server received.
+#[derive(Debug)]
+struct Received {
+    /// The completions of its `MESSAGES` receives, in order.
+    completions: Vec<WorkCompletion>,
+    /// Completions that came in the `SETTLE` after them (none, if each
+    /// message arrived once).
+    late: Vec<WorkCompletion>,
+    /// Its receive buffers, one `RECV_LEN` slot per receive.
+    slots: Vec<u8>,
+}
+
+/// Whether the run waits for the server.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Server {
+    /// The server must take every message (and the run waits for it).
+    Returns,
+    /// The server may wait forever (a link down for good).
+    Daemon,
+}
+
+type Client = JoinHandle<Result<Vec<WorkCompletion>, TaskError>>;
+
+/// How a run goes.
+#[derive(Clone, Copy)]
+struct Options {
     /// Bytes per SEND.
     len: u32,
-    _b: Qp,
-    _mr_b: Mr,
+    /// Whether the run waits for the server.
+    server: Server,
+    /// How long the client waits, connected, before its first SEND.
+    start: Duration,
 }
 
-/// Node 0 (QP `a`) connected to node 1 (QP `b`), RC, with the test tuning
-/// (ACK timeout 1 ms, 7 retries, infinite RNR retries), `MESSAGES`
-/// receives posted at node 1; the world runs `scenario` (if any) with
-/// node 0 the client and node 1 the server.
-fn pair(seed: u64, scenario: Option<Scenario>) -> Run {
-    pair_of(seed, scenario, 200)
-}
-
-/// [`pair`], each SEND `len` bytes.
-fn pair_of(seed: u64, scenario: Option<Scenario>, len: u32) -> Run {
-    let mut builder = WorldBuilder::new(2, FabricConfig::new(seed));
-    if let Some(s) = scenario {
-        builder = builder.scenario(s).role(0, "client").role(1, "server");
+impl Options {
+    /// SENDs of 200 bytes, sent at once; the server takes every one.
+    fn new() -> Options {
+        Options { len: 200, server: Server::Returns, start: Duration::ZERO }
     }
-    let w = World::from_builder(builder);
-    let a = w.qp(0, QpType::Rc, cap(128, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(128, 1, 0));
-    w.connect(0, &a, 1, &b, &tuning());
-    let mr_a = w.nodes[0].pd.alloc_mr(RECV_LEN, ALL_ACCESS).unwrap();
-    let mr_b = w.nodes[1].pd.alloc_mr(MESSAGES * RECV_LEN, ALL_ACCESS).unwrap();
-    let data: Vec<u8> = (0..RECV_LEN).map(|i| (i * 7) as u8).collect();
-    mr_a.write(0, &data).unwrap();
-    let recvs: Vec<RecvWr> = (0..MESSAGES)
-        .map(|i| RecvWr { wr_id: 100 + i, sg_list: vec![mr_b.sge(i * RECV_LEN, RECV_LEN as u32)] })
-        .collect();
-    b.post_recv(&recvs).unwrap();
-    Run { w, a, mr_a, len, _b: b, _mr_b: mr_b }
 }
 
-/// Sends `MESSAGES` SENDs, each after the previous completed; returns every
-/// requester completion (stops at the first error: the rest would flush).
-fn send_all(r: &mut Run) -> Vec<WorkCompletion> {
+/// Where the client is, for the test's thread.
+#[derive(Default)]
+struct Watch {
+    /// Connected (waiting `Options::start`, or sending).
+    connected: Cell<bool>,
+    /// The SEND under way (0: none yet).
+    sending: Cell<u64>,
+}
+
+struct Pair {
+    sim: Sim,
+    client: Client,
+    server: JoinHandle<Result<Received, TaskError>>,
+    /// Bytes per SEND.
+    len: u32,
+}
+
+/// The client: an RC QP (cap 128 WRs) connected to the server's, then,
+/// `start` later, `MESSAGES` SENDs of `len` bytes, each after the previous
+/// completed and within `SEND_LIMIT`; returns every completion (stops at
+/// the first error: the rest would flush). It keeps `watch` up to date.
+async fn client(
+    node: Node,
+    oob: SimOob,
+    len: u32,
+    start: Duration,
+    watch: Rc<Watch>,
+) -> Result<Vec<WorkCompletion>, TaskError> {
+    let side = RcSide::new(&node.ctx, 256, cap(128, 1, 0), RECV_LEN, ALL_ACCESS)?;
+    side.mr.write(0, &payload())?;
+    side.connect(&node.ctx, &oob, CLIENT_PSN, &tuning(), ALL_ACCESS, |_| Ok(())).await?;
+    watch.connected.set(true);
+    if !start.is_zero() {
+        node.env.sleep(start).await;
+    }
     let mut done = Vec::new();
     for i in 1..=MESSAGES {
+        watch.sending.set(i);
         let mut wr = SendWr::new(i, WrOpcode::Send);
-        wr.sg_list = vec![r.mr_a.sge(0, r.len)];
-        r.a.post_send(&[wr]).unwrap();
-        let wc = r.w.wait(0, 1, 500 * MS);
-        assert_eq!(wc.len(), 1, "SEND {i} did not complete");
-        let failed = wc[0].status != WcStatus::Success;
-        done.extend(wc);
+        wr.sg_list = vec![side.mr.sge(0, len)];
+        side.qp.post_send(&[wr]).map_err(|(_, e)| e)?;
+        let posted = node.env.now();
+        let wc = side.cq.next().await?;
+        let took = node.env.now() - posted;
+        assert!(took <= SEND_LIMIT, "SEND {i} took {took:?}");
+        let failed = wc.status != WcStatus::Success;
+        done.push(wc);
         if failed {
             break;
         }
     }
-    done
+    Ok(done)
 }
 
-fn counters(w: &World, n: usize) -> uroce_hca::counters::Counters {
-    w.nodes[n].hca.borrow().counters().clone()
+/// The server: an RC QP with a receive of `RECV_LEN` bytes posted for each
+/// of the `MESSAGES` SENDs before the client may send; takes their
+/// completions, then whatever else comes within `SETTLE`.
+async fn server(node: Node, oob: SimOob) -> Result<Received, TaskError> {
+    let side = RcSide::new(&node.ctx, 256, cap(128, 1, 0), MESSAGES * RECV_LEN, ALL_ACCESS)?;
+    let psn = CLIENT_PSN + 1000;
+    side.connect(&node.ctx, &oob, psn, &tuning(), ALL_ACCESS, |s| {
+        let recvs: Vec<RecvWr> = (0..MESSAGES)
+            .map(|i| RecvWr {
+                wr_id: 100 + i,
+                sg_list: vec![s.mr.sge(i * RECV_LEN, RECV_LEN as u32)],
+            })
+            .collect();
+        s.qp.post_recv(&recvs).map_err(|(_, e)| e.into())
+    })
+    .await?;
+    let mut completions = Vec::new();
+    for _ in 0..MESSAGES {
+        completions.push(side.cq.next().await?);
+    }
+    node.env.sleep(SETTLE).await;
+    let late = side.cq.poll(2 * MESSAGES as usize)?;
+    let slots = side.mr.read_vec(0, (MESSAGES * RECV_LEN) as usize)?;
+    Ok(Received { completions, late, slots })
+}
+
+/// The simulation: 2 nodes, `seed`, `scenario` (if any) with node 0 the
+/// client and node 1 the server.
+fn sim(seed: u64, scenario: Option<Scenario>) -> Sim {
+    let mut builder = Sim::builder(seed).nodes(2);
+    if let Some(s) = scenario {
+        builder = builder.scenario(s).role(0, "client").role(1, "server");
+    }
+    builder.build()
+}
+
+/// The client and the server spawned on `sim`; the client keeps `watch`
+/// up to date.
+fn spawn(mut sim: Sim, options: Options, watch: Rc<Watch>) -> Pair {
+    let Options { len, server: server_kind, start } = options;
+    let (a, b) = sim.oob_pair(0, 1);
+    let client = sim.spawn(0, "client", move |node| client(node, a, len, start, watch));
+    let server = match server_kind {
+        Server::Returns => sim.spawn(1, "server", move |node| server(node, b)),
+        Server::Daemon => sim.spawn_daemon(1, "server", move |node| server(node, b)),
+    };
+    Pair { sim, client, server, len }
+}
+
+/// [`spawn`] with [`Options::new`].
+fn pair(seed: u64, scenario: Option<Scenario>) -> Pair {
+    spawn(sim(seed, scenario), Options::new(), Rc::default())
+}
+
+/// Runs the pair to the end; the client's completions.
+fn send_all(p: &mut Pair) -> (Report, Vec<WorkCompletion>) {
+    let report = p.sim.run(RUN_LIMIT).unwrap_or_else(|f| panic!("{f}"));
+    let done = p.client.output().expect("the client returned").expect("the client");
+    (report, done)
+}
+
+/// Every SEND arrived whole at node 1, once.
+fn assert_delivered(p: &Pair) {
+    let got = p.server.output().expect("the server returned").expect("the server");
+    assert_eq!(got.completions.len() as u64, MESSAGES, "{got:?}");
+    assert!(got.late.is_empty(), "more than one delivery: {:?}", got.late);
+    let data = &payload()[..p.len as usize];
+    for (i, wc) in got.completions.iter().enumerate() {
+        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (100 + i as u64, WcStatus::Success, p.len));
+        let at = i * RECV_LEN as usize;
+        assert_eq!(&got.slots[at..at + p.len as usize], data, "message {i}");
+    }
+}
+
+fn all_succeeded(done: &[WorkCompletion]) {
+    assert_eq!(done.len() as u64, MESSAGES, "{done:?}");
+    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
+    let ids: Vec<u64> = done.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, (1..=MESSAGES).collect::<Vec<_>>());
 }
 
 fn load(name: &str) -> Scenario {
     Scenario::load(name).expect("a library scenario")
 }
 
+fn counters(report: &Report, n: usize) -> &Counters {
+    &report.counters[n]
+}
+
 #[test]
 fn lost_ack_fires_once_and_the_requester_retransmits() {
-    let mut r = pair(1, Some(load("lost-ack")));
-    let done = send_all(&mut r);
-    assert_eq!(done.len() as u64, MESSAGES);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
+    let mut p = pair(1, Some(load("lost-ack")));
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
 
-    let firings = r.w.fabric.firings();
+    let fabric = &p.sim.world().fabric;
+    let firings = fabric.firings();
     assert_eq!(firings.len(), 1, "{firings:?}");
     let (node, firing) = &firings[0];
     assert_eq!(*node, NodeId(0), "the requester receives the ACKs");
     assert_eq!((firing.rule_name.as_str(), firing.hit), ("lost-ack", 1));
-    let summary = r.w.fabric.port(NodeId(0)).unwrap().summary();
+    let summary = fabric.port(NodeId(0)).unwrap().summary();
     assert_eq!((summary.rules[0].fired, summary.dropped_rule), (1, 1));
-    assert_eq!(r.w.fabric.port(NodeId(1)).unwrap().summary().rules[0].fired, 0);
-    assert_eq!(r.w.fabric.counters().dropped_scenario, 1);
-    assert_eq!(r.w.fabric.counters().scenario_firings, 1);
-    assert!(counters(&r.w, 0).completer_retry_err >= 1, "the requester timed out");
-    assert!(counters(&r.w, 1).duplicate_request >= 1, "the retransmission reached the responder");
+    assert_eq!(fabric.port(NodeId(1)).unwrap().summary().rules[0].fired, 0);
+    assert_eq!(fabric.counters().dropped_scenario, 1);
+    assert_eq!(fabric.counters().scenario_firings, 1);
+    assert_eq!((report.fired("lost-ack"), report.fired_at(0, "lost-ack")), (1, 1));
+    assert!(counters(&report, 0).completer_retry_err >= 1, "the requester timed out");
+    assert!(
+        counters(&report, 1).duplicate_request >= 1,
+        "the retransmission reached the responder"
+    );
 }
 
 #[test]
 fn a_link_down_for_good_ends_in_retry_exceeded() {
-    let mut r = pair(1, Some(load("retry-exceeded")));
-    let done = send_all(&mut r);
+    let options = Options { server: Server::Daemon, ..Options::new() };
+    let mut p = spawn(sim(1, Some(load("retry-exceeded"))), options, Rc::default());
+    let (report, done) = send_all(&mut p);
     let statuses: Vec<(u64, WcStatus)> = done.iter().map(|c| (c.wr_id, c.status)).collect();
     let mut want: Vec<(u64, WcStatus)> = (1..10).map(|i| (i, WcStatus::Success)).collect();
     want.push((10, WcStatus::RetryExcErr));
     assert_eq!(statuses, want);
+    // The server got the nine, and waits for the rest forever.
+    assert!(!p.server.is_finished());
+    assert_eq!(report.unfinished, ["server (node 1)"]);
     // The port's link_down is the fabric's outage: node 1 isolated for good.
-    let outages = r.w.fabric.outages();
+    let fabric = &p.sim.world().fabric;
+    let outages = fabric.outages();
     assert!(outages.iter().any(|o| o.cut == Cut::Partition { side: vec![NodeId(1)] }));
     // The first SEND and its 7 retries, all lost.
-    assert!(r.w.fabric.counters().dropped_partition >= 8, "{:?}", r.w.fabric.counters());
-    assert_eq!(counters(&r.w, 0).completer_retry_err, 7);
+    assert!(fabric.counters().dropped_partition >= 8, "{:?}", fabric.counters());
+    assert_eq!(counters(&report, 0).completer_retry_err, 7);
 }
 
 #[test]
 fn injected_rnr_naks_then_success() {
-    let mut r = pair(1, Some(load("rnr-retry")));
-    let done = send_all(&mut r);
-    assert_eq!(done.len() as u64, MESSAGES);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
+    let mut p = pair(1, Some(load("rnr-retry")));
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
     // Handed to node 1's HCA just before the 10th SEND arrived: that very
     // message was answered with three RNR NAKs.
-    assert_eq!(r.w.fabric.counters().device_faults, 1);
-    assert_eq!(counters(&r.w, 1).send_rnr_err, 3);
-    assert_eq!(counters(&r.w, 1).injected_rnr, 3);
-    assert_eq!(counters(&r.w, 0).rcvd_rnr_err, 3);
-    let firings = r.w.fabric.firings();
+    let fabric = &p.sim.world().fabric;
+    assert_eq!(fabric.counters().device_faults, 1);
+    assert_eq!(counters(&report, 1).send_rnr_err, 3);
+    assert_eq!(counters(&report, 1).injected_rnr, 3);
+    assert_eq!(counters(&report, 0).rcvd_rnr_err, 3);
+    let firings = fabric.firings();
     assert_eq!(firings.len(), 1);
     assert_eq!(firings[0].0, NodeId(1));
     assert_eq!(firings[0].1.packet.and_then(|p| p.message), Some(10));
@@ -151,17 +305,27 @@ fn a_timed_stall_is_a_deadline_of_the_fabric() {
         target = "all"
     "#;
     let s = Scenario::parse(text, "inline").unwrap();
-    let mut r = pair(3, Some(s));
+    // The client waits 2 ms, connected, before its first SEND.
+    let options = Options { start: Duration::from_millis(2), ..Options::new() };
+    let watch = Rc::new(Watch::default());
+    let mut p = spawn(sim(3, Some(s)), options, watch.clone());
+    // Both QPs exist (the stall is for every QP there is), at time 0.
+    while !watch.connected.get() {
+        assert!(p.sim.step(), "the pair did not connect");
+    }
+    assert_eq!((p.sim.now(), watch.sending.get()), (Duration::ZERO, 0));
     // Idle until the stall has begun: the timed rule fires on its own.
-    let deadline = r.w.now().plus_nanos(10 * MS);
-    assert!(r.w.fabric.run_until_condition(deadline, |f| f.counters().device_faults > 0));
-    assert_eq!(r.w.fabric.counters().device_faults, 1);
-    assert_eq!(r.w.now().as_nanos(), 2 * MS, "the fabric's next event was the port's deadline");
-    let done = send_all(&mut r);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
-    assert!(counters(&r.w, 1).rcvd_stalled_drop >= 1);
-    assert!(counters(&r.w, 0).completer_retry_err >= 1);
-    assert_eq!(r.w.fabric.firings()[0].1.packet, None, "timed");
+    let world = p.sim.world();
+    let deadline = world.now().plus_nanos(10 * MS);
+    assert!(world.fabric.run_until_condition(deadline, |f| f.counters().device_faults > 0));
+    assert_eq!(world.fabric.counters().device_faults, 1);
+    assert_eq!(world.now().as_nanos(), 2 * MS, "the fabric's next event was the port's deadline");
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
+    assert!(counters(&report, 1).rcvd_stalled_drop >= 1);
+    assert!(counters(&report, 0).completer_retry_err >= 1);
+    assert_eq!(p.sim.world().fabric.firings()[0].1.packet, None, "timed");
 }
 
 /// Half the requests held 30 µs at the client's port: a random part.
@@ -180,13 +344,16 @@ fn random_delays() -> Scenario {
     Scenario::parse(text, "inline").unwrap()
 }
 
-fn hash_and_log(seed: u64, scenario: Option<Scenario>) -> (u64, Vec<String>) {
-    let mut r = pair(seed, scenario);
-    let done = send_all(&mut r);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
-    r.w.settle(100 * MS);
-    let log = r.w.fabric.firings().iter().map(|(n, f)| format!("{n} {} {f}", f.at_ns)).collect();
-    (r.w.fabric.trace_hash(), log)
+/// A run's trace hash, its firings (node, time, firing) and its length.
+fn hash_and_log(seed: u64, scenario: Option<Scenario>) -> (u64, Vec<String>, Duration) {
+    let mut p = pair(seed, scenario);
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
+    let fabric = &p.sim.world().fabric;
+    let log = fabric.firings().iter().map(|(n, f)| format!("{n} {} {f}", f.at_ns)).collect();
+    assert_eq!(report.trace_hash, fabric.trace_hash());
+    (report.trace_hash, log, report.elapsed)
 }
 
 #[test]
@@ -194,7 +361,7 @@ fn a_seed_replays_exactly_and_another_seed_draws_differently() {
     for name in ["lost-ack", "rnr-retry"] {
         let first = hash_and_log(5, Some(load(name)));
         let again = hash_and_log(5, Some(load(name)));
-        assert_eq!(first, again, "{name}: same seed, same hash and firings");
+        assert_eq!(first, again, "{name}: same seed, same hash, firings and length");
         assert!(!first.1.is_empty());
     }
     let one = hash_and_log(1, Some(random_delays()));
@@ -210,12 +377,13 @@ fn a_seed_replays_exactly_and_another_seed_draws_differently() {
 #[test]
 fn a_firing_is_a_comment_in_the_pcapng_capture() {
     // As sent, and as delivered: there the dropped ACK is written at its drop.
-    for point in [uroce_sim::CapturePoint::Sent, uroce_sim::CapturePoint::Delivered] {
-        let mut r = pair(1, Some(load("lost-ack")));
+    for point in [CapturePoint::Sent, CapturePoint::Delivered] {
+        let mut p = pair(1, Some(load("lost-ack")));
         let buf = SharedBuffer::new();
-        r.w.fabric.start_capture(Box::new(buf.clone()), point);
-        send_all(&mut r);
-        r.w.fabric.finish_capture().unwrap().unwrap();
+        p.sim.world().fabric.start_capture(Box::new(buf.clone()), point);
+        let (_, done) = send_all(&mut p);
+        all_succeeded(&done);
+        p.sim.world().fabric.finish_capture().unwrap().unwrap();
         let bytes = buf.bytes();
         let frames: Vec<_> = CaptureReader::new(&bytes).unwrap().collect::<Result<_, _>>().unwrap();
         assert!(frames.len() as u64 > 2 * MESSAGES);
@@ -227,34 +395,22 @@ fn a_firing_is_a_comment_in_the_pcapng_capture() {
     }
 }
 
-/// Every SEND arrived whole at node 1, once.
-fn assert_delivered(r: &mut Run) {
-    r.w.settle(100 * MS);
-    let got = r.w.nodes[1].cq.poll(2 * MESSAGES as usize).unwrap();
-    assert_eq!(got.len() as u64, MESSAGES, "{got:?}");
-    let data = r.mr_a.read_vec(0, r.len as usize).unwrap();
-    for (i, wc) in got.iter().enumerate() {
-        assert_eq!((wc.wr_id, wc.status, wc.byte_len), (100 + i as u64, WcStatus::Success, r.len));
-        assert_eq!(r._mr_b.read_vec(i as u64 * RECV_LEN, r.len as usize).unwrap(), data);
-    }
-}
-
 #[test]
 fn a_short_partition_heals_through_retransmissions() {
     let s = load("partition-heals").with_params(&[("cut_ms".to_owned(), 3)]).unwrap();
-    let mut r = pair(1, Some(s));
-    let done = send_all(&mut r);
-    assert_eq!(done.len() as u64, MESSAGES);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
-    assert_delivered(&mut r);
+    let mut p = pair(1, Some(s));
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
     // Node 1's port cut it from the packet's sender: the fabric's outage.
-    let firings = r.w.fabric.firings();
+    let fabric = &p.sim.world().fabric;
+    let firings = fabric.firings();
     assert_eq!(firings.len(), 1);
     let at = uroce_hca::Instant::from_nanos(firings[0].1.at_ns);
-    let cut = r.w.fabric.outages().iter().find(|o| o.cut == Cut::Link(NodeId(1), NodeId(0)));
+    let cut = fabric.outages().iter().find(|o| o.cut == Cut::Link(NodeId(1), NodeId(0)));
     assert_eq!(cut.map(|o| o.during.clone()), Some(at..at.plus_nanos(3 * MS)));
-    assert!(r.w.fabric.counters().dropped_partition >= 2, "the SEND and a retry");
-    assert!(counters(&r.w, 0).completer_retry_err >= 2);
+    assert!(fabric.counters().dropped_partition >= 2, "the SEND and a retry");
+    assert!(counters(&report, 0).completer_retry_err >= 2);
 }
 
 fn inline(rule: &str) -> Scenario {
@@ -273,16 +429,18 @@ fn a_reordered_first_packet_makes_a_sequence_nak_and_a_go_back() {
             "{dir}\nclass = \"request\"\nposition = \"first\"\nretransmit = false\n\
              action = \"reorder\"\nbehind = 1"
         );
-        let mut r = pair_of(1, Some(inline(&rule)), 4000);
-        let done = send_all(&mut r);
-        assert!(done.iter().all(|c| c.status == WcStatus::Success), "{dir}: {done:?}");
-        assert_delivered(&mut r);
-        let c = r.w.fabric.counters();
+        let options = Options { len: 4000, ..Options::new() };
+        let mut p = spawn(sim(1, Some(inline(&rule))), options, Rc::default());
+        let (report, done) = send_all(&mut p);
+        all_succeeded(&done);
+        assert_delivered(&p);
+        let fabric = &p.sim.world().fabric;
+        let c = fabric.counters();
         assert_eq!(c.held_scenario, MESSAGES, "{dir}: each message's FIRST, once");
         assert_eq!(c.scenario_firings, MESSAGES);
-        assert!(r.w.fabric.firings().iter().all(|(n, _)| *n == node));
-        assert!(counters(&r.w, 1).out_of_seq_request >= 1, "{dir}: a MIDDLE came first");
-        assert!(counters(&r.w, 0).rcvd_seq_err >= 1, "{dir}: the requester went back");
+        assert!(fabric.firings().iter().all(|(n, _)| *n == node));
+        assert!(counters(&report, 1).out_of_seq_request >= 1, "{dir}: a MIDDLE came first");
+        assert!(counters(&report, 0).rcvd_seq_err >= 1, "{dir}: the requester went back");
     }
 }
 
@@ -291,38 +449,50 @@ fn without_a_handler_device_faults_queue_for_the_caller() {
     // The world's fabric without its handler: the ports' device faults wait
     // in take_device_faults(). Handed out when the 10th SEND is delivered,
     // they are applied after that step: the 11th message meets the RNRs.
-    let builder = WorldBuilder::new(2, FabricConfig::new(1)).scenario(load("rnr-retry"));
-    let ports = builder.ports();
-    let mut r = pair(1, None);
-    let placeholder = uroce_sim::Fabric::new(FabricConfig::new(0), vec![r.w.nodes[0].hca.clone()]);
-    let fabric = core::mem::replace(&mut r.w.fabric, placeholder);
-    r.w.fabric = fabric.with_ports(ports);
+    let ports = uroce_harness::world::WorldBuilder::new(2, FabricConfig::new(1))
+        .scenario(load("rnr-retry"))
+        .ports();
+    let watch = Rc::new(Watch::default());
+    let mut p = spawn(sim(1, None), Options::new(), watch.clone());
+    let world = p.sim.world();
+    let hcas: Vec<SharedHca> = world.hosts.iter().map(|h| h.hca.clone()).collect();
+    let placeholder = Fabric::new(FabricConfig::new(0), vec![hcas[0].clone()]);
+    let fabric = core::mem::replace(&mut world.fabric, placeholder);
+    world.fabric = fabric.with_ports(ports);
+    // The requester's RNR NAKs when each SEND completed.
+    let mut rnr_at = Vec::new();
+    let mut completed = 0;
     let mut taken = Vec::new();
-    for i in 1..=MESSAGES {
-        let mut wr = SendWr::new(i, WrOpcode::Send);
-        wr.sg_list = vec![r.mr_a.sge(0, r.len)];
-        r.a.post_send(&[wr]).unwrap();
-        let wc = loop {
-            let wc = r.w.nodes[0].cq.poll(1).unwrap();
-            if !wc.is_empty() {
-                break wc;
-            }
-            assert!(r.w.fabric.step().is_some(), "SEND {i} stuck");
-            for (node, action) in r.w.fabric.take_device_faults() {
-                let now = r.w.now();
-                let fault = uroce::world::device_fault(&action, now);
-                r.w.nodes[node.0].hca.lock().inject_fault(now, fault).unwrap();
-                taken.push((i, node, action.kind, action.count));
-            }
-        };
-        assert_eq!((wc[0].wr_id, wc[0].status), (i, WcStatus::Success));
-        if i == 10 {
-            assert_eq!(counters(&r.w, 0).rcvd_rnr_err, 0, "the 10th was received before");
+    while !(p.client.is_finished() && p.server.is_finished()) {
+        assert!(p.sim.step(), "SEND {} stuck", watch.sending.get());
+        if let Some(failure) = p.sim.failure() {
+            panic!("{failure}");
+        }
+        let world = p.sim.world();
+        for (node, action) in world.fabric.take_device_faults() {
+            let now = world.now();
+            let fault = uroce_harness::world::device_fault(&action, now);
+            hcas[node.0].lock().inject_fault(now, fault).unwrap();
+            taken.push((watch.sending.get(), node, action.kind, action.count));
+        }
+        let successes = hcas[0].lock().completion_tally().successes();
+        if successes > completed {
+            completed = successes;
+            rnr_at.push(hcas[0].lock().counters().rcvd_rnr_err);
         }
     }
-    assert_eq!(taken, [(10, NodeId(1), uroce_sim::DeviceActionKind::Rnr, 3)]);
-    assert_eq!(counters(&r.w, 0).rcvd_rnr_err, 3);
-    assert!(r.w.fabric.take_device_faults().is_empty());
+    let done = p.client.output().unwrap().expect("the client");
+    all_succeeded(&done);
+    assert_delivered(&p);
+    assert_eq!(taken, [(10, NodeId(1), DeviceActionKind::Rnr, 3)]);
+    // Every SEND up to the 10th completed without an RNR NAK; the 11th
+    // met all three.
+    assert_eq!(rnr_at.len() as u64, MESSAGES, "{rnr_at:?}");
+    assert!(rnr_at[..10].iter().all(|&n| n == 0), "{rnr_at:?}");
+    assert_eq!(rnr_at[10..], [3; MESSAGES as usize - 10]);
+    assert_eq!(hcas[0].lock().counters().rcvd_rnr_err, 3);
+    let world = p.sim.world();
+    assert!(world.fabric.take_device_faults().is_empty());
 }
 
 #[test]
@@ -346,15 +516,16 @@ fn duplicated_acks_and_a_corrupted_request() {
         nth = 3
         action = "corrupt"
     "#;
-    let mut r = pair(1, Some(Scenario::parse(text, "inline").unwrap()));
-    let done = send_all(&mut r);
-    assert!(done.iter().all(|c| c.status == WcStatus::Success), "{done:?}");
-    assert_delivered(&mut r);
-    let c = r.w.fabric.counters();
+    let mut p = pair(1, Some(Scenario::parse(text, "inline").unwrap()));
+    let (report, done) = send_all(&mut p);
+    all_succeeded(&done);
+    assert_delivered(&p);
+    let fabric = &p.sim.world().fabric;
+    let c = fabric.counters();
     assert_eq!(c.corrupted, 1);
-    assert_eq!(counters(&r.w, 1).rcvd_icrc_err, 1);
-    let acks = r.w.fabric.port(NodeId(0)).unwrap().summary().rules[0].fired;
+    assert_eq!(counters(&report, 1).rcvd_icrc_err, 1);
+    let acks = fabric.port(NodeId(0)).unwrap().summary().rules[0].fired;
     assert!(acks >= MESSAGES, "{acks}");
     assert_eq!(c.duplicated, acks);
-    assert!(counters(&r.w, 0).completer_retry_err >= 1);
+    assert!(counters(&report, 0).completer_retry_err >= 1);
 }

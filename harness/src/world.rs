@@ -1,9 +1,14 @@
 //! The simulated world: HCAs on the simulated fabric, each with the
 //! application's verbs context. One builder for every harness that runs
-//! devices in virtual time: the scenario tests (`tests/src/world.rs` adds
-//! their conveniences on top), `uroce sim` (the swarm, with its adversary
-//! as an extra endpoint) and the HCA fuzz bodies (each HCA over a guarded
-//! memory, driven through a checking endpoint).
+//! devices in virtual time: [`crate::Sim`] (node tasks in virtual time),
+//! the scenario tests (`tests/src/world.rs` adds their conveniences on
+//! top), `uroce sim` (the swarm, with its adversary as an extra endpoint)
+//! and the HCA fuzz bodies (each HCA over a guarded memory, driven through
+//! a checking endpoint). `uroce` re-exports this module as `uroce::world`.
+//!
+//! One way to move it in time ([`World::take_posted`], [`World::advance`],
+//! [`advance`] on a bare fabric): `Sim` goes one event at a time, the
+//! swarm in random slices of virtual time, both through [`advance`].
 //!
 //! Node `i` is at 10.0.(i / 256).(1 + i % 256) with the MAC
 //! 02:00:00:00:(i / 256):(1 + i % 256); its GID table holds the
@@ -27,6 +32,9 @@ use uroce_sim::{
 };
 use uroce_verbs::{Context, Gid};
 
+mod step;
+pub use step::{advance, Stop};
+
 /// The IPv4 address of node `i`.
 pub fn node_ip(i: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 0, (i >> 8) as u8, 1 + (i & 0xff) as u8)
@@ -41,8 +49,8 @@ pub fn node_gids(i: usize) -> Vec<Gid> {
 
 /// The HCA fault a scenario's device action asks for, `now` being when it
 /// is applied (a stall ends `for_ns` later). A crash's `exit` has no
-/// process to kill in the simulator: the harness (step 10) stops the
-/// node's tasks instead.
+/// process to kill in the simulator (the harness does not stop the
+/// node's tasks yet: they run on against the crashed device).
 pub fn device_fault(action: &DeviceAction, now: Instant) -> DeviceFault {
     let (qpn, count) = (action.qpn, action.count);
     match action.kind {
