@@ -7,7 +7,8 @@
 //! Tasks are `async` blocks given a [`Node`] (its context, its [`SimEnv`],
 //! its id, address and role); they await completions with
 //! [`Cq::next`](uroce_verbs::Cq::next), sleep with [`Env::sleep`] and talk
-//! to their peers over an [`Oob`] side channel ([`Sim::oob_pair`]).
+//! to their peers over an [`Oob`] side channel ([`Sim::oob_pair`]);
+//! [`connect_rc`] connects two RC QPs over it.
 //! [`Sim::run`] polls the ready tasks in wake order; when none is ready it
 //! moves the fabric to its next event (a delivery, an HCA timer, a
 //! scenario port's deadline) or to the first sleep's end
@@ -18,25 +19,48 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use uroce_harness::{check, Env, Oob, Scenario, Sim};
+//! use uroce_harness::{check, connect_rc, Scenario, Sim};
+//! use uroce_verbs::connect::{cap, Endpoint, Tuning, ALL_ACCESS};
+//! use uroce_verbs::{RecvWr, SendFlags, SendWr, WcStatus, WrOpcode};
 //!
 //! # fn main() {
 //! check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
-//!     let mut sim = Sim::builder(seed).nodes(2).scenario(Scenario::load("lost-ack")?).build();
-//!     let (a, b) = sim.oob_pair(0, 1);
-//!     sim.spawn(0, "server", move |_node| async move {
-//!         // Create a QP on node.ctx, send its QPN over `a`, await
-//!         // `cq.next()`... (see harness/tests/common/mod.rs)
-//!         let hello = a.recv().await.unwrap();
-//!         a.send(&hello).await.unwrap();
+//!     // The client's device loses the first ACK it receives (or use a library
+//!     // scenario: Scenario::load("lost-ack")).
+//!     let lose_ack = "[scenario]\nname = \"first-ack\"\nsummary = \"the first ACK is lost\"\n\
+//!         [[rule]]\nname = \"lose\"\ndir = \"in\"\nclass = \"ack\"\nnth = 1\naction = \"drop\"\n";
+//!     let mut sim = Sim::builder(seed).scenario(Scenario::parse(lose_ack, "inline")?).build();
+//!     let (a, b) = sim.oob_pair(0, 1); // a lossless side channel
+//!     let tuning = Tuning::with_timeout(10); // ACK timeout 4 ms
+//!     // The server: a receive posted before the client may send, then its completion.
+//!     let server = sim.spawn(0, "server", move |node| async move {
+//!         let side = Endpoint::rc(&node.ctx, 16, cap(8, 1, 0), 64, ALL_ACCESS)?;
+//!         let recv = |s: &Endpoint| {
+//!             let wr = RecvWr { wr_id: 1, sg_list: vec![s.mr.sge(0, 64)] };
+//!             s.qp.post_recv(&[wr]).map_err(|(_, e)| e)
+//!         };
+//!         connect_rc(&side, &node.ctx, &a, 1000, &tuning, ALL_ACCESS, recv).await?;
+//!         let wc = side.cq.next().await?;
+//!         Ok::<_, Box<dyn std::error::Error>>((wc.status, side.mr.read_vec(0, 5)?))
 //!     });
-//!     let client = sim.spawn(1, "client", move |node| async move {
-//!         b.send(b"hello").await.unwrap();
-//!         node.env.sleep(Duration::from_millis(1)).await;
-//!         b.recv().await.unwrap()
+//!     // The client: one SEND, awaited.
+//!     sim.spawn(1, "client", move |node| async move {
+//!         let side = Endpoint::rc(&node.ctx, 16, cap(8, 1, 0), 64, ALL_ACCESS).unwrap();
+//!         connect_rc(&side, &node.ctx, &b, 0, &tuning, ALL_ACCESS, |_| Ok(())).await.unwrap();
+//!         side.mr.write(0, b"hello").unwrap();
+//!         let mut wr = SendWr::new(7, WrOpcode::Send);
+//!         wr.sg_list = vec![side.mr.sge(0, 5)];
+//!         wr.flags = SendFlags::SIGNALED;
+//!         side.qp.post_send(&[wr]).map_err(|(_, e)| e).unwrap();
+//!         assert_eq!(side.cq.next().await.unwrap().status, WcStatus::Success);
 //!     });
 //!     let report = sim.run(Duration::from_secs(10))?; // Err: deadlock, timeout, panic
-//!     assert_eq!(client.output()?, b"hello");
+//!     let (status, bytes) = server.output()??;
+//!     assert_eq!((status, bytes.as_slice()), (WcStatus::Success, &b"hello"[..]));
+//!     // The client's requester retransmitted after its ACK timeout.
+//!     assert_eq!(report.fired_at(1, "lose"), 1);
+//!     assert!(report.counters[1].completer_retry_err >= 1);
+//!     assert!(report.elapsed >= Duration::from_millis(4));
 //!     println!("{report}"); // firings per rule, completions per node, trace hash
 //!     Ok(())
 //! });
@@ -60,6 +84,7 @@
 //! step that writes the completion).
 
 mod check;
+mod connect;
 mod env;
 mod oob;
 pub mod real;
@@ -68,6 +93,7 @@ mod sim;
 pub mod world;
 
 pub use check::{check_seeds, failure_lines, seeds, DEFAULT_SEEDS};
+pub use connect::{connect_rc, ConnectError};
 pub use env::{Env, SimEnv};
 pub use oob::{Oob, SimOob};
 pub use report::{Report, RuleCount};

@@ -97,6 +97,5 @@ pub mod fuzz;
 pub mod hca_fuzz;
 pub mod ibverbs;
 pub mod report;
-pub mod sim_rc;
 
 pub mod world;

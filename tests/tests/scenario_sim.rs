@@ -4,21 +4,24 @@
 //! node tasks: the client (node 0) sends `MESSAGES` SENDs over RC, each
 //! after the previous completed; the server (node 1) has a receive posted
 //! for each, takes them, waits `SETTLE` and checks nothing more came. They
-//! connect over the side channel ([`RcSide::connect`]) and await their
+//! connect over the side channel ([`uroce_harness::connect_rc`]) and await their
 //! completions. Virtual time only.
 
 use std::cell::Cell;
 use std::rc::Rc;
 use std::time::Duration;
-use uroce_harness::{Env, JoinHandle, Node, Report, Sim, SimOob};
+use uroce_harness::{connect_rc, Env, JoinHandle, Node, Report, Sim, SimOob};
 use uroce_hca::counters::Counters;
 use uroce_hca::SharedHca;
 use uroce_sim::SharedBuffer;
 use uroce_sim::{CapturePoint, Cut, DeviceActionKind, Fabric, FabricConfig, NodeId, Scenario};
-use uroce_tests::sim_rc::{RcSide, TaskError};
 use uroce_tests::world::{cap, tuning, ALL_ACCESS};
+use uroce_verbs::connect::Endpoint;
 use uroce_verbs::{RecvWr, SendWr, WcStatus, WorkCompletion, WrOpcode};
 use uroce_wire::pcap::CaptureReader;
+
+/// What a node task fails with.
+type TaskError = Box<dyn std::error::Error>;
 
 const MS: u64 = 1_000_000;
 /// SENDs each run makes, one at a time.
@@ -108,9 +111,9 @@ async fn client(
     start: Duration,
     watch: Rc<Watch>,
 ) -> Result<Vec<WorkCompletion>, TaskError> {
-    let side = RcSide::new(&node.ctx, 256, cap(128, 1, 0), RECV_LEN, ALL_ACCESS)?;
+    let side = Endpoint::rc(&node.ctx, 256, cap(128, 1, 0), RECV_LEN, ALL_ACCESS)?;
     side.mr.write(0, &payload())?;
-    side.connect(&node.ctx, &oob, CLIENT_PSN, &tuning(), ALL_ACCESS, |_| Ok(())).await?;
+    connect_rc(&side, &node.ctx, &oob, CLIENT_PSN, &tuning(), ALL_ACCESS, |_| Ok(())).await?;
     watch.connected.set(true);
     if !start.is_zero() {
         node.env.sleep(start).await;
@@ -138,16 +141,16 @@ async fn client(
 /// of the `MESSAGES` SENDs before the client may send; takes their
 /// completions, then whatever else comes within `SETTLE`.
 async fn server(node: Node, oob: SimOob) -> Result<Received, TaskError> {
-    let side = RcSide::new(&node.ctx, 256, cap(128, 1, 0), MESSAGES * RECV_LEN, ALL_ACCESS)?;
+    let side = Endpoint::rc(&node.ctx, 256, cap(128, 1, 0), MESSAGES * RECV_LEN, ALL_ACCESS)?;
     let psn = CLIENT_PSN + 1000;
-    side.connect(&node.ctx, &oob, psn, &tuning(), ALL_ACCESS, |s| {
+    connect_rc(&side, &node.ctx, &oob, psn, &tuning(), ALL_ACCESS, |s| {
         let recvs: Vec<RecvWr> = (0..MESSAGES)
             .map(|i| RecvWr {
                 wr_id: 100 + i,
                 sg_list: vec![s.mr.sge(i * RECV_LEN, RECV_LEN as u32)],
             })
             .collect();
-        s.qp.post_recv(&recvs).map_err(|(_, e)| e.into())
+        s.qp.post_recv(&recvs).map_err(|(_, e)| e)
     })
     .await?;
     let mut completions = Vec::new();

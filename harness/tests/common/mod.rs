@@ -9,8 +9,8 @@
 
 use std::io;
 use std::time::Duration;
-use uroce_harness::{Env, Oob};
-use uroce_verbs::connect::{self, Endpoint, Remote, Tuning, ALL_ACCESS};
+use uroce_harness::{connect_rc, ConnectError, Env, Oob};
+use uroce_verbs::connect::{self, Endpoint, Tuning, ALL_ACCESS};
 use uroce_verbs::{Context, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
 
 /// Bytes per message slot.
@@ -35,6 +35,16 @@ impl From<io::Error> for AppError {
     }
 }
 
+impl From<ConnectError> for AppError {
+    fn from(e: ConnectError) -> AppError {
+        match e {
+            ConnectError::Oob(e) => AppError::Oob(e.kind()),
+            ConnectError::Verbs(e) => AppError::Verbs(format!("connect: {e}")),
+            other => AppError::Protocol(other.to_string()),
+        }
+    }
+}
+
 fn verbs<T, E: std::fmt::Display>(
     what: &str,
 ) -> impl FnOnce(Result<T, E>) -> Result<T, AppError> + '_ {
@@ -44,12 +54,15 @@ fn verbs<T, E: std::fmt::Display>(
 /// One side's verbs objects.
 pub struct Conn(Endpoint);
 
+/// Posts one receive of a slot on `side`.
+fn post_recv_on(side: &Endpoint, wr_id: u64) -> uroce_verbs::Result<()> {
+    let sge = side.mr.sge(0, SLOT);
+    side.qp.post_recv(&[RecvWr { wr_id, sg_list: vec![sge] }]).map_err(|(_, e)| e)
+}
+
 impl Conn {
     fn post_recv(&self, wr_id: u64) -> Result<(), AppError> {
-        let sge = self.0.mr.sge(0, SLOT);
-        verbs("post_recv")(
-            self.0.qp.post_recv(&[RecvWr { wr_id, sg_list: vec![sge] }]).map_err(|(_, e)| e),
-        )
+        verbs("post_recv")(post_recv_on(&self.0, wr_id))
     }
 
     fn post_send(&self, wr_id: u64, text: &str) -> Result<(), AppError> {
@@ -87,16 +100,8 @@ pub async fn connect(
     let side = Endpoint::rc(ctx, 64, connect::cap(16, 1, 0), u64::from(2 * SLOT), ALL_ACCESS);
     let conn = Conn(verbs("open")(side)?);
 
-    let hello = verbs("query_gid")(conn.0.remote(ctx, tuning.sgid_index, psn))?;
-    oob.send(&hello.to_bytes()).await?;
-    let peer = oob.recv().await?;
-    let remote = Remote::from_bytes(&peer).map_err(|e| AppError::Protocol(e.to_string()))?;
-    verbs("to_init")(connect::to_init(&conn.0.qp, ALL_ACCESS, 0))?;
-    conn.post_recv(0)?;
-    verbs("to_rts")(connect::to_rts(&conn.0.qp, Some(remote), &Tuning { sq_psn: psn, ..*tuning }))?;
-    // Both sides' receives are posted before either sends.
-    oob.send(b"ready").await?;
-    oob.recv().await?;
+    let first_recv = |side: &Endpoint| post_recv_on(side, 0);
+    connect_rc(&conn.0, ctx, oob, psn, tuning, ALL_ACCESS, first_recv).await?;
     Ok(conn)
 }
 
