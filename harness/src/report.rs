@@ -41,10 +41,17 @@ pub struct Report {
     pub counters: Vec<Counters>,
     /// The tasks that had not returned (daemons), `name (node n)`.
     pub unfinished: Vec<String>,
+    /// The tasks stopped because a `crash` with `exit` killed their node's
+    /// process: `name (node n) at <virtual time>`.
+    pub killed: Vec<String>,
 }
 
 impl Report {
-    pub(crate) fn of(world: &World<SharedHca>, unfinished: Vec<String>) -> Report {
+    pub(crate) fn of(
+        world: &World<SharedHca>,
+        unfinished: Vec<String>,
+        killed: Vec<String>,
+    ) -> Report {
         let fabric = &world.fabric;
         let mut rules = Vec::new();
         for node in 0..world.hosts.len() {
@@ -72,6 +79,7 @@ impl Report {
                 .collect(),
             counters: world.hosts.iter().map(|h| h.hca.lock().counters()).collect(),
             unfinished,
+            killed,
         }
     }
 
@@ -106,6 +114,9 @@ impl fmt::Display for Report {
                 write!(f, " first_error={:?} wr_id={}", e.status, e.wr_id)?;
             }
             writeln!(f)?;
+        }
+        if !self.killed.is_empty() {
+            writeln!(f, "killed (crash with exit): {}", self.killed.join(", "))?;
         }
         if !self.unfinished.is_empty() {
             writeln!(f, "unfinished: {}", self.unfinished.join(", "))?;

@@ -4,7 +4,7 @@ use crate::env::{Clock, SimEnv};
 use crate::oob::{self, SimOob};
 use crate::report::Report;
 use crate::world::{Stop, World, WorldBuilder};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeSet, VecDeque};
 use std::fmt;
 use std::future::Future;
@@ -93,6 +93,7 @@ impl SimBuilder {
             tasks: Vec::new(),
             queue: Arc::new(Mutex::new(WakeQueue::default())),
             failure: None,
+            killed: Vec::new(),
             seed: self.seed,
         }
     }
@@ -142,18 +143,27 @@ struct Task {
     daemon: bool,
     future: Option<Pin<Box<dyn Future<Output = ()>>>>,
     waker: Waker,
+    /// Set when its node's process was killed ([`Sim`] dropped it).
+    killed: Rc<Cell<bool>>,
 }
 
 /// A spawned task's result ([`Sim::spawn`]).
 pub struct JoinHandle<T> {
     name: String,
     slot: Rc<RefCell<Option<T>>>,
+    killed: Rc<Cell<bool>>,
 }
 
 impl<T> JoinHandle<T> {
     /// Whether the task has returned (and its output not taken yet).
     pub fn is_finished(&self) -> bool {
         self.slot.borrow().is_some()
+    }
+
+    /// Whether the task was stopped because a `crash` with `exit` killed
+    /// its node's process (its future dropped where it waited; no output).
+    pub fn was_killed(&self) -> bool {
+        self.killed.get()
     }
 
     /// Takes the task's output; an error if it has not returned (or the
@@ -245,6 +255,8 @@ pub struct Sim {
     queue: Arc<Mutex<WakeQueue>>,
     failure: Option<Failure>,
     seed: u64,
+    /// The tasks a node's exit stopped: `name (node n) at <time>`.
+    killed: Vec<String>,
 }
 
 impl Sim {
@@ -308,6 +320,7 @@ impl Sim {
         };
         let slot = Rc::new(RefCell::new(None));
         let out = slot.clone();
+        let killed = Rc::new(Cell::new(false));
         let future = f(handle);
         let id = self.tasks.len();
         let waker = Waker::from(Arc::new(TaskWaker { id, queue: self.queue.clone() }));
@@ -321,8 +334,9 @@ impl Sim {
                 *out.borrow_mut() = Some(output);
             })),
             waker,
+            killed: killed.clone(),
         });
-        JoinHandle { name: name.to_owned(), slot }
+        JoinHandle { name: name.to_owned(), slot, killed }
     }
 
     /// A lossless side channel between two nodes' tasks ([`SimOob`]).
@@ -386,7 +400,7 @@ impl Sim {
 
     /// What happened so far: firings, completions per node, the trace hash.
     pub fn report(&self) -> Report {
-        Report::of(&self.world, self.waiting())
+        Report::of(&self.world, self.waiting(), self.killed.clone())
     }
 
     /// The unfinished tasks, in spawn order.
@@ -407,6 +421,7 @@ impl Sim {
         // No task is ready: let the fabric take what they posted, then wake
         // whoever that completed at once.
         self.world.take_posted();
+        self.stop_exited();
         if self.poll_ready() {
             return Advance::Progress;
         }
@@ -422,9 +437,26 @@ impl Sim {
         // first (the fabric's event first on a tie).
         let until = timer.map_or(deadline, |t| t.min(deadline));
         self.world.advance(until, Stop::FirstEvent);
+        self.stop_exited();
         self.clock.now.set(self.world.now());
         self.clock.fire_due();
         Advance::Progress
+    }
+
+    /// Drops the tasks of every node whose process a `crash` with `exit`
+    /// killed (as SIGKILL ends a process's threads where they are): their
+    /// futures are dropped unfinished, their handles say
+    /// [`JoinHandle::was_killed`], the report lists them.
+    fn stop_exited(&mut self) {
+        for exit in self.world.take_exits() {
+            let at = Duration::from_nanos(exit.at.as_nanos());
+            for task in self.tasks.iter_mut().filter(|t| t.node == exit.node) {
+                if task.future.take().is_some() {
+                    task.killed.set(true);
+                    self.killed.push(format!("{} (node {}) at {at:?}", task.name, task.node));
+                }
+            }
+        }
     }
 
     /// Polls every task woken, in wake order; whether any was.

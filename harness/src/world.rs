@@ -23,7 +23,7 @@
 //! drives the fabric.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use uroce_device::mem::{DriverMemory, SimMemory};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::{DeviceFault, Endpoint, Hca, Instant, SharedHca};
@@ -49,8 +49,8 @@ pub fn node_gids(i: usize) -> Vec<Gid> {
 
 /// The HCA fault a scenario's device action asks for, `now` being when it
 /// is applied (a stall ends `for_ns` later). A crash's `exit` has no
-/// process to kill in the simulator (the harness does not stop the
-/// node's tasks yet: they run on against the crashed device).
+/// process to kill in the simulator: the world's handler records it
+/// ([`World::take_exits`]) and [`crate::Sim`] stops the node's tasks.
 pub fn device_fault(action: &DeviceAction, now: Instant) -> DeviceFault {
     let (qpn, count) = (action.qpn, action.count);
     match action.kind {
@@ -92,9 +92,32 @@ pub struct World<E: Endpoint = SharedHca> {
     pub fabric: Fabric<E>,
     /// The nodes, by id.
     pub hosts: Vec<Host>,
+    /// The nodes whose process a `crash` with `exit` killed, not taken yet
+    /// ([`World::take_exits`]).
+    pub exits: Exits,
 }
 
+/// A node whose device crashed with `exit`: on the real runtime the
+/// process dies (SIGKILL); in the simulator its tasks stop
+/// ([`crate::Sim`] drops them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exit {
+    /// The node.
+    pub node: usize,
+    /// When its device crashed.
+    pub at: Instant,
+}
+
+/// The exits the world's device-fault handler records.
+pub type Exits = Arc<Mutex<Vec<Exit>>>;
+
 impl<E: Endpoint> World<E> {
+    /// The nodes a `crash` with `exit` killed since the last call, in
+    /// order.
+    pub fn take_exits(&self) -> Vec<Exit> {
+        std::mem::take(&mut *self.exits.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// The current virtual time.
     pub fn now(&self) -> Instant {
         self.fabric.now()
@@ -204,17 +227,23 @@ impl<'a> WorldBuilder<'a> {
         let mut endpoints: Vec<E> = hosts.iter().map(endpoint).collect();
         endpoints.extend(extra(&hosts));
         let mut fabric = Fabric::new(self.fabric, endpoints);
+        let exits = Exits::default();
         if !ports.is_empty() {
             fabric = fabric.with_ports(ports);
             let hcas: Vec<SharedHca> = hosts.iter().map(|h| h.hca.clone()).collect();
+            let exits = exits.clone();
             fabric.set_device_fault_handler(Box::new(move |_, node: NodeId, now, action| {
                 if let Some(hca) = hcas.get(node.0) {
                     // A fault on a QP gone meanwhile is refused: nothing to do.
                     let _ = hca.lock().inject_fault(now, device_fault(action, now));
                     hca.notify_if_events();
+                    if action.kind == DeviceActionKind::Crash && action.exit {
+                        let mut exits = exits.lock().unwrap_or_else(|e| e.into_inner());
+                        exits.push(Exit { node: node.0, at: now });
+                    }
                 }
             }));
         }
-        World { fabric, hosts }
+        World { fabric, hosts, exits }
     }
 }

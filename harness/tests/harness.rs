@@ -73,6 +73,61 @@ fn a_link_down_for_good_is_retry_exceeded_at_the_client() {
     });
 }
 
+/// The server's process dies (a `crash` with `exit`) when its 5th SEND
+/// message arrives.
+const SERVER_DIES: &str = r#"
+[scenario]
+name = "server-dies"
+summary = "the server process is killed when its 5th SEND message arrives"
+
+[[rule]]
+name = "die"
+role = "server"
+dir = "in"
+class = "send"
+message = 5
+nth = 1
+action = "crash"
+"#;
+
+#[test]
+fn a_crash_with_exit_stops_the_nodes_tasks_and_the_peer_runs_out_of_retries() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let scenario = Scenario::parse(SERVER_DIES, "inline")?;
+        let mut sim = Sim::builder(seed).scenario(scenario).role(0, "server").build();
+        let (a, b) = sim.oob_pair(0, 1);
+        let t = Tuning::with_timeout(8);
+        // Not a daemon: the run waits for it, so only its node's exit ends it.
+        let server = sim
+            .spawn(0, "server", move |node| async move { serve(&node.ctx, &a, ROUNDS, &t).await });
+        // A second task on the dying node, sleeping: stopped too.
+        let sleeper = sim.spawn(0, "sleeper", |node| async move {
+            node.env.sleep(Duration::from_secs(5)).await;
+        });
+        let client = sim.spawn(1, "client", move |node| async move {
+            run_client(&node.ctx, &b, &node.env, ROUNDS, THINK, &t).await
+        });
+        let report = sim.run(Duration::from_secs(10))?;
+        // The 5th request killed the server's process: both its tasks
+        // stopped where they waited, neither returned.
+        assert!(server.was_killed() && sleeper.was_killed(), "{report}");
+        assert!(server.output().is_err() && sleeper.output().is_err());
+        assert_eq!(report.killed.len(), 2, "{report}");
+        assert!(report.killed[0].starts_with("server (node 0) at "), "{report}");
+        assert!(report.killed[1].starts_with("sleeper (node 0) at "), "{report}");
+        assert!(report.unfinished.is_empty(), "{report}");
+        assert_eq!(report.fired_at(0, "die"), 1, "{report}");
+        // The client's 5th request meets silence: retry exceeded, as the
+        // library's peer-crash expects; its own task ran to the end.
+        assert!(!client.was_killed());
+        let out = client.output()?;
+        assert_eq!(out, Err(AppError::Completion(WcStatus::RetryExcErr)), "{report}");
+        let first = report.completions[1].first_error().expect("an error");
+        assert_eq!((first.status, first.wr_id), (WcStatus::RetryExcErr, 4));
+        Ok(())
+    });
+}
+
 #[test]
 fn injected_rnr_naks_reach_the_hcas_through_the_world_and_are_survived() {
     check!(|seed| -> Result<(), Box<dyn std::error::Error>> {

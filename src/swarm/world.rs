@@ -119,7 +119,7 @@ impl Sim {
                 builder = builder.role(*node, role);
             }
         }
-        let World { mut fabric, hosts } = builder.build_with(
+        let World { mut fabric, hosts, .. } = builder.build_with(
             |host| Member::Hca(host.hca.clone()),
             |hosts| {
                 let Some(id) = adversary else { return Vec::new() };

@@ -124,7 +124,7 @@ impl Wqes {
         }
         let guards: Vec<Arc<GuardedMemory>> =
             (0..2).map(|_| Arc::new(GuardedMemory::new(64 << 20))).collect();
-        let World { fabric, hosts } = WorldBuilder::new(2, config)
+        let World { fabric, hosts, .. } = WorldBuilder::new(2, config)
             .hca_config(super::node::config())
             .memory(|i| guards[i].clone())
             .build_with(
