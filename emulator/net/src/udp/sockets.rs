@@ -169,7 +169,8 @@ impl UdpSockets {
 
     /// Sends the batched packets (UDP payloads), one group per source
     /// port: with `sendmmsg`, or with offload, runs of equal-sized packets
-    /// to one destination as single GSO sends.
+    /// to one destination as single GSO sends; in each group, in the
+    /// batch's order (requests before responses).
     pub(super) fn send(
         &mut self,
         batch: &mut TxBatch,
@@ -220,6 +221,12 @@ impl UdpSockets {
                 }
                 let mut gso_sent = false;
                 if j - i > 1 {
+                    // The singles before this run leave first: a run sent
+                    // ahead of them would put a message's packets out of
+                    // order (a READ response's second MIDDLE, alone between
+                    // two runs, arrived after the rest: a go-back each).
+                    send_all(socket, scratch, &singles, stats);
+                    singles.clear();
                     stats.tx_calls += 1;
                     let mut parts = [&bytes[..0]; sys::MAX_SEGMENT_PARTS];
                     for (part, p) in parts.iter_mut().zip(&packets[i..j]) {
@@ -320,5 +327,41 @@ mod tests {
         let n = peer.recv(&mut buf).expect("the second frame arrived");
         assert_eq!(&buf[..n], b"second");
         assert_eq!(stats.tx_errors, 1, "the earlier frame's error, counted once");
+    }
+
+    /// One READ response's packets as the HCA emits them: FIRST and LAST
+    /// carry an AETH (4 bytes more) than the MIDDLEs, so with offload they
+    /// make GSO runs with singles between them.
+    #[test]
+    fn gso_runs_and_singles_leave_in_the_batchs_order() {
+        let here: IpAddr = "127.161.201.1".parse().unwrap();
+        let there: IpAddr = "127.161.201.2".parse().unwrap();
+        let peer = UdpSocket::bind(SocketAddr::new(there, ROCEV2_UDP_PORT)).unwrap();
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        let (mut sockets, _) = UdpSockets::open(here, true).unwrap();
+        let mut batch = TxBatch::default();
+        let sizes = [1028, 1024, 1024, 1028, 1028, 1024, 1024, 1028, 1028, 1024, 1024, 1028];
+        for (n, len) in sizes.iter().enumerate() {
+            let mut bytes = vec![0u8; *len];
+            bytes[0] = n as u8;
+            let leaving = super::super::transport::Leaving {
+                destination: there,
+                kind: PacketKind::Response,
+                source_port: ROCEV2_UDP_PORT,
+            };
+            batch.push(&bytes, leaving);
+        }
+        let mut stats = UdpStats::default();
+        sockets.send(&mut batch, &mut stats, &mut sys::SendScratch::new());
+        let mut order = Vec::new();
+        let mut buf = [0u8; 2048];
+        for _ in 0..sizes.len() {
+            let n = peer.recv(&mut buf).expect("every packet arrives");
+            order.push((buf[0], n));
+        }
+        let sent: Vec<(u8, usize)> = sizes.iter().enumerate().map(|(n, l)| (n as u8, *l)).collect();
+        assert_eq!(order, sent, "{stats:?}");
+        assert_eq!(stats.tx_gso_refused, 0, "offload refused: the test proves nothing");
+        assert!(stats.tx_calls < sizes.len() as u64, "no GSO run was sent: {stats:?}");
     }
 }
