@@ -95,8 +95,13 @@ impl QpStep<'_> {
         if (position(start), resume_pkts) >= (position(qp.req.index), qp.req.sent_pkts) {
             return;
         }
-        // Every go-back, whatever caused it (rxe's completer_retry_err).
-        self.dev.counters.completer_retry_err += 1;
+        // rxe's completer_retry_err counts the go-backs of its
+        // COMPST_ERROR_RETRY (a timeout, a sequence NAK, a response ahead
+        // of the one expected), not those after an RNR NAK's wait
+        // (COMPST_RNR_RETRY: rcvd_rnr_err counts those NAKs).
+        if cause != GoBackCause::RnrNak {
+            self.dev.counters.completer_retry_err += 1;
+        }
         let qpn = qp.qpn;
         let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
         // start is at or before end, both within [consumer, fetched].
