@@ -450,12 +450,4 @@ pub(super) fn tuning(mtu: Mtu) -> Tuning {
     }
 }
 
-pub(super) fn cap(wr: u32, sge: u32, inline: u32) -> QpCap {
-    QpCap {
-        max_send_wr: wr,
-        max_recv_wr: wr,
-        max_send_sge: sge,
-        max_recv_sge: sge,
-        max_inline_data: inline,
-    }
-}
+pub(super) use uroce_verbs::connect::cap;
