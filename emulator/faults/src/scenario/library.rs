@@ -53,4 +53,28 @@ mod tests {
         }
         assert!(Scenario::load("no-such").unwrap_err().message.contains("lost-ack"));
     }
+
+    /// `[expect]` (no role) holds for every process whatever its traffic:
+    /// a counter there only beside the error that implies it (the
+    /// side-specific ones are in `[expect.server]`/`[expect.client]`); a
+    /// role table states its outcome (or the role's exit); every table
+    /// says what a correct program sees.
+    #[test]
+    fn expectations_are_per_role_where_they_depend_on_the_side() {
+        use crate::scenario::Outcome;
+        for name in NAMES {
+            let s = Scenario::load(name).unwrap();
+            let common = &s.expect.common;
+            assert!(
+                common.min_counters.is_empty() || common.outcome == Some(Outcome::Error),
+                "{name}: [expect] asserts {:?} of every process",
+                common.min_counters
+            );
+            assert!(common.observe.is_some(), "{name}: [expect] has no observe");
+            for (role, e) in &s.expect.roles {
+                assert!(["server", "client"].contains(&role.as_str()), "{name}: role {role}");
+                assert!(e.outcome.is_some() || e.exit.is_some(), "{name}: [expect.{role}]");
+            }
+        }
+    }
 }
