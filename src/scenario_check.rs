@@ -4,8 +4,8 @@
 //! compared against the scenario's `[expect]` for the run's role.
 //!
 //! A report line is `<wall clock µs since the epoch> <line>`, the line one
-//! of: `scenario <name> <addr> 0 loaded from ...` (a device opened: its
-//! device clock starts at that wall clock), `scenario <addr> <µs> rule ...
+//! of: `scenario <name> <addr> loaded at_us=0 from ...` (a device opened:
+//! its device clock, µs since it opened, starts at that wall clock), `scenario <addr> <µs> rule ...
 //! fired ...` (a firing, in device µs), `scenario <addr> <µs> crash: ...`,
 //! and the summary (`scenario <name> <addr> completions ...`, `... counters
 //! k=v ...`, `... runtime_counters k=v ...`, `... async_events total=N
@@ -124,7 +124,10 @@ impl Report {
             // other process of a shared report may have opened its device
             // before this run started.
             let what = rest.splitn(4, ' ').nth(3).unwrap_or("");
-            if let (Ok(addr), true) = (t[2].parse::<IpAddr>(), what.starts_with("0 loaded ")) {
+            // `loaded at_us=0 from ...` (`0 loaded from ...` before it was
+            // labelled).
+            let loaded = what.starts_with("loaded ") || what.starts_with("0 loaded ");
+            if let (Ok(addr), true) = (t[2].parse::<IpAddr>(), loaded) {
                 base.insert(addr, wall);
                 continue;
             }
@@ -421,7 +424,7 @@ mod tests {
     use super::*;
 
     const REPORT: &str = "\
-1000000 scenario x 10.0.0.1 0 loaded from library seed 0
+1000000 scenario x 10.0.0.1 loaded at_us=0 from library seed 0
 1000000 scenario x 10.0.0.2 0 loaded from library seed 0
 1500000 scenario 10.0.0.2 500000 rule down fired 1: link_down on in SEND_ONLY
 2100000 scenario x 10.0.0.1 completions success=9 errors=2 IBV_WC_RETRY_EXC_ERR=1 IBV_WC_WR_FLUSH_ERR=1 first_error=IBV_WC_RETRY_EXC_ERR qp=0x000011 wr_id=9 at_us=1040000
