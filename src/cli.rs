@@ -42,9 +42,10 @@ enum Command {
     /// `--check` compares it with the scenario's `[expect]`.
     Run(crate::run::RunArgs),
     /// The fault scenarios shipped with uroce: `uroce scenarios` lists
-    /// them, `uroce scenarios NAME` prints one (its rules and what a
-    /// correct program observes), `uroce scenarios --check FILE...`
-    /// checks scenario files (a malformed one: its file, line and column).
+    /// them (marking roles and params), `uroce scenarios NAME` prints one
+    /// (its rules, what a correct program observes, how to run it),
+    /// `uroce scenarios --check FILE|NAME...` validates scenarios as `uroce
+    /// run --scenario` does (a malformed file: its file, line and column).
     Scenarios(crate::scenarios::ScenariosArgs),
     /// Decode a RoCEv2 capture (pcap or pcapng): one line per frame.
     ///

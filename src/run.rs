@@ -35,27 +35,30 @@ pub struct RunArgs {
     /// Run a fault scenario at the device's port (UROCE_SCENARIO): a
     /// library name (`uroce scenarios`) or a file. The program then runs as
     /// a child; when it ends, a summary of the scenario's report is printed.
+    /// The variables do what the flags do (a flag wins over its variable);
+    /// the flags below need a scenario from one or the other.
     #[arg(long, value_name = "NAME|FILE")]
     pub scenario: Option<String>,
     /// The scenario engine's seed (UROCE_SCENARIO_SEED; default the file's).
-    #[arg(long, value_name = "N", requires = "scenario")]
+    #[arg(long, value_name = "N")]
     pub scenario_seed: Option<u64>,
     /// Override one of the scenario's [params] (UROCE_SCENARIO_PARAMS;
     /// repeatable).
-    #[arg(long = "param", value_name = "K=V", requires = "scenario")]
+    #[arg(long = "param", value_name = "K=V")]
     pub params: Vec<String>,
     /// This process's role (UROCE_SCENARIO_ROLE): rules with a `role`
     /// apply only to it, and `--check` uses `[expect.ROLE]` when there is one.
-    #[arg(long, value_name = "R", requires = "scenario")]
+    #[arg(long, value_name = "R")]
     pub role: Option<String>,
     /// Where the device writes the scenario's report (UROCE_SCENARIO_REPORT;
     /// default a temporary file). Runs that share one see each other's
     /// firings (`within_ms` measures from the earliest).
-    #[arg(long, value_name = "FILE", requires = "scenario")]
+    #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Compare what happened with the scenario's [expect] (for --role):
-    /// exit status 3 and the failed expectation named when it differs.
-    #[arg(long, requires = "scenario")]
+    /// Compare what happened with the scenario's [expect] (for --role), and
+    /// that a rule fired: exit status 3 and the failed expectation named
+    /// when it differs.
+    #[arg(long)]
     pub check: bool,
     /// The program and its arguments (after `--`).
     #[arg(
@@ -157,13 +160,42 @@ fn variables(args: &RunArgs) -> Vec<(&'static str, OsString)> {
 /// The exit status `uroce run --check` returns when an expectation fails.
 pub const CHECK_FAILED: i32 = 3;
 
+/// A variable's value, `None` when unset or blank (as the device reads it).
+fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 /// Runs `uroce run`: returns only on failure (the program replaces it).
 pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
     let mut vars = variables(args);
-    // Under a scenario the device reports to a file we read afterwards.
+    // A scenario from `--scenario` or, as the device reads it,
+    // `UROCE_SCENARIO`: the other flags and variables go with either.
+    let scenario = args.scenario.is_some() || env_var("UROCE_SCENARIO").is_some();
+    if !scenario {
+        let given = [
+            (args.scenario_seed.is_some(), "--scenario-seed"),
+            (!args.params.is_empty(), "--param"),
+            (args.role.is_some(), "--role"),
+            (args.report.is_some(), "--report"),
+            (args.check, "--check"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+            let _ = writeln!(
+                err,
+                "uroce run: {flag} is for a fault scenario: give --scenario NAME|FILE (or set \
+                 UROCE_SCENARIO)"
+            );
+            return 2;
+        }
+    }
+    // Under a scenario the device reports to a file we read afterwards:
+    // `--report`, else UROCE_SCENARIO_REPORT, else a temporary one.
+    let mut report = None;
     let mut temp_report = None;
-    if args.scenario.is_some() {
-        let report = args.report.clone().unwrap_or_else(|| {
+    if scenario {
+        let named =
+            args.report.clone().or_else(|| env_var("UROCE_SCENARIO_REPORT").map(PathBuf::from));
+        let path = named.unwrap_or_else(|| {
             let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
@@ -172,7 +204,8 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
             temp_report = Some(path.clone());
             path
         });
-        vars.push(("UROCE_SCENARIO_REPORT", report.into()));
+        vars.push(("UROCE_SCENARIO_REPORT", path.clone().into()));
+        report = Some(path);
     }
     // The configuration the library will read, checked now: a mistake is
     // reported here rather than as a program that finds no device.
@@ -188,18 +221,12 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
         }
     };
     if let Some(sc) = &config.scenario {
-        let unknown = crate::scenario_check::unknown_counters(
-            sc.scenario.expect.for_role(sc.role.as_deref()),
-        );
-        if !unknown.is_empty() {
-            let _ = writeln!(
-                err,
-                "uroce run: scenario {}: [expect] names counters neither the HCA nor the runtime has: {} (known: {})",
-                sc.scenario.origin,
-                unknown.join(", "),
-                crate::scenario_check::counter_names().join(", ")
-            );
+        if let Err(e) = crate::scenario_check::validate(&sc.scenario) {
+            let _ = writeln!(err, "uroce run: {e}");
             return 2;
+        }
+        for warning in crate::scenario_check::role_warnings(&sc.scenario, sc.role.as_deref()) {
+            let _ = writeln!(err, "uroce run: {warning}");
         }
     }
     let dir = match library().and_then(|lib| library_dir(&lib)) {
@@ -216,14 +243,18 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
     }
     let mut command = std::process::Command::new(&args.program[0]);
     command.args(&args.program[1..]).env("LD_LIBRARY_PATH", path).envs(vars);
-    if let Some(sc) = config.scenario {
-        let report = temp_report.clone().or_else(|| args.report.clone()).expect("set above");
+    if let (Some(sc), Some(report)) = (config.scenario, report) {
+        let sharing = if temp_report.is_some() {
+            crate::scenario_check::Sharing::Own
+        } else {
+            crate::scenario_check::Sharing::Named
+        };
         let code = crate::scenario_run::spawn_and_summarize(
             command,
             &args.program[0],
             &sc,
             config.addr,
-            &report,
+            (&report, sharing),
             args.check,
             err,
         );

@@ -4,7 +4,8 @@
 //! `[expect]` (see [`crate::scenario_check`]).
 
 use crate::scenario_check::{
-    after_firing, check, signal_name, DeviceSummary, Ended, Fired, Report,
+    after_firing, check, plural, signal_name, why_no_firing, DeviceSummary, Ended, Fired, Report,
+    Sharing,
 };
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -92,15 +93,18 @@ impl Drop for Forwarding {
 /// Runs `command` to its end, prints the summary (and the check), and
 /// returns `uroce run`'s exit status: the program's (128 + the signal when
 /// one killed it), or [`crate::run::CHECK_FAILED`] when `--check` fails.
+/// `report`: the report's path, and whether it was named (so perhaps
+/// shared with the peer's run) or is this run's own.
 pub fn spawn_and_summarize(
     mut command: Command,
     program: &OsString,
     sc: &ScenarioConfig,
     addr: IpAddr,
-    report_path: &Path,
+    report: (&Path, Sharing),
     check_it: bool,
     err: &mut dyn Write,
 ) -> i32 {
+    let (report_path, sharing) = report;
     let name = Path::new(program)
         .file_name()
         .map_or_else(|| program.to_string_lossy(), |n| n.to_string_lossy())
@@ -145,11 +149,10 @@ pub fn spawn_and_summarize(
     let role = sc.role.as_deref().map_or(String::new(), |r| format!(" role {r}"));
     let first = report.firings.first().map_or(0, |f| f.wall_us);
     out.push(format!(
-        "{p} scenario {} seed {}{role} at {addr}: {} firing{} in {}",
+        "{p} scenario {} seed {}{role} at {addr}: {} in {}",
         s.name,
         sc.seed,
-        report.firings.len(),
-        if report.firings.len() == 1 { "" } else { "s" },
+        plural(report.firings.len(), "firing"),
         report_path.display()
     ));
     for f in report.firings.iter().take(FIRINGS_SHOWN) {
@@ -179,11 +182,35 @@ pub fn spawn_and_summarize(
     let mut failed = false;
     if check_it {
         let expect = s.expect.for_role(sc.role.as_deref());
-        let verdicts = check(expect, summary.as_ref(), &report.firings, ended);
+        let why = why_no_firing(s, sc.role.as_deref(), addr, sharing, &report);
+        let verdicts = check(expect, summary.as_ref(), &report.firings, ended, &why);
         let table = match sc.role.as_deref() {
             Some(r) if s.expect.roles.iter().any(|(n, _)| n == r) => format!("[expect.{r}]"),
             _ => "[expect]".to_owned(),
         };
+        // A scenario with rules is expected to have done something: a
+        // firing in the report (this run's devices, or the peer's when
+        // the report is shared).
+        let mut count = verdicts.len();
+        if !s.rules.is_empty() {
+            count += 1;
+            match report.firings.first() {
+                Some(f) => out.push(format!(
+                    "{p} check ok: a rule fired: {} (the first: {} at {})",
+                    plural(report.firings.len(), "firing"),
+                    f.text.split(':').next().unwrap_or(""),
+                    f.addr
+                )),
+                None => {
+                    failed = true;
+                    out.push(format!(
+                        "{p} check FAILED: no rule of scenario {} fired (0 firings in {}): {why}",
+                        s.name,
+                        report_path.display()
+                    ));
+                }
+            }
+        }
         for v in &verdicts {
             if v.ok {
                 out.push(format!("{p} check ok: {}: {}", v.expected, v.seen));
@@ -198,7 +225,7 @@ pub fn spawn_and_summarize(
         out.push(if failed {
             format!("{p} check: {} failed", s.name)
         } else {
-            format!("{p} check: {} passed ({} expectations)", s.name, verdicts.len())
+            format!("{p} check: {} passed ({})", s.name, plural(count, "expectation"))
         });
     }
     for line in out {

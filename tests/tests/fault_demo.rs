@@ -157,7 +157,7 @@ fn remote_access_error_fails_the_write_flushes_the_rest_and_cleans_up() {
     let out = server.output();
     let line = out.lines().find(|l| l.contains("check ok: async_event")).unwrap_or("");
     assert!(line.ends_with(" ms after the first firing)") && line.contains("(+"), "{line}");
-    has(&server, "server", "check: remote-access-error passed (4 expectations)");
+    has(&server, "server", "check: remote-access-error passed (5 expectations)");
     // The client's QP went to ERR by the NAK, not by an error of its own:
     // no asynchronous event beyond the port's.
     has(&client, "client", "uroce run: async events IBV_EVENT_PORT_ACTIVE=1\n");

@@ -21,17 +21,19 @@ fn scenario_cli_child() {
 
 /// `uroce run --addr ADDR FLAGS -- PROGRAM...` as a child process.
 fn run(addr: &str, flags: &[&str], program: &[&str]) -> Running {
+    run_env(addr, flags, program, &[])
+}
+
+/// [`run`] with more variables in its environment.
+fn run_env(addr: &str, flags: &[&str], program: &[&str], env: &[(&str, String)]) -> Running {
     let lib = ibverbs::library().expect("cargo builds libibverbs.so beside the tests");
     let mut args = vec!["run", "--addr", addr];
     args.extend_from_slice(flags);
     args.push("--");
     args.extend_from_slice(program);
-    child::spawn(
-        "scenario_cli_child",
-        CHILD_ENV,
-        &args,
-        &[("UROCE_LIBIBVERBS", lib.display().to_string())],
-    )
+    let mut vars = vec![("UROCE_LIBIBVERBS", lib.display().to_string())];
+    vars.extend(env.iter().cloned());
+    child::spawn("scenario_cli_child", CHILD_ENV, &args, &vars)
 }
 
 /// The `uroce` wrapper script in `dir` (this test binary as the command).
@@ -49,9 +51,21 @@ fn pair(
     server_program: &[&str],
     client_program: &[&str],
 ) -> (Finished, Finished) {
+    let (server, client) =
+        ((server_flags, server_program, &[][..]), (client_flags, client_program, &[][..]));
+    pair_env(net, port, server, client)
+}
+
+/// A side of [`pair_env`]: its flags, its program, its variables.
+type Side<'a> = (&'a [&'a str], &'a [&'a str], &'a [(&'a str, String)]);
+
+/// [`pair`] with each side's variables.
+fn pair_env(net: &str, port: u16, server: Side<'_>, client: Side<'_>) -> (Finished, Finished) {
+    let ((server_flags, server_program, server_env), (client_flags, client_program, client_env)) =
+        (server, client);
     let (server_addr, client_addr) = (format!("{net}.1"), format!("{net}.2"));
     let deadline = Instant::now() + Duration::from_secs(30);
-    let server = run(&server_addr, server_flags, server_program);
+    let server = run_env(&server_addr, server_flags, server_program, server_env);
     let t0 = Instant::now();
     while !ibverbs::listening(port) {
         assert!(t0.elapsed() < Duration::from_secs(15), "the server never listened");
@@ -59,7 +73,7 @@ fn pair(
     }
     let mut program = client_program.to_vec();
     program.push(&server_addr);
-    let client = run(&client_addr, client_flags, &program);
+    let client = run_env(&client_addr, client_flags, &program, client_env);
     let client = client.finish(deadline);
     let server = server.finish(deadline);
     (server, client)
@@ -93,9 +107,10 @@ fn lost_ack_on_two_uroce_pingpongs_passes_the_check_and_prints_the_summary() {
         assert!(e.contains("uroce run:   IBV_EVENT_PORT_ACTIVE port=1 ("), "{who}: {e}");
         assert!(e.contains("uroce run: runtime_counters "), "{who}: {e}");
         assert!(e.contains(" rx_datagrams="), "{who}: {e}");
+        assert!(e.contains("uroce run: check ok: a rule fired: 1 firing (the first: rule lost-ack fired 1 at 127.172.1."), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: outcome = \"success\""), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: completer_retry_err >= 1"), "{who}: {e}");
-        assert!(e.contains("uroce run: check: lost-ack passed (2 expectations)"), "{who}: {e}");
+        assert!(e.contains("uroce run: check: lost-ack passed (3 expectations)"), "{who}: {e}");
     }
 }
 
@@ -117,7 +132,7 @@ fn retry_exceeded_fails_the_program_and_the_check_passes() {
     assert!(e.contains("check ok: outcome = \"error\""), "{e}");
     assert!(e.contains("check ok: status = \"IBV_WC_RETRY_EXC_ERR\""), "{e}");
     assert!(e.contains("check ok: within_ms = 1600: "), "{e}");
-    assert!(e.contains("uroce run: check: retry-exceeded passed (3 expectations)"), "{e}");
+    assert!(e.contains("uroce run: check: retry-exceeded passed (4 expectations)"), "{e}");
     // Measured across the two processes: 8 ACK timeouts of 67 ms.
     let ms: f64 = e
         .split("within_ms = 1600: ")
@@ -334,5 +349,173 @@ fn ibv_rc_pingpong_under_retry_exceeded_fails_and_the_check_passes() {
     assert!(e.contains("127.172.5.1 rule down fired 1: link_down"), "the server's firing: {e}");
     assert!(e.contains("check ok: status = \"IBV_WC_RETRY_EXC_ERR\""), "{e}");
     assert!(e.contains("check ok: within_ms = 1600"), "{e}");
-    assert!(e.contains("uroce run: check: retry-exceeded passed (3 expectations)"), "{e}");
+    assert!(e.contains("uroce run: check: retry-exceeded passed (4 expectations)"), "{e}");
+}
+
+/// The variables do what the flags do: `UROCE_SCENARIO` with `uroce run
+/// --check` (the report a temporary one), with `UROCE_SCENARIO_REPORT`
+/// (that file), and a flag wins over its variable.
+#[test]
+fn the_env_variables_do_what_the_flags_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let uroce = wrapper(dir.path());
+    let report = dir.path().join("client.report").display().to_string();
+    let program = uroce_pingpong(&uroce, "18940", &["-n", "100"]);
+    let server_env = [("UROCE_SCENARIO", "lost-ack".to_owned())];
+    let client_env =
+        [("UROCE_SCENARIO", "lost-ack".to_owned()), ("UROCE_SCENARIO_REPORT", report.clone())];
+    let (server, client) = pair_env(
+        "127.202.1",
+        18940,
+        (&["--check"], &program, &server_env),
+        (&["--check"], &program, &client_env),
+    );
+    for (who, end) in [("server", &server), ("client", &client)] {
+        let e = &end.stderr;
+        assert_eq!(end.code, Some(0), "{who}: {end:#?}");
+        assert!(e.contains("uroce run: scenario lost-ack seed 0 at 127.202.1."), "{who}: {e}");
+        assert!(e.contains("rule lost-ack fired 1: drop"), "{who}: {e}");
+        assert!(e.contains("uroce run: check: lost-ack passed (3 expectations)"), "{who}: {e}");
+    }
+    assert!(server.stderr.contains(": 1 firing in /"), "{}", server.stderr);
+    assert!(client.stderr.contains(&format!(": 1 firing in {report}\n")), "{}", client.stderr);
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("127.202.1.2 loaded at_us=0 from library:lost-ack seed 0"), "{text}");
+    assert!(text.contains("rule lost-ack fired 1"), "{text}");
+    // --scenario wins over UROCE_SCENARIO.
+    let wrong = [("UROCE_SCENARIO", "no-such-scenario".to_owned())];
+    let end = run_env("127.202.1.3", &["--scenario", "lost-ack"], &["true"], &wrong)
+        .finish(Instant::now() + Duration::from_secs(20));
+    assert_eq!(end.code, Some(0), "{end:#?}");
+    assert!(end.stderr.contains("uroce run: scenario lost-ack seed 0 at 127.202.1.3"), "{end:#?}");
+    // UROCE_SCENARIO alone makes --check valid; a program that opens no
+    // device fails it, saying so.
+    let lost = [("UROCE_SCENARIO", "lost-ack".to_owned())];
+    let end = run_env("127.202.1.3", &["--check"], &["true"], &lost)
+        .finish(Instant::now() + Duration::from_secs(20));
+    assert_eq!(end.code, Some(3), "{end:#?}");
+    assert!(
+        end.stderr.contains("check FAILED: no rule of scenario lost-ack fired (0 firings in /")
+            && end.stderr.contains("): no device opened at 127.202.1.3 (the program opened none)"),
+        "{end:#?}"
+    );
+}
+
+/// `--check` fails when no rule fired, naming why: here the program's
+/// traffic (no atomics for duplicate-atomics), a param that sets the
+/// firing point (lost-last-ack's `messages`), a role the rules need, a
+/// report not shared.
+#[test]
+fn check_fails_when_no_rule_fired_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let uroce = wrapper(dir.path());
+    let report = dir.path().join("report.txt").display().to_string();
+    let program = uroce_pingpong(&uroce, "18941", &["-n", "50"]);
+    let flags = ["--scenario", "duplicate-atomics", "--check"];
+    let (server, client) = pair("127.202.2", 18941, &flags, &flags, &program, &program);
+    for (who, end) in [("server", &server), ("client", &client)] {
+        let e = &end.stderr;
+        assert_eq!(end.code, Some(3), "{who}: {end:#?}");
+        assert!(e.contains("uroce run: uroce exited with status 0"), "{who}: {e}");
+        assert!(
+            e.contains("check FAILED: no rule of scenario duplicate-atomics fired (0 firings in /"),
+            "{who}: {e}"
+        );
+        assert!(
+            e.contains(
+                "the program's traffic never reached a rule's firing point on this device \
+                 (twice matched 0 packets); the report is this process's own: share one \
+                 --report between the processes to see the peer's firings\n"
+            ),
+            "{who}: {e}"
+        );
+        assert!(e.contains("uroce run: check: duplicate-atomics failed"), "{who}: {e}");
+    }
+    // lost-last-ack's rule fires at ACK `messages` (1000): 50 messages
+    // never reach it. The report is shared: not a reason.
+    let program = uroce_pingpong(&uroce, "18942", &["-n", "50"]);
+    let flags = ["--scenario", "lost-last-ack", "--report", &report, "--check"];
+    let (server, client) = pair("127.202.3", 18942, &flags, &flags, &program, &program);
+    for (who, end) in [("server", &server), ("client", &client)] {
+        let e = &end.stderr;
+        assert_eq!(end.code, Some(3), "{who}: {end:#?}");
+        assert!(
+            e.contains(&format!(
+                "check FAILED: no rule of scenario lost-last-ack fired (0 firings in {report}): \
+                 param messages = 1000 sets where rule(s) last-ack fire: set it for your program \
+                 (--param messages=N); the program's traffic never reached a rule's firing \
+                 point on this device (last-ack matched "
+            )),
+            "{who}: {e}"
+        );
+        assert!(!e.contains("--report between"), "{who}: {e}");
+    }
+}
+
+#[test]
+fn a_role_the_rules_need_is_warned_of_at_load() {
+    let (code, err) =
+        uroce_in_process(&["run", "--scenario", "remote-access-error", "--check", "--", "true"]);
+    assert_eq!(code, 3, "{err}");
+    let warning = "uroce run: scenario remote-access-error: rule(s) bad-key apply only to role \
+                   server; this process has no role (--role server|client)\n";
+    assert!(err.starts_with(warning), "{err}");
+    assert!(
+        err.contains("check FAILED: no rule of scenario remote-access-error fired (0 firings in /")
+            && err.contains(
+                ": no device opened at 127.0.0.1 (the program opened none); rule(s) \
+                 bad-key apply only to role server; this process has no role"
+            ),
+        "{err}"
+    );
+    assert!(err.contains("saw no firing in the report (no device opened"), "{err}");
+    // A role the scenario does not know.
+    let (code, err) = uroce_in_process(&[
+        "run",
+        "--scenario",
+        "remote-access-error",
+        "--role",
+        "srever",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.starts_with(
+            "uroce run: scenario remote-access-error: no rule and no [expect.<role>] names role \
+             srever (the known roles: server, client)\n"
+        ),
+        "{err}"
+    );
+    // The roles it knows: no warning.
+    for role in ["server", "client"] {
+        let args = ["run", "--scenario", "remote-access-error", "--role", role, "--", "true"];
+        let (_, err) = uroce_in_process(&args);
+        assert!(err.starts_with("uroce run: true exited"), "{role}: {err}");
+    }
+}
+
+#[test]
+fn a_scenario_without_rules_or_expectations_checks_what_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    // Rules, no [expect]: the one expectation is that a rule fired.
+    let rules = dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[scenario]\nname = \"quiet\"\nsummary = \"s\"\n\n[[rule]]\nname = \"r\"\n\
+         action = \"drop\"\n",
+    )
+    .unwrap();
+    let rules = rules.display().to_string();
+    let (code, err) = uroce_in_process(&["run", "--scenario", &rules, "--check", "--", "true"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("check FAILED: no rule of scenario quiet fired"), "{err}");
+    assert!(err.contains("uroce run: check: quiet failed"), "{err}");
+    // No rules: nothing is expected to fire.
+    let none = dir.path().join("none.toml");
+    std::fs::write(&none, "[scenario]\nname = \"none\"\nsummary = \"s\"\n").unwrap();
+    let none = none.display().to_string();
+    let (code, err) = uroce_in_process(&["run", "--scenario", &none, "--check", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("uroce run: check: none passed (0 expectations)"), "{err}");
 }

@@ -153,7 +153,7 @@ fn lost_ack_costs_one_retransmission_logged_once_and_commented_in_the_capture() 
             && firing.contains("from 127.161.1.2"),
         "{firing}"
     );
-    assert!(lines[0].contains("scenario lost-ack 127.161.1.1 0 loaded from library:lost-ack"));
+    assert!(lines[0].contains("scenario lost-ack 127.161.1.1 loaded at_us=0 from library:lost-ack"));
     let want = [
         // Every first-time ACK matched; the 10th fired.
         "scenario lost-ack 127.161.1.1 rule lost-ack matched 20 fired 1",
@@ -338,7 +338,9 @@ fn a_crash_with_exit_kills_its_process_and_the_peer_sees_retry_exceeded() {
     // The client's QP meets silence: retries exceeded (8 × 67 ms).
     assert_ne!(client.code, Some(0), "{client:#?}");
     assert!(client.output().contains("retry counter exceeded"), "{}", client.output());
-    assert!(client.stderr.contains("scenario server-dies 127.161.6.2 rule die not here"));
+    assert!(client
+        .stderr
+        .contains("scenario server-dies 127.161.6.2 rule die: not for this role (role server)"));
     assert!(client.stderr.contains("first_error=IBV_WC_RETRY_EXC_ERR"), "{}", client.stderr);
     assert!(t0.elapsed() < Duration::from_secs(20));
 }
@@ -491,7 +493,8 @@ for_ms = 200
         let n = lines.iter().filter(|l| l.contains(&format!("rule {name} fired "))).count();
         assert_eq!(n, 1, "{lines:#?}");
     }
-    assert!(lines.iter().any(|l| l.ends_with("rule twice not here")), "{lines:#?}");
+    let not_here = "rule twice: not for this device (device 127.161.8.1)";
+    assert!(lines.iter().any(|l| l.ends_with(not_here)), "{lines:#?}");
 }
 
 /// The child of the exit-hook test: opens a device from the environment
@@ -701,7 +704,7 @@ fn ibv_rc_pingpong_on_uroces_library_under_retry_exceeded_prints_its_summary() {
     assert!(client.stderr.contains("Failed status transport retry counter exceeded (12)"));
     let me = "scenario retry-exceeded 127.161.16.2";
     for want in [
-        format!("{me} 0 loaded from library:retry-exceeded seed 0"),
+        format!("{me} loaded at_us=0 from library:retry-exceeded seed 0"),
         format!("{me} rule down matched 0 fired 0"),
         format!("{me} completions success="),
         "IBV_WC_RETRY_EXC_ERR=1 first_error=IBV_WC_RETRY_EXC_ERR".to_string(),

@@ -19,7 +19,7 @@
 use super::flow::{FlowFacts, Flows, Kind};
 use super::{
     Class, DeviceAction, DeviceActionKind, Dir, LinkAction, PacketAction, RuleSpec, Scenario,
-    ScenarioAction, Target,
+    ScenarioAction, Scope, Target,
 };
 use crate::fate::bit_to_flip;
 use crate::injector::{CopyVerdict, Injector, Verdict};
@@ -205,6 +205,8 @@ pub struct RuleSummary {
     pub name: String,
     /// Whether it applies on this device (its `role` and `device`).
     pub here: bool,
+    /// Its `role` and `device`.
+    pub scope: Scope,
     /// Packets that matched.
     pub matched: u64,
     /// Times it fired.
@@ -257,7 +259,15 @@ impl fmt::Display for PortSummary {
                     self.scenario, r.name, r.matched, r.fired
                 )?;
             } else {
-                writeln!(f, "scenario {} {who} rule {} not here", self.scenario, r.name)?;
+                // Which of its scopes this device is outside.
+                let why = match (&r.scope.role, r.scope.device) {
+                    (_, Some(d)) if self.address.is_some_and(|a| a != d) => {
+                        format!("not for this device (device {d})")
+                    }
+                    (Some(role), _) => format!("not for this role (role {role})"),
+                    _ => "not here".to_owned(),
+                };
+                writeln!(f, "scenario {} {who} rule {}: {why}", self.scenario, r.name)?;
             }
         }
         write!(
@@ -627,6 +637,7 @@ impl Port {
             .map(|r| RuleSummary {
                 name: r.spec.name.clone(),
                 here: r.here,
+                scope: r.spec.scope.clone(),
                 matched: r.matches,
                 fired: r.hits,
             })

@@ -226,7 +226,9 @@ fn match_keys_narrow() {
     assert_eq!(fired(&mut port, 0, Dir::In, &req_in(Opcode::RC_RDMA_READ_REQUEST, 105)), ["g"]);
     let here: Vec<bool> = port.summary().rules.iter().map(|r| r.here).collect();
     assert_eq!(here, [true, true, true, true, true, true, true, false, false]);
-    assert!(port.summary().to_string().contains("rule h not here"));
+    let summary = port.summary().to_string();
+    assert!(summary.contains("rule h: not for this role (role client)"), "{summary}");
+    assert!(summary.contains("rule i: not for this device (device 10.0.0.9)"), "{summary}");
 }
 
 #[test]

@@ -129,7 +129,7 @@ impl ScenarioPort {
         };
         let role = config.role.as_deref().map_or(String::new(), |r| format!(" role {r}"));
         let line = format!(
-            "scenario {} {addr} 0 loaded from {} seed {}{role}",
+            "scenario {} {addr} loaded at_us=0 from {} seed {}{role}",
             config.scenario.name, config.scenario.origin, config.seed
         );
         sp.write_lines(&[line]);
