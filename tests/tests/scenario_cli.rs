@@ -109,8 +109,11 @@ fn lost_ack_on_two_uroce_pingpongs_passes_the_check_and_prints_the_summary() {
         assert!(e.contains(" rx_datagrams="), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: a rule fired: 1 firing (the first: rule lost-ack fired 1 at 127.172.1."), "{who}: {e}");
         assert!(e.contains("uroce run: check ok: outcome = \"success\""), "{who}: {e}");
-        assert!(e.contains("uroce run: check ok: completer_retry_err >= 1"), "{who}: {e}");
-        assert!(e.contains("uroce run: check: lost-ack passed (3 expectations)"), "{who}: {e}");
+        assert!(e.contains("uroce run: check: lost-ack passed (2 expectations)"), "{who}: {e}");
+        // A stop-and-wait program: the lost ACK cost a retransmission (the
+        // library's [expect] does not require it of every program).
+        let counters = e.lines().find(|l| l.starts_with("uroce run: counters ")).unwrap_or("");
+        assert!(counters.contains(" completer_retry_err=1"), "{who}: {e}");
     }
 }
 
@@ -375,7 +378,7 @@ fn the_env_variables_do_what_the_flags_do() {
         assert_eq!(end.code, Some(0), "{who}: {end:#?}");
         assert!(e.contains("uroce run: scenario lost-ack seed 0 at 127.202.1."), "{who}: {e}");
         assert!(e.contains("rule lost-ack fired 1: drop"), "{who}: {e}");
-        assert!(e.contains("uroce run: check: lost-ack passed (3 expectations)"), "{who}: {e}");
+        assert!(e.contains("uroce run: check: lost-ack passed (2 expectations)"), "{who}: {e}");
     }
     assert!(server.stderr.contains(": 1 firing in /"), "{}", server.stderr);
     assert!(client.stderr.contains(&format!(": 1 firing in {report}\n")), "{}", client.stderr);
