@@ -97,7 +97,7 @@ pub use connect::{connect_rc, ConnectError};
 pub use env::{Env, SimEnv};
 pub use oob::{Oob, SimOob};
 pub use report::{Report, RuleCount};
-pub use sim::{Failure, JoinHandle, Node, Sim, SimBuilder, Unfinished};
+pub use sim::{Failure, JoinHandle, Node, Sim, SimBuilder, Unfinished, DEFAULT_LATENCY_JITTER};
 pub use uroce_hca::config::HcaConfig;
 pub use uroce_hca::counters::Counters;
 pub use uroce_hca::tally::CompletionTally;

@@ -20,6 +20,11 @@ use uroce_hca::{Instant, SharedHca};
 use uroce_sim::{FabricConfig, FaultConfig, Scenario};
 use uroce_verbs::Context;
 
+/// The latency jitter a [`Sim`] has unless told otherwise
+/// ([`SimBuilder::latency_jitter`]): up to 1 µs on the fabric's 2 µs, so
+/// that seeds explore when packets and timers meet, not only faults.
+pub const DEFAULT_LATENCY_JITTER: Duration = Duration::from_micros(1);
+
 /// How to build a [`Sim`] ([`Sim::builder`]).
 pub struct SimBuilder {
     seed: u64,
@@ -37,10 +42,21 @@ impl SimBuilder {
         self
     }
 
-    /// The fabric's configuration (latency, rate, limits). Its `seed` is
-    /// replaced by the builder's: the run stays a function of the seed.
+    /// The fabric's configuration (latency, jitter, rate, limits). Its
+    /// `seed` is replaced by the builder's: the run stays a function of the
+    /// seed. Its `latency_jitter_ns` is taken as given ([`FabricConfig::new`]
+    /// has none): call [`SimBuilder::latency_jitter`] after this to set it.
     pub fn fabric(mut self, config: FabricConfig) -> SimBuilder {
         self.fabric = FabricConfig { seed: self.seed, ..config };
+        self
+    }
+
+    /// Up to `jitter` more one-way latency per packet, drawn from the seed
+    /// (default [`DEFAULT_LATENCY_JITTER`]; `Duration::ZERO`: every packet
+    /// takes the fabric's latency exactly, and seeds differ only where
+    /// faults or a scenario draw). A link stays FIFO.
+    pub fn latency_jitter(mut self, jitter: Duration) -> SimBuilder {
+        self.fabric.latency_jitter_ns = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
         self
     }
 
@@ -260,12 +276,17 @@ pub struct Sim {
 }
 
 impl Sim {
-    /// A builder: 2 nodes, [`FabricConfig::new`]`(seed)`, no scenario.
+    /// A builder: 2 nodes, [`FabricConfig::new`]`(seed)` with
+    /// [`DEFAULT_LATENCY_JITTER`] (so each seed is another interleaving of
+    /// the nodes' traffic), no scenario.
     pub fn builder(seed: u64) -> SimBuilder {
         SimBuilder {
             seed,
             nodes: 2,
-            fabric: FabricConfig::new(seed),
+            fabric: FabricConfig {
+                latency_jitter_ns: DEFAULT_LATENCY_JITTER.as_nanos() as u64,
+                ..FabricConfig::new(seed)
+            },
             hca: None,
             scenario: None,
             roles: Vec::new(),

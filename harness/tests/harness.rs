@@ -147,6 +147,32 @@ fn injected_rnr_naks_reach_the_hcas_through_the_world_and_are_survived() {
     });
 }
 
+/// Without faults and with a scenario that draws nothing, seeds differ
+/// only through the fabric's latency jitter: each is another interleaving
+/// (another trace hash); with the jitter off they are all one run.
+#[test]
+fn seeds_are_other_interleavings_through_latency_jitter() {
+    let hashes = |jitter: Option<Duration>| -> Vec<u64> {
+        (1..=4)
+            .map(|seed| {
+                let mut builder = Sim::builder(seed).scenario(Scenario::load("lost-ack").unwrap());
+                if let Some(j) = jitter {
+                    builder = builder.latency_jitter(j);
+                }
+                let (client, _, report) = run(builder).unwrap();
+                assert_eq!(client.map(|t| t.len() as u32), Ok(ROUNDS), "{report}");
+                report.trace_hash
+            })
+            .collect()
+    };
+    let jittered = hashes(None);
+    let distinct: std::collections::BTreeSet<u64> = jittered.iter().copied().collect();
+    assert_eq!(distinct.len(), 4, "default jitter: every seed its own run: {jittered:x?}");
+    assert_eq!(hashes(None), jittered, "and each seed the same run twice");
+    let flat = hashes(Some(Duration::ZERO));
+    assert!(flat.windows(2).all(|w| w[0] == w[1]), "no jitter, nothing drawn: {flat:x?}");
+}
+
 #[test]
 fn the_same_seed_twice_is_the_same_run() {
     let noisy = |seed| {

@@ -216,6 +216,29 @@ fn lossless_delivery_in_order_after_the_latency() {
 }
 
 #[test]
+fn latency_jitter_spreads_arrivals_keeps_each_link_in_order_and_follows_the_seed() {
+    let run = |seed: u64, jitter_ns: u64| {
+        let mut f = fabric(FabricConfig { latency_jitter_ns: jitter_ns, ..config(seed) }, 2);
+        tick(&mut f, 0, 1, us(10), 300, 40);
+        f.run_until(us(100));
+        let got = &f.endpoint(NodeId(1)).got;
+        (got.iter().map(|g| g.at.as_nanos()).collect::<Vec<u64>>(), f.endpoint(NodeId(1)).psns())
+    };
+    let (at, psns) = run(1, 1_000);
+    assert_eq!(psns, (0..40).collect::<Vec<_>>(), "one link: in order, every packet");
+    for (k, t) in at.iter().enumerate() {
+        let sent = 10_000 + 300 * k as u64;
+        assert!(*t >= sent + LATENCY_NS && *t <= sent + LATENCY_NS + 1_000, "packet {k} at {t}");
+    }
+    assert!(at.windows(2).all(|w| w[0] <= w[1]));
+    assert!(at.iter().enumerate().any(|(k, t)| *t != 10_000 + 300 * k as u64 + LATENCY_NS));
+    assert_eq!(run(1, 1_000), (at.clone(), psns.clone()), "the same seed, the same arrivals");
+    assert_ne!(run(2, 1_000).0, at, "another seed, other arrivals");
+    let exact: Vec<u64> = (0..40).map(|k| 10_000 + 300 * k + LATENCY_NS).collect();
+    assert_eq!(run(1, 0).0, exact, "no jitter: the latency exactly");
+}
+
+#[test]
 fn timers_pace_the_sender_and_latency_is_exact() {
     let mut f = fabric(config(1), 2);
     tick(&mut f, 0, 1, us(10), 1_000, 5);

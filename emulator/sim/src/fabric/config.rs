@@ -11,6 +11,11 @@ pub struct FabricConfig {
     /// One-way latency of every packet, in nanoseconds, from the moment it
     /// has left the sender's port to its delivery.
     pub latency_ns: u64,
+    /// Up to this much more latency per packet, drawn from the seed (0:
+    /// none, every latency is `latency_ns`). A link stays FIFO: jitter
+    /// moves when packets arrive, never their order on one link, so a seed
+    /// picks one interleaving of the nodes' traffic without any fault.
+    pub latency_jitter_ns: u64,
     /// Speed of each node's port: a packet of `len` bytes occupies it for
     /// `len * 8 / rate` seconds, and packets leave a port one after the
     /// other. `None`: infinitely fast, every packet leaves when emitted.
@@ -48,6 +53,7 @@ impl FabricConfig {
         FabricConfig {
             seed,
             latency_ns: 2_000,
+            latency_jitter_ns: 0,
             port_rate_bits_per_sec: None,
             max_in_flight: 1 << 16,
             max_transmits_per_poll: 64,

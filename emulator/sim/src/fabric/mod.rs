@@ -3,6 +3,7 @@
 //! through the rules, the faults and the latency).
 
 mod config;
+mod jitter;
 mod packet;
 mod queue;
 mod scenario;
@@ -123,6 +124,8 @@ pub struct Fabric<E: Endpoint> {
     /// The ports of a scenario ([`Fabric::with_ports`]).
     scenario: Option<Box<scenario::Scenario>>,
     device_handler: Option<DeviceFaultHandler<E>>,
+    /// Latency jitter's generator and each link's last arrival.
+    jitter: jitter::Jitter,
 }
 
 impl<E: Endpoint> core::fmt::Debug for Fabric<E> {
@@ -147,6 +150,7 @@ impl<E: Endpoint> Fabric<E> {
         let nodes = endpoints.len();
         Fabric {
             rng: SimRng::new(config.seed),
+            jitter: jitter::Jitter::new(&config),
             trace: Trace::new(config.trace_log_capacity),
             config,
             endpoints,

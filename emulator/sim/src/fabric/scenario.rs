@@ -414,7 +414,8 @@ impl<E: Endpoint> Fabric<E> {
                     };
                     let mut d = Some(digest);
                     let delay = self.scenario_copy(number, &mut b, copy, &mut d);
-                    let arrives_at = self.now.plus_nanos(self.config.latency_ns).plus_nanos(delay);
+                    // Behind the packets it was held for, jitter or not.
+                    let arrives_at = self.link_arrival(from, node, self.now).plus_nanos(delay);
                     self.fly(number, b, (from, node), arrives_at, d, Vec::new());
                 }
             }

@@ -197,7 +197,7 @@ impl<E: Endpoint> Fabric<E> {
                 reason: DelayReason::Reorder,
             });
         }
-        let arrives_at = departs_at.plus_nanos(self.config.latency_ns).plus_nanos(extra_ns);
+        let arrives_at = self.link_arrival(from, to, departs_at).plus_nanos(extra_ns);
         if self.scenario.is_none() {
             return self.fly(packet, bytes, (from, to), arrives_at, digest, Vec::new());
         }
