@@ -95,7 +95,11 @@ fn masked_ip(ip_header: &[u8], out: &mut [u8]) -> Option<usize> {
                 return None;
             }
             let ip = &mut out[..len];
-            ip.copy_from_slice(ip_header);
+            match <&[u8; 20]>::try_from(ip_header) {
+                // The usual header, without options: a fixed-size copy.
+                Ok(plain) => ip.copy_from_slice(plain),
+                Err(_) => ip.copy_from_slice(ip_header),
+            }
             ip[1] = 0xff; // TOS (DSCP + ECN)
             ip[8] = 0xff; // TTL
             ip[10] = 0xff; // header checksum
