@@ -393,7 +393,8 @@ impl Repr {
         // words, added up directly (an address is two words; most headers
         // have no options).
         let address = |a: [u8; 4]| {
-            u64::from(u16::from_be_bytes([a[0], a[1]])) + u64::from(u16::from_be_bytes([a[2], a[3]]))
+            u64::from(u16::from_be_bytes([a[0], a[1]]))
+                + u64::from(u16::from_be_bytes([a[2], a[3]]))
         };
         let options = self.options.as_slice();
         let total = u64::from((0x4000 | ihl << 8) | u16::from(self.dscp << 2 | (self.ecn & 3)))

@@ -61,8 +61,7 @@ impl QpStep<'_> {
                 }
                 slot.clear();
                 slot.resize(rq.desc.stride as usize, 0);
-                rq.read_entry(host, rq.consumer, slot)
-                    .map_err(|_| Refusal::OperationalError)?;
+                rq.read_entry(host, rq.consumer, slot).map_err(|_| Refusal::OperationalError)?;
                 // An RQ WQE stays at the head until its message completes.
                 max_sge
             }
