@@ -16,8 +16,14 @@ use core::net::IpAddr;
 /// The ones' complement sum of `bytes` as big-endian 16-bit words (an odd
 /// last byte is padded with a zero), folded to 16 bits; not inverted.
 pub fn sum(bytes: &[u8]) -> u16 {
+    // Two words at a time: a big-endian u32 is `high << 16 | low`, and
+    // 2^16 is 1 in ones' complement arithmetic, so it adds the same.
     let mut total: u64 = 0;
-    let mut words = bytes.chunks_exact(2);
+    let mut pairs = bytes.chunks_exact(4);
+    for pair in &mut pairs {
+        total += u64::from(u32::from_be_bytes([pair[0], pair[1], pair[2], pair[3]]));
+    }
+    let mut words = pairs.remainder().chunks_exact(2);
     for word in &mut words {
         total += u64::from(u16::from_be_bytes([word[0], word[1]]));
     }
@@ -32,7 +38,8 @@ pub fn combine(sums: &[u16]) -> u16 {
     fold(sums.iter().map(|&s| u64::from(s)).sum())
 }
 
-fn fold(mut total: u64) -> u16 {
+/// Folds a sum of 16-bit words (carries added back in) to 16 bits.
+pub(crate) fn fold(mut total: u64) -> u16 {
     while total > 0xffff {
         total = (total & 0xffff) + (total >> 16);
     }
@@ -81,6 +88,29 @@ pub fn transport(pseudo_header: u16, message: &[u8]) -> u16 {
 mod tests {
     use super::*;
     use core::net::{Ipv4Addr, Ipv6Addr};
+
+    #[test]
+    fn sum_equals_the_word_by_word_sum() {
+        let naive = |bytes: &[u8]| {
+            let mut total = 0u64;
+            for (i, &b) in bytes.iter().enumerate() {
+                total += u64::from(b) << if i % 2 == 0 { 8 } else { 0 };
+            }
+            fold(total)
+        };
+        let mut x = 0x1234_5678u32;
+        let bytes: Vec<u8> = (0..300)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                (x >> 16) as u8
+            })
+            .collect();
+        for len in 0..bytes.len() {
+            assert_eq!(sum(&bytes[..len]), naive(&bytes[..len]), "{len} bytes");
+        }
+        assert_eq!(sum(&[0xff; 40]), naive(&[0xff; 40]));
+        assert_eq!(sum(&[0; 7]), 0);
+    }
 
     #[test]
     fn rfc1071_example() {

@@ -63,12 +63,22 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Option<
     let rest = &transport[BTH_LEN..];
     if rest.len() <= HEAD_CAPACITY - n {
         head[n..n + rest.len()].copy_from_slice(rest);
-        return Some(crc32fast::hash(&head[..n + rest.len()]));
+        let mut hasher = new_hasher();
+        hasher.update(&head[..n + rest.len()]);
+        return Some(hasher.finalize());
     }
-    let mut hasher = Hasher::new();
+    let mut hasher = new_hasher();
     hasher.update(&head[..n]);
     hasher.update(rest);
     Some(hasher.finalize())
+}
+
+/// A fresh CRC-32 hasher. `Hasher::new` looks up the CPU's features on
+/// every call (a handful of checks, on every packet twice): one is made
+/// once and copied.
+fn new_hasher() -> Hasher {
+    static FRESH: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    FRESH.get_or_init(Hasher::new).clone()
 }
 
 /// Room for the LRH stand-in, the largest IP header, the UDP header and
@@ -85,7 +95,11 @@ fn masked_ip(ip_header: &[u8], out: &mut [u8]) -> Option<usize> {
                 return None;
             }
             let ip = &mut out[..len];
-            ip.copy_from_slice(ip_header);
+            match <&[u8; 20]>::try_from(ip_header) {
+                // The usual header, without options: a fixed-size copy.
+                Ok(plain) => ip.copy_from_slice(plain),
+                Err(_) => ip.copy_from_slice(ip_header),
+            }
             ip[1] = 0xff; // TOS (DSCP + ECN)
             ip[8] = 0xff; // TTL
             ip[10] = 0xff; // header checksum

@@ -389,17 +389,23 @@ impl Repr {
             | (u16::from(self.more_fragments) * MORE_FRAGMENTS)
             | (self.fragment_offset & FRAGMENT_OFFSET);
         let ihl = (self.header_len() / 4) as u16;
-        let words = [
-            (0x4000 | ihl << 8) | u16::from(self.dscp << 2 | (self.ecn & 3)),
-            self.total_len,
-            self.identification,
-            flags,
-            u16::from(self.time_to_live) << 8 | u16::from(self.protocol),
-            checksum::sum(&self.source),
-            checksum::sum(&self.destination),
-            checksum::sum(self.options.as_slice()),
-        ];
-        !checksum::combine(&words)
+        // The same ones' complement sum as over the emitted header's
+        // words, added up directly (an address is two words; most headers
+        // have no options).
+        let address = |a: [u8; 4]| {
+            u64::from(u16::from_be_bytes([a[0], a[1]]))
+                + u64::from(u16::from_be_bytes([a[2], a[3]]))
+        };
+        let options = self.options.as_slice();
+        let total = u64::from((0x4000 | ihl << 8) | u16::from(self.dscp << 2 | (self.ecn & 3)))
+            + u64::from(self.total_len)
+            + u64::from(self.identification)
+            + u64::from(flags)
+            + u64::from(u16::from(self.time_to_live) << 8 | u16::from(self.protocol))
+            + address(self.source)
+            + address(self.destination)
+            + if options.is_empty() { 0 } else { u64::from(checksum::sum(options)) };
+        !checksum::fold(total)
     }
 
     /// Writes the header (checksum as stored in the repr) into a view of

@@ -128,31 +128,37 @@ pub const ARENA_BASE: u64 = 0x1000_0000;
 struct Arena {
     /// Allocations, sorted by start address (a sorted vector: the few
     /// regions of a run are found by a binary search, after a check of
-    /// the one found last, without a tree walk per access).
+    /// the one [`Arena::recent`] remembers for the address, without a tree
+    /// walk per access).
     regions: Vec<(u64, Vec<u8>)>,
-    /// Index in `regions` of the last region an access found.
-    last: usize,
+    /// For each [`RECENT_SLOTS`] slot of 64 KiB granules (`addr >> 16`),
+    /// the index in `regions` of the last region an access there found: a
+    /// hint, checked against the region's bounds before use. Allocations
+    /// are separated by [`GUARD_GAP`], so no granule holds bytes of two
+    /// regions, and the ring, doorbell and buffer regions of a run mostly
+    /// fall in different slots.
+    recent: [usize; RECENT_SLOTS],
     next: u64,
     allocated_bytes: u64,
     faults: u64,
 }
 
+/// How many region hints [`Arena`] keeps (a power of two).
+const RECENT_SLOTS: usize = 16;
+
 impl Arena {
     /// The region with the greatest start at or below `addr`, if any: its
     /// start and bytes.
     fn find(&mut self, addr: u64) -> Option<(u64, &mut Vec<u8>)> {
-        let last = self.last;
-        let hit = match self.regions.get(last) {
-            Some(&(start, ref bytes))
-                if start <= addr
-                    && addr - start < bytes.len() as u64
-                    && self.regions.get(last + 1).is_none_or(|&(next, _)| next > addr) =>
-            {
-                last
-            }
+        let slot = ((addr >> 16) as usize) & (RECENT_SLOTS - 1);
+        let hint = self.recent[slot];
+        // Regions do not overlap: one that contains `addr` is the one with
+        // the greatest start at or below it.
+        let hit = match self.regions.get(hint) {
+            Some(&(start, ref bytes)) if start <= addr && addr - start < bytes.len() as u64 => hint,
             _ => {
                 let i = self.regions.partition_point(|&(s, _)| s <= addr).checked_sub(1)?;
-                self.last = i;
+                self.recent[slot] = i;
                 i
             }
         };
@@ -174,7 +180,7 @@ impl SimMemory {
         SimMemory {
             arena: Mutex::new(Arena {
                 regions: Vec::new(),
-                last: 0,
+                recent: [0; RECENT_SLOTS],
                 next: ARENA_BASE,
                 allocated_bytes: 0,
                 faults: 0,

@@ -49,6 +49,24 @@ impl Fate {
         Fate { loss, duplicate, copies }
     }
 
+    /// [`Fate::draw`] for a packet under `faults`: when none of the
+    /// random faults can happen (all four chances zero), no draw can
+    /// change what happens to the packet, so the generator only steps
+    /// past the ten draws (its state afterwards is the same) and the fate
+    /// is all zeros.
+    pub fn draw_under(rng: &mut SimRng, faults: &FaultConfig) -> Fate {
+        let never = Probability::NEVER;
+        if [faults.loss, faults.duplicate, faults.corrupt, faults.reorder] != [never; 4] {
+            return Fate::draw(rng);
+        }
+        rng.skip(Self::DRAWS);
+        let copy = CopyFate { corrupt: 0, corrupt_bit: 0, reorder: 0, reorder_delay: 0 };
+        Fate { loss: 0, duplicate: 0, copies: [copy; 2] }
+    }
+
+    /// How many draws a fate takes.
+    pub const DRAWS: usize = 10;
+
     /// Whether the packet is lost.
     pub fn lost(&self, faults: &FaultConfig) -> bool {
         happens(self.loss, faults.loss)
@@ -229,6 +247,13 @@ mod tests {
             again.next_u64();
         }
         assert_eq!(rng, again, "ten draws");
+        let mut skipped = SimRng::new(5);
+        let none = Fate::draw_under(&mut skipped, &FaultConfig::NONE);
+        assert_eq!(skipped, rng, "a fate that cannot matter steps past the same ten draws");
+        assert!(!none.lost(&FaultConfig::NONE) && !none.duplicated(&FaultConfig::NONE));
+        let mut drawn = SimRng::new(5);
+        let lossy = FaultConfig { loss: Probability::from_ppm(1), ..FaultConfig::NONE };
+        assert_eq!(Fate::draw_under(&mut drawn, &lossy).loss, fate.loss);
         let never = FaultConfig::NONE;
         assert!(!fate.lost(&never) && !fate.duplicated(&never));
         let mut bytes = packet(false, b"x");

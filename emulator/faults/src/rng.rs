@@ -57,6 +57,21 @@ impl SimRng {
         result
     }
 
+    /// Steps past `n` draws without computing them: the same state as `n`
+    /// calls of [`SimRng::next_u64`].
+    pub fn skip(&mut self, n: usize) {
+        for _ in 0..n {
+            let s = &mut self.state;
+            let t = s[1] << 17;
+            s[2] ^= s[0];
+            s[3] ^= s[1];
+            s[1] ^= s[2];
+            s[0] ^= s[3];
+            s[2] ^= t;
+            s[3] = s[3].rotate_left(45);
+        }
+    }
+
     /// A number in `0..bound` (multiply-shift: one draw, a bias below
     /// `bound / 2^64`). `bound` must not be 0.
     pub fn below(&mut self, bound: u64) -> u64 {

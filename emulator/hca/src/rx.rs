@@ -21,7 +21,9 @@ use uroce_wire::{bth, Mask};
 impl Hca {
     /// Takes one received IP packet.
     pub(crate) fn receive_packet(&mut self, now: Instant, data: &[u8]) {
-        let Classified::Roce(frame) = classify(data, Link::RawIp) else {
+        // Bound where it lies: moving the frame out of its enum is a copy.
+        let classified = classify(data, Link::RawIp);
+        let Classified::Roce(frame) = &classified else {
             return self.drop_packet(now, None, DropReason::Malformed);
         };
         if !frame.integrity_ok() {
@@ -48,7 +50,7 @@ impl Hca {
             return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
         }
         if qpn == Qpn::MULTICAST {
-            return self.receive_mcast(now, &frame, &packet);
+            return self.receive_mcast(now, frame, &packet);
         }
         if qpn == Qpn::GSI {
             return self.receive_gsi(now, (frame.ip.source(), frame.ip.destination()), &packet);
@@ -84,7 +86,7 @@ impl Hca {
         if info.is(Mask::RESP) {
             step.completer_receive(now, &packet);
         } else if step.qp.state != QpState::Err {
-            step.responder_receive(now, &frame, &packet);
+            step.responder_receive(now, frame, &packet);
         }
     }
 

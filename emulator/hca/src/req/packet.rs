@@ -362,6 +362,7 @@ pub(crate) fn emit_frame(
         (IpAddr::V6(local), IpAddr::V6(remote)) => FrameRepr::ipv6((local, remote), sport, roce),
         _ => return None,
     };
-    let len = frame.ok()?.emit(buf).ok()?;
+    // Emitted where it lies (`ok()` would move the whole representation).
+    let len = frame.as_ref().ok()?.emit(buf).ok()?;
     Some(Transmit { destination: path.remote, len, kind, source_port: sport, local_qpn: None })
 }

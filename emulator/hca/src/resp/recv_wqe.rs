@@ -22,7 +22,7 @@ impl QpStep<'_> {
             self.dev.counters.injected_rnr += 1;
             return Err(Refusal::NotReady);
         }
-        let host = self.dev.mem.host().clone();
+        let host = &**self.dev.mem.host();
         let qp = &mut *self.qp;
         // The WQE is read into the HCA's slot buffer (zeroed first, as a
         // fresh one would be).
@@ -31,7 +31,7 @@ impl QpStep<'_> {
         let max_sge = match qp.srq {
             Some(srq_index) => {
                 let srq = self.dev.srqs.get_mut(srq_index).ok_or(Refusal::OperationalError)?;
-                if srq.ring.refresh(host.as_ref()).is_err() {
+                if srq.ring.refresh(host).is_err() {
                     return Err(Refusal::OperationalError);
                 }
                 if srq.ring.available() == 0 {
@@ -40,10 +40,10 @@ impl QpStep<'_> {
                 slot.clear();
                 slot.resize(srq.ring.desc.stride as usize, 0);
                 srq.ring
-                    .read_entry(host.as_ref(), srq.ring.consumer, slot)
+                    .read_entry(host, srq.ring.consumer, slot)
                     .map_err(|_| Refusal::OperationalError)?;
                 // An SRQ WQE is taken at once: other QPs share the ring.
-                srq.ring.consume(host.as_ref(), 1).map_err(|_| Refusal::OperationalError)?;
+                srq.ring.consume(host, 1).map_err(|_| Refusal::OperationalError)?;
                 if srq.limit > 0 && srq.ring.available() < srq.limit {
                     srq.limit = 0;
                     limit_reached = Some(srq_index);
@@ -53,7 +53,7 @@ impl QpStep<'_> {
             None => {
                 let max_sge = qp.cap.max_recv_sge;
                 let rq = qp.rq.as_mut().ok_or(Refusal::OperationalError)?;
-                if rq.refresh(host.as_ref()).is_err() {
+                if rq.refresh(host).is_err() {
                     return Err(Refusal::OperationalError);
                 }
                 if rq.available() == 0 {
@@ -61,8 +61,7 @@ impl QpStep<'_> {
                 }
                 slot.clear();
                 slot.resize(rq.desc.stride as usize, 0);
-                rq.read_entry(host.as_ref(), rq.consumer, slot)
-                    .map_err(|_| Refusal::OperationalError)?;
+                rq.read_entry(host, rq.consumer, slot).map_err(|_| Refusal::OperationalError)?;
                 // An RQ WQE stays at the head until its message completes.
                 max_sge
             }

@@ -91,7 +91,7 @@ impl<E: Endpoint> Fabric<E> {
     ) {
         let now = self.now;
         let departs_at = self.leave_port(from, bytes.len());
-        let fate = Fate::draw(&mut self.rng);
+        let fate = Fate::draw_under(&mut self.rng, &self.config.faults);
         let effects = self.apply_rules(packet, PacketFacts { from, to, bth: None }, &bytes);
 
         if let Some(cause) = egress.as_ref().and_then(|v| v.dropped) {
