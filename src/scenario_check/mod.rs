@@ -16,7 +16,8 @@ pub mod verdict;
 pub use hints::{firing_params, role_warnings, roles, validate, why_no_firing, Sharing};
 pub use report::{DeviceSummary, Fired, RaisedEvent, Report};
 pub use verdict::{
-    after_firing, check, counter_names, plural, signal_name, unknown_counters, Ended, Verdict,
+    after_firing, check, counter_names, observed, plural, signal_name, unknown_counters, Ended,
+    Verdict,
 };
 
 /// A report of two devices shared by the modules' tests.

@@ -6,7 +6,10 @@
 //! first, as it opens, so "the first event" would say nothing).
 
 use super::report::{DeviceSummary, Fired};
-use uroce_faults::scenario::{ExpectExit, Outcome, RoleExpect};
+use uroce_faults::scenario::{
+    after_first_firing, evaluate, Device, Exit, ExpectLine, FirstFiring, Observed, Raised,
+    RoleExpect,
+};
 
 /// How the program ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,20 +60,17 @@ pub fn unknown_counters(expect: &RoleExpect) -> Vec<String> {
         .collect()
 }
 
-/// One expectation checked: what it said, what was seen, whether it held.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
-    /// `outcome = "success"`, `completer_retry_err >= 1`, ...
-    pub expected: String,
-    /// What the report (or the exit status) says.
-    pub seen: String,
-    /// Whether it held.
-    pub ok: bool,
-}
+/// One expectation checked: what it said, what was seen, whether it held
+/// (the scenario crate's evaluator's line).
+pub type Verdict = ExpectLine;
 
 /// Compares what happened (`summary`: this process's devices; `firings`:
 /// every firing in the report; `ended`) against `expect`. `no_firing`:
 /// why the report may hold no firing ([`why_no_firing`]), for `within_ms`.
+/// The evaluation is [`uroce_faults::scenario::evaluate`]'s, of what the
+/// report says ([`observed`]).
+///
+/// [`why_no_firing`]: super::why_no_firing
 pub fn check(
     expect: &RoleExpect,
     summary: Option<&DeviceSummary>,
@@ -78,119 +78,62 @@ pub fn check(
     ended: Ended,
     no_firing: &str,
 ) -> Vec<Verdict> {
-    let mut v = Vec::new();
-    let mut push =
-        |expected: String, seen: String, ok: bool| v.push(Verdict { expected, seen, ok });
+    evaluate(expect, &observed(summary, firings, ended, no_firing))
+}
+
+/// What the report says a process observed, for the evaluator: its
+/// devices' summary (the HCA's and the runtime's counters together,
+/// absent ones 0), the report's first firing, how the program ended.
+pub fn observed(
+    summary: Option<&DeviceSummary>,
+    firings: &[Fired],
+    ended: Ended,
+    no_firing: &str,
+) -> Observed {
     let ended_text = match ended {
         Ended::Code(c) => format!("exit status {c}"),
         Ended::Signal(s) => format!("killed by {}", signal_name(s)),
     };
-    if let Some(ExpectExit::Killed) = expect.exit {
-        push("exit = \"killed\"".into(), ended_text.clone(), ended == Ended::Signal(9));
+    let device = summary.map(|s| Device {
+        success: s.success,
+        errors: s.errors,
+        first_error: s.first_error.clone(),
+        // A name is the HCA's or the runtime's, never both.
+        counters: s
+            .runtime_counters
+            .iter()
+            .chain(&s.counters)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        uncounted: None,
+        async_events: s
+            .async_events
+            .clone()
+            .ok_or_else(|| "no async_events line in the report".to_owned()),
+        raised: s
+            .raised
+            .iter()
+            .map(|e| Raised { name: e.name.clone(), element: e.element.clone(), at_us: e.wall_us })
+            .collect(),
+    });
+    Observed {
+        exit: Some(Exit { killed: ended == Ended::Signal(9), text: ended_text.clone() }),
+        device: device.ok_or_else(|| format!("no summary in the report ({ended_text})")),
+        first_firing: firings
+            .first()
+            .map(|f| FirstFiring {
+                at_us: f.wall_us,
+                rule: f.text.split(':').next().unwrap_or("").to_owned(),
+                place: f.addr.to_string(),
+            })
+            .ok_or_else(|| format!("no firing in the report ({no_firing})")),
     }
-    let none = || format!("no summary in the report ({ended_text})");
-    if let Some(outcome) = expect.outcome {
-        let (want, seen, ok) = match (outcome, summary) {
-            (Outcome::Success, Some(s)) => {
-                ("success", format!("success={} errors={}", s.success, s.errors), s.errors == 0)
-            }
-            (Outcome::Error, Some(s)) => {
-                ("error", format!("success={} errors={}", s.success, s.errors), s.errors > 0)
-            }
-            (Outcome::Success, None) => ("success", none(), false),
-            (Outcome::Error, None) => ("error", none(), false),
-        };
-        push(format!("outcome = \"{want}\""), seen, ok);
-    }
-    if let Some(status) = &expect.status {
-        let seen = summary.map_or_else(none, |s| {
-            s.first_error
-                .as_ref()
-                .map_or("first_error=none".to_owned(), |(n, _)| format!("first_error={n}"))
-        });
-        let ok = summary.and_then(|s| s.first_error.as_ref()).is_some_and(|(n, _)| n == status);
-        push(format!("status = \"{status}\""), seen, ok);
-    }
-    if let Some(ms) = expect.within_ms {
-        let error = summary.and_then(|s| s.first_error.as_ref());
-        let (seen, ok) = match (firings.first(), error) {
-            (Some(f), Some((_, at))) => {
-                let took = at.saturating_sub(f.wall_us);
-                (
-                    format!(
-                        "{}.{:03} ms from the first firing ({} at {}) to the first error",
-                        took / 1000,
-                        took % 1000,
-                        f.text.split(':').next().unwrap_or(""),
-                        f.addr
-                    ),
-                    took <= ms * 1000,
-                )
-            }
-            (None, _) => (format!("no firing in the report ({no_firing})"), false),
-            (_, None) => ("no error completion".into(), false),
-        };
-        push(format!("within_ms = {ms}"), seen, ok);
-    }
-    if let Some(name) = &expect.async_event {
-        let (seen, ok) = async_seen(summary, name, firings.first());
-        push(format!("async_event = \"{name}\""), seen.unwrap_or_else(none), ok);
-    }
-    let count = |name: &str| summary.map_or(0, |s| s.counter(name));
-    for (name, min) in &expect.min_counters {
-        let n = count(name);
-        let seen = if summary.is_some() { format!("{name}={n}") } else { none() };
-        push(format!("{name} >= {min}"), seen, summary.is_some() && n >= *min);
-    }
-    for (name, max) in &expect.max_counters {
-        let n = count(name);
-        let seen = if summary.is_some() { format!("{name}={n}") } else { none() };
-        push(format!("{name} <= {max}"), seen, summary.is_some() && n <= *max);
-    }
-    v
-}
-
-/// What the report says of asynchronous event `name` (`None`: no
-/// summary), and whether the device raised one. `first`: the first firing,
-/// to time the event from.
-fn async_seen(
-    summary: Option<&DeviceSummary>,
-    name: &str,
-    first: Option<&Fired>,
-) -> (Option<String>, bool) {
-    let Some(s) = summary else { return (None, false) };
-    let Some(events) = &s.async_events else {
-        return (Some("no async_events line in the report".into()), false);
-    };
-    let n = events.get(name).copied().unwrap_or(0);
-    if n == 0 {
-        let all: Vec<String> = events.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let all = if all.is_empty() { "none".to_owned() } else { all.join(" ") };
-        return (Some(format!("async events {all}")), false);
-    }
-    let seen = match s.raised.iter().find(|e| e.name == name) {
-        Some(e) => {
-            format!("{name}={n}, the first on {}{}", e.element, after_firing(e.wall_us, first))
-        }
-        None => format!("{name}={n}"),
-    };
-    (Some(seen), true)
 }
 
 /// ` (+X ms after the first firing)` (` (X ms before the first firing)`
 /// for what came first), or nothing without a firing.
 pub fn after_firing(wall_us: u64, first: Option<&Fired>) -> String {
-    match first {
-        Some(f) if wall_us < f.wall_us => {
-            let ms = (f.wall_us - wall_us) as f64 / 1000.0;
-            format!(" ({ms:.3} ms before the first firing)")
-        }
-        Some(f) => {
-            let ms = (wall_us - f.wall_us) as f64 / 1000.0;
-            format!(" (+{ms:.3} ms after the first firing)")
-        }
-        None => String::new(),
-    }
+    after_first_firing(wall_us, first.map(|f| f.wall_us))
 }
 
 /// `n thing` or `n things`.
@@ -209,6 +152,7 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::net::IpAddr;
+    use uroce_faults::scenario::{ExpectExit, Outcome};
 
     #[test]
     fn a_report_reads_back_on_the_wall_clock() {
