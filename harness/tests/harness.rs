@@ -199,6 +199,16 @@ fn a_crash_with_exit_stops_the_nodes_tasks_and_the_peer_runs_out_of_retries() {
         assert_eq!(out, Err(AppError::Completion(WcStatus::RetryExcErr)), "{report}");
         let first = report.completions[1].first_error().expect("an error");
         assert_eq!((first.status, first.wr_id), (WcStatus::RetryExcErr, 4));
+        // `exit = "killed"` holds on the server's node, not on the client's.
+        let mut dies = Scenario::parse(SERVER_DIES, "inline")?;
+        dies.expect.common = uroce_harness::RoleExpect {
+            exit: Some(uroce_harness::ExpectExit::Killed),
+            ..Default::default()
+        };
+        let server_exit = report.check(&dies, 0, Some("server"));
+        assert!(server_exit.passed(), "{server_exit}");
+        assert!(server_exit.lines[0].seen.starts_with("killed by a crash: server (node 0) at "));
+        assert!(!report.check(&dies, 1, Some("client")).passed());
         Ok(())
     });
 }
