@@ -78,7 +78,7 @@
 //! `uroce sim` (the swarm) builds its world with the same builder and
 //! steps it with the same function, in random slices of virtual time
 //! ([`world::Stop::AtTime`]); `uroce` re-exports the module as
-//! `uroce::world`. The harness depends on the emulator (`uroce-device`,
+//! `uroce::world`. The harness depends on the emulator (`uroce-device`, `uroce-faults`,
 //! `uroce-hca`, `uroce-sim`) and `uroce-verbs`, not on the `uroce`
 //! package. `uroce_verbs`' async CQ wakes the tasks (woken from the fabric
 //! step that writes the completion).
@@ -86,6 +86,7 @@
 mod check;
 mod connect;
 mod env;
+mod expect;
 mod oob;
 pub mod real;
 mod report;
@@ -95,9 +96,12 @@ pub mod world;
 pub use check::{check_seeds, failure_lines, seeds, DEFAULT_SEEDS};
 pub use connect::{connect_rc, ConnectError};
 pub use env::{Env, SimEnv};
+pub use expect::Checked;
 pub use oob::{Oob, SimOob};
 pub use report::{Report, RuleCount};
 pub use sim::{Failure, JoinHandle, Node, Sim, SimBuilder, Unfinished, DEFAULT_LATENCY_JITTER};
+pub use uroce_faults::scenario::{ExpectExit, ExpectLine, Observed, RoleExpect};
+pub use uroce_hca::async_log::AsyncLog;
 pub use uroce_hca::config::HcaConfig;
 pub use uroce_hca::counters::Counters;
 pub use uroce_hca::tally::CompletionTally;

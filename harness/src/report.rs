@@ -3,6 +3,7 @@
 use crate::world::World;
 use std::fmt;
 use std::time::Duration;
+use uroce_hca::async_log::AsyncLog;
 use uroce_hca::counters::Counters;
 use uroce_hca::tally::CompletionTally;
 use uroce_hca::SharedHca;
@@ -35,10 +36,15 @@ pub struct Report {
     pub rules: Vec<RuleCount>,
     /// Every firing, in order: `node<n>: <firing>`.
     pub firings: Vec<String>,
+    /// Each firing's node and virtual time, in [`Report::firings`]' order.
+    pub firing_times: Vec<(usize, Duration)>,
     /// Each node's completions by status and its first error.
     pub completions: Vec<CompletionTally>,
     /// Each node's HCA counters (retries, RNR NAKs, injected faults...).
     pub counters: Vec<Counters>,
+    /// Each node's asynchronous events (every one raised, whether or not
+    /// a task took it).
+    pub async_logs: Vec<AsyncLog>,
     /// The tasks that had not returned (daemons), `name (node n)`.
     pub unfinished: Vec<String>,
     /// The tasks stopped because a `crash` with `exit` killed their node's
@@ -72,12 +78,18 @@ impl Report {
             elapsed: Duration::from_nanos(fabric.now().as_nanos()),
             rules,
             firings: fabric.firings().iter().map(|(n, f)| format!("node{}: {f}", n.0)).collect(),
+            firing_times: fabric
+                .firings()
+                .iter()
+                .map(|(n, f)| (n.0, Duration::from_nanos(f.at_ns)))
+                .collect(),
             completions: world
                 .hosts
                 .iter()
                 .map(|h| h.hca.lock().completion_tally().clone())
                 .collect(),
             counters: world.hosts.iter().map(|h| h.hca.lock().counters()).collect(),
+            async_logs: world.hosts.iter().map(|h| h.hca.lock().async_log().clone()).collect(),
             unfinished,
             killed,
         }

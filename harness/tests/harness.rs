@@ -73,6 +73,81 @@ fn a_link_down_for_good_is_retry_exceeded_at_the_client() {
     });
 }
 
+#[test]
+fn a_reports_check_evaluates_the_scenarios_expect_for_a_node() {
+    check!(|seed| -> Result<(), Box<dyn std::error::Error>> {
+        let scenario = Scenario::load("retry-exceeded")?;
+        let (_, _, report) = run(Sim::builder(seed).scenario(scenario.clone()))?;
+        // The client (node 1) sees what [expect] says: an error, retry
+        // exceeded, within 1600 ms of the firing (on the server's node).
+        let checked = report.check(&scenario, 1, Some("client"));
+        assert!(checked.passed(), "{checked}\n{report}");
+        assert_eq!(checked.lines.len(), 3, "{checked}");
+        assert_eq!(checked.table, "[expect]");
+        let text = checked.to_string();
+        assert!(text.starts_with("check ok: outcome = \"error\": success="), "{text}");
+        assert!(
+            text.contains("check ok: within_ms = 1600: ")
+                && text.contains("(rule down fired 1 at node0)"),
+            "{text}"
+        );
+        assert!(text.ends_with("check: retry-exceeded passed (3 expectations) on node1"), "{text}");
+        // A wrong expectation fails, named.
+        let mut wrong = scenario.clone();
+        wrong.expect.common.status = Some("IBV_WC_RNR_RETRY_EXC_ERR".into());
+        wrong.expect.common.within_ms = Some(0);
+        let checked = report.check(&wrong, 1, Some("client"));
+        assert!(!checked.passed());
+        let failed: Vec<_> = checked.failed().map(|l| l.expected.as_str()).collect();
+        assert_eq!(failed, ["status = \"IBV_WC_RNR_RETRY_EXC_ERR\"", "within_ms = 0"]);
+        let text = checked.to_string();
+        assert!(
+            text.contains(
+                "check FAILED: [expect] status = \"IBV_WC_RNR_RETRY_EXC_ERR\" of scenario \
+                 retry-exceeded: saw first_error=IBV_WC_RETRY_EXC_ERR"
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("check: retry-exceeded failed on node1"), "{text}");
+        // The node's asynchronous events are recorded: its port came up,
+        // before the firing; no QP went fatal (retry exceeded is an error
+        // completion, not an event).
+        let mut events = scenario.clone();
+        for (name, ok) in [("IBV_EVENT_PORT_ACTIVE", true), ("IBV_EVENT_QP_FATAL", false)] {
+            events.expect.common =
+                uroce_harness::RoleExpect { async_event: Some(name.into()), ..Default::default() };
+            let line = report.check(&events, 1, None).lines.remove(0);
+            assert_eq!(line.ok, ok, "{line:?}");
+            if !ok {
+                assert_eq!(line.seen, "async events IBV_EVENT_PORT_ACTIVE=1");
+            } else {
+                assert!(line.seen.ends_with("ms before the first firing)"), "{line:?}");
+            }
+        }
+        // What the harness cannot see fails saying so: a runtime counter,
+        // an exit nobody killed.
+        let mut runtime = scenario.clone();
+        runtime.expect.common = uroce_harness::RoleExpect {
+            min_counters: vec![("rx_dropped".into(), 1)],
+            exit: Some(uroce_harness::ExpectExit::Killed),
+            ..Default::default()
+        };
+        let seen: Vec<_> =
+            report.check(&runtime, 1, None).lines.into_iter().map(|l| (l.ok, l.seen)).collect();
+        assert_eq!(
+            seen,
+            [
+                (false, "node1's tasks not killed".to_owned()),
+                (
+                    false,
+                    "rx_dropped not counted: the harness has the HCA's counters only".to_owned()
+                )
+            ]
+        );
+        Ok(())
+    });
+}
+
 /// The server's process dies (a `crash` with `exit`) when its 5th SEND
 /// message arrives.
 const SERVER_DIES: &str = r#"
@@ -124,6 +199,16 @@ fn a_crash_with_exit_stops_the_nodes_tasks_and_the_peer_runs_out_of_retries() {
         assert_eq!(out, Err(AppError::Completion(WcStatus::RetryExcErr)), "{report}");
         let first = report.completions[1].first_error().expect("an error");
         assert_eq!((first.status, first.wr_id), (WcStatus::RetryExcErr, 4));
+        // `exit = "killed"` holds on the server's node, not on the client's.
+        let mut dies = Scenario::parse(SERVER_DIES, "inline")?;
+        dies.expect.common = uroce_harness::RoleExpect {
+            exit: Some(uroce_harness::ExpectExit::Killed),
+            ..Default::default()
+        };
+        let server_exit = report.check(&dies, 0, Some("server"));
+        assert!(server_exit.passed(), "{server_exit}");
+        assert!(server_exit.lines[0].seen.starts_with("killed by a crash: server (node 0) at "));
+        assert!(!report.check(&dies, 1, Some("client")).passed());
         Ok(())
     });
 }
@@ -143,6 +228,26 @@ fn injected_rnr_naks_reach_the_hcas_through_the_world_and_are_survived() {
             assert_eq!((c.injected_rnr, c.send_rnr_err, peer.rcvd_rnr_err), (3, 3, 3), "{c:?}");
         }
         assert_eq!(report.completions[0].errors() + report.completions[1].errors(), 0);
+        // Each role's [expect.<role>] table holds on its node.
+        let scenario = Scenario::load("rnr-retry")?;
+        for (node, role, counter) in [(0, "server", "send_rnr_err"), (1, "client", "rcvd_rnr_err")]
+        {
+            let checked = report.check(&scenario, node, Some(role));
+            assert!(checked.passed(), "{checked}");
+            assert_eq!(checked.table, format!("[expect.{role}]"));
+            let seen: Vec<_> = checked.lines.iter().map(|l| l.expected.as_str()).collect();
+            assert_eq!(seen, ["outcome = \"success\"", &format!("{counter} >= 3")]);
+        }
+        // One NAK more than came: fails, with what was counted.
+        let mut more = scenario.clone();
+        more.expect.roles[1].1.min_counters = vec![("rcvd_rnr_err".into(), 4)];
+        let wrong = report.check(&more, 1, Some("client"));
+        assert!(!wrong.passed());
+        let line = wrong.failed().next().unwrap();
+        assert_eq!(
+            (line.expected.as_str(), line.seen.as_str()),
+            ("rcvd_rnr_err >= 4", "rcvd_rnr_err=3")
+        );
         Ok(())
     });
 }

@@ -1,5 +1,6 @@
-//! `[expect]`: what a correct program observes under the scenario, checked
-//! by `uroce run --check` and the tests (later steps); here, only the data.
+//! `[expect]`: what a correct program observes under the scenario; here,
+//! only the data. [`evaluate`](super::evaluate()) checks it against what a device
+//! observed (`uroce run --check`, the harness's `Report::check`).
 
 /// What one process (or every process) should observe.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -25,6 +25,7 @@
 //! caller's; [`Scenario::parse`] takes its text.
 
 mod error;
+mod evaluate;
 mod expect;
 mod flow;
 pub mod library;
@@ -37,6 +38,9 @@ mod parse_tests;
 mod port_tests;
 
 pub use error::ScenarioError;
+pub use evaluate::{
+    after_first_firing, evaluate, Device, Exit, ExpectLine, FirstFiring, Observed, Raised,
+};
 pub use expect::{Expect, ExpectExit, Outcome, RoleExpect, ASYNC_EVENTS, WC_STATUSES};
 pub use port::{
     DeviceInfo, DropCause, Firing, Held, PacketSummary, Port, PortSummary, PortVerdict,
