@@ -45,15 +45,8 @@ impl SimRng {
 
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
-        let s = &mut self.state;
-        let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
+        let result = self.state[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        self.advance();
         result
     }
 
@@ -61,15 +54,21 @@ impl SimRng {
     /// calls of [`SimRng::next_u64`].
     pub fn skip(&mut self, n: usize) {
         for _ in 0..n {
-            let s = &mut self.state;
-            let t = s[1] << 17;
-            s[2] ^= s[0];
-            s[3] ^= s[1];
-            s[1] ^= s[2];
-            s[0] ^= s[3];
-            s[2] ^= t;
-            s[3] = s[3].rotate_left(45);
+            self.advance();
         }
+    }
+
+    /// xoshiro256's state transition (one draw).
+    #[inline(always)]
+    fn advance(&mut self) {
+        let s = &mut self.state;
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
     }
 
     /// A number in `0..bound` (multiply-shift: one draw, a bias below
