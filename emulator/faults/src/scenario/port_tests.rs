@@ -151,19 +151,19 @@ fn partition_cuts_the_peer_both_ways_then_heals() {
     let v = on(&mut port, t, Dir::In, &req_in(Opcode::RC_SEND_ONLY, 9));
     assert_eq!(v.dropped, Some(DropCause::Partition), "the packet meets the cut it made");
     assert!(v.fired);
-    assert!(port.partitioned(t + 199 * MS, PEER.into()));
+    assert!(port.partitioned(t + 119 * MS, PEER.into()));
     let ack_out = packet(Opcode::RC_ACKNOWLEDGE, ME, PEER, REMOTE, 8);
     assert_eq!(on(&mut port, t + MS, Dir::Out, &ack_out).dropped, Some(DropCause::Partition));
     let to_other = packet(Opcode::RC_SEND_ONLY, ME, OTHER, REMOTE, 1);
     assert!(passes(&on(&mut port, t + MS, Dir::Out, &to_other)));
-    let retry = on(&mut port, t + 199 * MS, Dir::In, &req_in(Opcode::RC_SEND_ONLY, 9));
+    let retry = on(&mut port, t + 119 * MS, Dir::In, &req_in(Opcode::RC_SEND_ONLY, 9));
     assert_eq!(retry.dropped, Some(DropCause::Partition));
-    let healed = on(&mut port, t + 200 * MS, Dir::In, &req_in(Opcode::RC_SEND_ONLY, 9));
+    let healed = on(&mut port, t + 120 * MS, Dir::In, &req_in(Opcode::RC_SEND_ONLY, 9));
     assert!(passes(&healed));
     let log: Vec<String> = port.take_firings().map(|f| f.to_string()).collect();
     assert_eq!(
         log,
-        ["rule cut fired 1: partition 200ms on in RC_SEND_ONLY QP 0x000011 PSN 0x000009 from 10.0.0.2 \
+        ["rule cut fired 1: partition 120ms on in RC_SEND_ONLY QP 0x000011 PSN 0x000009 from 10.0.0.2 \
           (qp 1, psn+9, message 10)"]
     );
     assert_eq!(port.summary().dropped_partition, 3);
