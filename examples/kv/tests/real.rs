@@ -3,19 +3,15 @@
 //! `kv` binary as two processes. Addresses: 127.181.0.0/16 (this test's
 //! block).
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+mod common;
+
+use common::device;
+use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use uroce_example_kv::{serve, KvClient, Op, Options, Reply, Store};
 use uroce_harness::real::{block_on, RealEnv, TcpOob};
-use uroce_net::udp::{ProgressMode, UdpConfig, UdpDevice};
 use uroce_verbs::Context;
-
-fn device(host: u8) -> UdpDevice {
-    let mut c = UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 181, 0, host)));
-    c.progress = ProgressMode::Event;
-    UdpDevice::open(c).expect("open the UDP device")
-}
 
 #[test]
 fn the_store_runs_on_the_udp_runtime() {
@@ -34,13 +30,13 @@ fn the_store_runs_on_the_udp_runtime() {
     let listener = TcpListener::bind((Ipv4Addr::new(127, 181, 0, 1), 0)).unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
-        let dev = device(1);
+        let dev = device(0, 1);
         let ctx = Context::open(dev.hca());
         let oob = TcpOob::accept(&listener).unwrap();
         block_on(serve(&ctx, &oob, &options))
     });
     let client = std::thread::spawn(move || {
-        let dev = device(2);
+        let dev = device(0, 2);
         let ctx = Context::open(dev.hca());
         let oob = TcpOob::connect(addr).unwrap();
         block_on(async {

@@ -5,15 +5,17 @@
 //! progress threads, through the waker tokio gave the task. Addresses:
 //! 127.181.1.0/24 (in this example's block).
 
+mod common;
+
+use common::device;
 use std::io;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Mutex;
 use uroce_example_kv::{serve, KvClient, KvError, Op, Options, Reply, Store};
 use uroce_harness::{Env, Oob};
-use uroce_net::udp::{ProgressMode, UdpConfig, UdpDevice};
 use uroce_verbs::Context;
 
 /// Time from tokio: its clock and its timer.
@@ -62,12 +64,6 @@ impl Oob for TokioOob {
     }
 }
 
-fn device(host: u8) -> UdpDevice {
-    let mut c = UdpConfig::new(IpAddr::V4(Ipv4Addr::new(127, 181, 1, host)));
-    c.progress = ProgressMode::Event;
-    UdpDevice::open(c).expect("open the UDP device")
-}
-
 #[test]
 fn the_store_runs_as_two_tokio_tasks_on_one_thread() {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -82,7 +78,7 @@ fn the_store_runs_as_two_tokio_tasks_on_one_thread() {
         .collect();
     let mut model = Store::default();
     let expected: Vec<Reply> = ops.iter().map(|op| model.apply(op)).collect();
-    let (server_dev, client_dev) = (device(1), device(2));
+    let (server_dev, client_dev) = (device(1, 1), device(1, 2));
     let (server_ctx, client_ctx) =
         (Context::open(server_dev.hca()), Context::open(client_dev.hca()));
     let env = TokioEnv { start: Instant::now() };
