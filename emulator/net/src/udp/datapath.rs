@@ -1,6 +1,8 @@
 //! The data path: packets from the HCA to the transport (through the fault
 //! injector or the scenario's port, and the capture) and from the
 //! transport to the HCA (through the scenario's port: `scenario.rs`).
+//! The receive side is in `receive.rs`, the scenario's ingress and egress
+//! in `scenario_path.rs`.
 
 use super::capture::Capture;
 use super::doorbells::DoorbellBatch;
@@ -9,18 +11,16 @@ use super::scenario::{self, ScenarioPort};
 use super::sys;
 use super::transport::{Leaving, Transport, TxBatch};
 use super::UdpStats;
-use crate::link::{Egress, Ingress};
-use core::net::IpAddr;
+use crate::link::Egress;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use uroce_faults::scenario::Dir;
 use uroce_faults::{CopyVerdict, Injector};
 use uroce_hca::endpoint::{Endpoint, Transmit, MAX_PACKET_LEN};
 use uroce_hca::mcast::McastChange;
 use uroce_hca::time::Instant;
 use uroce_hca::Hca;
-use uroce_wire::ip::{self, DatagramHeaders};
-use uroce_wire::{Mask, Opcode, Qpn, ROCEV2_UDP_PORT};
+use uroce_wire::ip;
+use uroce_wire::{Mask, Opcode, ROCEV2_UDP_PORT};
 
 /// Datagrams received per `recvmmsg` call.
 pub(super) const RECEIVE_BATCH: usize = 32;
@@ -121,154 +121,6 @@ impl Ord for Delayed {
 }
 
 impl Runtime {
-    /// Takes one batch from each of the transport's receiving descriptors
-    /// (the device's own, and over kernel UDP each multicast group's) into
-    /// the HCA.
-    pub(super) fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
-        let mut received = 0;
-        for from in 0..io.transport.receiving_count() {
-            received += self.receive_from(io, now_ns, single, from);
-        }
-        received
-    }
-
-    /// Takes one batch from receiving descriptor `from` into the HCA.
-    fn receive_from(&self, io: &mut Io, now_ns: u64, single: bool, from: usize) -> usize {
-        let (count, destination) = {
-            let Io { rx_buffers, rx_meta, rx_scratch, stats, transport, .. } = &mut *io;
-            match transport.receive(from, rx_buffers, HEADROOM, rx_scratch, rx_meta, single) {
-                Ok(received) => received,
-                Err(_) => {
-                    stats.rx_dropped += 1;
-                    (0, None)
-                }
-            }
-        };
-        if count == 0 {
-            return 0;
-        }
-        io.stats.rx_batches += 1;
-        if from > 0 {
-            io.stats.rx_mcast_datagrams += count as u64;
-        }
-        let received = if io.transport.is_link() {
-            self.receive_frames(io, now_ns)
-        } else {
-            self.receive_datagrams(io, now_ns, destination.unwrap_or(self.addr))
-        };
-        if let Some(capture) = io.capture.as_mut() {
-            capture.end_batch();
-        }
-        received
-    }
-
-    /// The kernel UDP transport's receive: each datagram (or GRO segment)
-    /// is one RoCE packet, its IP header rebuilt with `destination` (the
-    /// device's address, or the group's a group socket took it for).
-    fn receive_datagrams(&self, io: &mut Io, now_ns: u64, destination: IpAddr) -> usize {
-        let Io { rx_buffers, rx_meta, capture, stats, scenario, .. } = io;
-        let now = Instant::from_nanos(now_ns);
-        let mut hca = self.hca.lock();
-        let mut datagrams = 0;
-        for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter_mut()) {
-            let Some(source) = meta.source.filter(|_| !meta.truncated) else {
-                stats.rx_dropped += 1;
-                continue;
-            };
-            let segment = meta.segment_size.unwrap_or(meta.len).max(1);
-            let mut offset = 0;
-            while offset < meta.len {
-                let len = segment.min(meta.len - offset);
-                datagrams += 1;
-                let start = HEADROOM + offset;
-                // A UDP socket does not show the IP header: rebuild it as a
-                // DF, unconnected sender (uroce) wrote it, ID 0, and let the
-                // HCA check the ICRC over it.
-                let Ok(headers) = DatagramHeaders::new(source, destination, 0, len) else {
-                    stats.rx_dropped += 1;
-                    offset += len;
-                    continue;
-                };
-                let packet_start = start - headers.buffer_len();
-                if headers.emit(&mut buffer[packet_start..start]).is_err() {
-                    stats.rx_dropped += 1;
-                    offset += len;
-                    continue;
-                }
-                let packet = &buffer[packet_start..start + len];
-                let (comment, die) = match scenario.as_mut() {
-                    Some(sp) => scenario_ingress(sp, &mut hca, now_ns, stats, packet),
-                    None => {
-                        hca.receive(now, packet);
-                        (None, false)
-                    }
-                };
-                if let Some(capture) = capture.as_mut() {
-                    capture.packet(stats, source.ip(), destination, packet, comment.as_deref());
-                }
-                if die {
-                    if let Some(sp) = scenario.as_mut() {
-                        scenario::die(sp, capture, now_ns);
-                    }
-                }
-                offset += len;
-            }
-        }
-        stats.rx_datagrams += datagrams;
-        datagrams as usize
-    }
-
-    /// The L2 transport's receive: each datagram is one Ethernet frame;
-    /// RoCE frames go to the HCA as received (the fault injector may drop,
-    /// duplicate or corrupt them first), the rest to the link host.
-    fn receive_frames(&self, io: &mut Io, now_ns: u64) -> usize {
-        let now = Instant::from_nanos(now_ns);
-        let Io { rx_buffers, rx_meta, capture, stats, transport, faults, scenario, .. } = io;
-        let Some(host) = transport.host() else { return 0 };
-        let mut frames = 0;
-        let mut host_frames = false;
-        {
-            let mut hca = self.hca.lock();
-            for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter()) {
-                if meta.truncated {
-                    stats.rx_dropped += 1;
-                    continue;
-                }
-                frames += 1;
-                let bytes = &buffer[HEADROOM..HEADROOM + meta.len];
-                let mut comment = None;
-                let mut die = false;
-                match host.ingress(bytes) {
-                    Ingress::Roce(packet) => match (scenario.as_mut(), faults.as_mut()) {
-                        (Some(sp), _) => {
-                            (comment, die) = scenario_ingress(sp, &mut hca, now_ns, stats, packet)
-                        }
-                        (None, None) => hca.receive(now, packet),
-                        (None, Some(faults)) => {
-                            receive_with_faults(&mut hca, now, faults, stats, packet)
-                        }
-                    },
-                    Ingress::Host => host_frames = true,
-                    Ingress::Dropped => stats.rx_dropped += 1,
-                }
-                if let Some(capture) = capture.as_mut() {
-                    capture.frame(stats, bytes, comment.as_deref());
-                }
-                if die {
-                    if let Some(sp) = scenario.as_mut() {
-                        scenario::die(sp, capture, now_ns);
-                    }
-                }
-            }
-        }
-        if host_frames {
-            // ARP and NDP answers, TCP: queued for the next transmit.
-            host.poll(now);
-        }
-        stats.rx_datagrams += frames;
-        frames as usize
-    }
-
     /// Sends what the link host has ready (its own frames, packets
     /// released by a resolved neighbour), after running its timers.
     pub(super) fn queue_link_frames(&self, io: &mut Io, now_ns: u64) -> usize {
@@ -402,7 +254,7 @@ impl Runtime {
     /// Sends one copy of a packet now, or queues it for its delay
     /// (`copy.delay_ns + after_ns`), its bit flipped if it is corrupted.
     #[allow(clippy::too_many_arguments)]
-    fn send_copy(
+    pub(super) fn send_copy(
         &self,
         io: &mut Io,
         now_ns: u64,
@@ -431,97 +283,6 @@ impl Runtime {
                 comment,
             }));
         }
-    }
-
-    /// Passes one outgoing packet through the scenario's port, then sends
-    /// (or holds, or drops) it as the verdict says; device actions it
-    /// triggered go to the HCA, reorder holds it released follow it.
-    fn dispatch_scenario(
-        &self,
-        io: &mut Io,
-        hca: &mut Hca,
-        now_ns: u64,
-        local_qpn: Option<Qpn>,
-        packet: &[u8],
-        leaving: Leaving,
-    ) {
-        let Some(sp) = io.scenario.as_mut() else { return };
-        let verdict = sp.port.on_packet(now_ns, Dir::Out, local_qpn, packet);
-        let firings = sp.log_firings(now_ns);
-        let die = sp.apply_device_actions(hca, now_ns);
-        match verdict.dropped {
-            Some(cause) => {
-                io.stats.faults_lost += 1;
-                if let Some(capture) = io.capture.as_mut() {
-                    let comment = scenario::dropped_comment(cause, firings.as_deref());
-                    let to = leaving.destination;
-                    capture.packet(&mut io.stats, self.addr, to, packet, Some(&comment));
-                }
-            }
-            None => {
-                let mut comment = firings;
-                if verdict.held {
-                    if let (Some(sp), Some(c)) = (io.scenario.as_mut(), comment.take()) {
-                        sp.hold_comment(packet, c);
-                    }
-                }
-                if verdict.copies[1].is_some() || verdict.extra > 0 {
-                    io.stats.faults_duplicated += 1;
-                }
-                for copy in verdict.copies.iter().flatten() {
-                    self.send_copy(io, now_ns, packet, copy, 0, leaving, comment.take());
-                }
-                if let Some(first) = verdict.copies[0] {
-                    for i in 1..=u64::from(verdict.extra) {
-                        let after = i.saturating_mul(verdict.extra_gap_ns);
-                        self.send_copy(io, now_ns, packet, &first, after, leaving, None);
-                    }
-                }
-            }
-        }
-        if let Some(sp) = io.scenario.as_mut() {
-            scenario::drain_released(sp, hca, now_ns);
-        }
-        self.send_released(io, now_ns);
-        if die {
-            if let Some(sp) = io.scenario.as_mut() {
-                scenario::die(sp, &mut io.capture, now_ns);
-            }
-        }
-    }
-
-    /// Sends the outgoing packets reorder holds released.
-    fn send_released(&self, io: &mut Io, now_ns: u64) {
-        while let Some(held) = io.scenario.as_mut().and_then(|sp| sp.out_ready.pop_front()) {
-            let Some(leaving) = leaving_of(&held.packet) else {
-                io.stats.tx_errors += 1;
-                continue;
-            };
-            let mut comment =
-                io.scenario.as_mut().and_then(|sp| sp.take_held_comment(&held.packet));
-            for copy in held.copies.iter().flatten() {
-                self.send_copy(io, now_ns, &held.packet, copy, 0, leaving, comment.take());
-            }
-        }
-    }
-
-    /// The scenario's work that comes with time, not with a packet: timed
-    /// rules (and the device actions they decide), delayed incoming
-    /// copies, reorder holds whose `max_hold_us` passed.
-    fn scenario_tick(&self, io: &mut Io, hca: &mut Hca, now_ns: u64) {
-        let Some(sp) = io.scenario.as_mut() else { return };
-        while sp.port.poll_timed(now_ns).is_some() {}
-        let _ = sp.log_firings(now_ns);
-        let die = sp.apply_device_actions(hca, now_ns);
-        if die {
-            scenario::die(sp, &mut io.capture, now_ns);
-        }
-        let now = Instant::from_nanos(now_ns);
-        while let Some(packet) = sp.due_in(now_ns) {
-            hca.receive(now, &packet);
-        }
-        scenario::drain_released(sp, hca, now_ns);
-        self.send_released(io, now_ns);
     }
 
     /// Queues one IP packet: its UDP payload for the socket of its source
@@ -619,7 +380,7 @@ fn follow_group(io: &mut Io, change: McastChange) {
 
 /// Where an outgoing IP packet leaves from, read back from its headers (a
 /// packet a reorder hold kept: its source port was settled before).
-fn leaving_of(packet: &[u8]) -> Option<Leaving> {
+pub(super) fn leaving_of(packet: &[u8]) -> Option<Leaving> {
     let (_, destination) = ip::addresses(packet)?;
     let offset = ip::udp_payload_offset(packet)?;
     let source_port = u16::from_be_bytes([packet[offset - 8], packet[offset - 7]]);
@@ -630,78 +391,4 @@ fn leaving_of(packet: &[u8]) -> Option<Leaving> {
     let kind =
         if response { uroce_hca::PacketKind::Response } else { uroce_hca::PacketKind::Request };
     Some(Leaving { destination, kind, source_port })
-}
-
-/// Passes one received RoCE packet through the scenario's port: device
-/// actions it triggered go to the HCA first, then its copies (now, or
-/// queued for their delay), then the reorder holds it released. Returns
-/// the capture comment and whether the process must die (`crash`).
-fn scenario_ingress(
-    sp: &mut ScenarioPort,
-    hca: &mut Hca,
-    now_ns: u64,
-    stats: &mut UdpStats,
-    packet: &[u8],
-) -> (Option<String>, bool) {
-    let verdict = sp.port.on_packet(now_ns, Dir::In, None, packet);
-    let firings = sp.log_firings(now_ns);
-    let die = sp.apply_device_actions(hca, now_ns);
-    let comment = match verdict.dropped {
-        Some(cause) => {
-            stats.faults_lost += 1;
-            Some(scenario::dropped_comment(cause, firings.as_deref()))
-        }
-        None => {
-            if verdict.copies[1].is_some() || verdict.extra > 0 {
-                stats.faults_duplicated += 1;
-            }
-            for copy in verdict.copies.iter().flatten() {
-                if copy.flip_bit.is_some() {
-                    stats.faults_corrupted += 1;
-                }
-                if copy.delay_ns > 0 {
-                    stats.faults_delayed += 1;
-                }
-                scenario::receive_copy(sp, hca, now_ns, packet, copy, 0);
-            }
-            if let Some(first) = verdict.copies[0] {
-                for i in 1..=u64::from(verdict.extra) {
-                    let after = i.saturating_mul(verdict.extra_gap_ns);
-                    scenario::receive_copy(sp, hca, now_ns, packet, &first, after);
-                }
-            }
-            firings
-        }
-    };
-    scenario::drain_released(sp, hca, now_ns);
-    (comment, die)
-}
-
-/// Hands a received RoCE packet to the HCA through the fault injector.
-fn receive_with_faults(
-    hca: &mut Hca,
-    now: Instant,
-    faults: &mut Injector,
-    stats: &mut UdpStats,
-    packet: &[u8],
-) {
-    let verdict = faults.apply(packet);
-    if verdict.lost() {
-        stats.faults_lost += 1;
-        return;
-    }
-    if verdict.duplicated() {
-        stats.faults_duplicated += 1;
-    }
-    for copy in verdict.copies() {
-        match copy.flip_bit {
-            Some(bit) => {
-                stats.faults_corrupted += 1;
-                let mut corrupted = packet.to_vec();
-                uroce_faults::flip(&mut corrupted, bit);
-                hca.receive(now, &corrupted);
-            }
-            None => hca.receive(now, packet),
-        }
-    }
 }

@@ -36,7 +36,8 @@
 //! over UDP-carried frames, a TAP), `sockets.rs` (kernel UDP: a socket per
 //! source port, `sendmmsg` and GSO batching), `groups.rs` (kernel UDP: a
 //! socket per multicast group joined), `datapath.rs` (packets
-//! between the HCA and the transport, faults, capture), `doorbells.rs`
+//! between the HCA and the transport, faults, capture; its receive side in
+//! `receive.rs`, the scenario's ingress and egress in `scenario_path.rs`), `doorbells.rs`
 //! (send doorbells rung back to back leave together), `progress.rs` (the
 //! application's thread and the background thread), `capture.rs`,
 //! `stats.rs`, `sys.rs` (the socket calls std lacks), `tap.rs`,
@@ -49,7 +50,9 @@ mod doorbells;
 mod groups;
 mod link_tcp;
 mod progress;
+mod receive;
 mod scenario;
+mod scenario_path;
 mod scenario_summary;
 mod sockets;
 mod stats;
