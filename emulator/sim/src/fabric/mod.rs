@@ -4,29 +4,27 @@
 
 mod config;
 mod jitter;
+mod outages;
 mod packet;
 mod queue;
 mod scenario;
 mod send;
+mod watch;
 
 pub use config::{FabricConfig, FabricCounters};
 use packet::Packet;
 use queue::InFlightQueue;
 pub use scenario::{DeviceFaultHandler, MAX_DEVICE_FAULTS, MAX_FIRINGS};
 
-use super::capture::{node_mac, Capture, CapturePoint};
-use super::fault::{Cut, Outage};
+use super::capture::Capture;
+use super::fault::Outage;
 use super::trace::{packet_digest, Trace, TraceEvent};
 use super::NodeId;
 use core::net::IpAddr;
-use core::ops::Range;
-use std::io::Write;
-use uroce_faults::{FaultConfig, SimRng};
-use uroce_faults::{Rule, RuleId, RuleState};
+use uroce_faults::SimRng;
+use uroce_faults::{RuleId, RuleState};
 use uroce_hca::endpoint::{Endpoint, MAX_PACKET_LEN};
 use uroce_hca::time::Instant;
-use uroce_wire::ethernet;
-use uroce_wire::pcap::CaptureFormat;
 
 /// The most endpoints a fabric holds.
 pub const MAX_NODES: usize = 1 << 16;
@@ -276,158 +274,6 @@ impl<E: Endpoint> Fabric<E> {
     /// The outages still scheduled or running.
     pub fn outages(&self) -> &[Outage] {
         &self.outages
-    }
-
-    // ----- faults -----
-
-    /// Replaces the probabilistic faults and the MTU.
-    pub fn set_faults(&mut self, faults: FaultConfig) {
-        faults.assert_valid();
-        self.config.faults = faults;
-    }
-
-    /// Adds a targeted rule; rules are checked in the order added.
-    pub fn add_rule(&mut self, rule: Rule) -> RuleId {
-        assert!(self.rules.len() < MAX_RULES, "more than {MAX_RULES} rules");
-        if let Some(n) = rule.matcher.from {
-            self.check_node(n);
-        }
-        if let Some(n) = rule.matcher.to {
-            self.check_node(n);
-        }
-        self.rules.push(RuleState::new(rule));
-        RuleId(self.rules.len() - 1)
-    }
-
-    /// Takes the link between `a` and `b` down, both ways, for packets sent
-    /// during `during`.
-    pub fn link_down(&mut self, a: NodeId, b: NodeId, during: Range<Instant>) {
-        self.check_node(a);
-        self.check_node(b);
-        self.add_outage(Cut::Link(a, b), during);
-    }
-
-    /// Cuts packets from `from` to `to` (that direction only) sent during
-    /// `during`.
-    pub fn link_down_one_way(&mut self, from: NodeId, to: NodeId, during: Range<Instant>) {
-        self.check_node(from);
-        self.check_node(to);
-        self.add_outage(Cut::OneWay { from, to }, during);
-    }
-
-    /// Cuts every packet between a node in `side` and a node outside it
-    /// sent during `during`.
-    pub fn partition(&mut self, side: &[NodeId], during: Range<Instant>) {
-        let mut side = side.to_vec();
-        for &n in &side {
-            self.check_node(n);
-        }
-        side.sort_unstable();
-        side.dedup();
-        self.add_outage(Cut::Partition { side }, during);
-    }
-
-    /// Cuts one node off from every other during `during`.
-    pub fn isolate(&mut self, node: NodeId, during: Range<Instant>) {
-        self.partition(&[node], during);
-    }
-
-    fn add_outage(&mut self, cut: Cut, during: Range<Instant>) {
-        assert!(during.start <= during.end, "outage ends before it starts");
-        let now = self.now;
-        self.outages.retain(|o| o.during.end > now);
-        assert!(self.outages.len() < MAX_OUTAGES, "more than {MAX_OUTAGES} outages");
-        self.outages.push(Outage { cut, during });
-    }
-
-    /// Turns every fault off for a liveness phase: probabilistic faults
-    /// (the MTU stays: it is the network's, not a fault), outages (running
-    /// and scheduled) and rules (kept, with their counts, but no longer
-    /// checked). Packets in flight still arrive as scheduled.
-    pub fn heal(&mut self) {
-        self.config.faults = self.config.faults.healed();
-        self.outages.clear();
-        for rule in &mut self.rules {
-            rule.active = false;
-        }
-        self.trace.record(TraceEvent::Heal { at: self.now });
-    }
-
-    // ----- capture -----
-
-    /// Starts a pcap capture (Ethernet link type, nanosecond timestamps in
-    /// virtual time) into `writer`, replacing any running one. Capture
-    /// errors never change the run; see [`Fabric::capture_error`]. With
-    /// ports ([`Fabric::with_ports`]) the capture is pcapng and a frame a
-    /// scenario rule fired on carries the firing as its comment.
-    pub fn start_capture(&mut self, writer: Box<dyn Write>, point: CapturePoint) {
-        self.capture = Some(if self.scenario.is_some() {
-            Capture::with_format(writer, point, CaptureFormat::PcapNg)
-        } else {
-            Capture::new(writer, point)
-        });
-    }
-
-    /// Frames written to the capture so far.
-    pub fn captured_frames(&self) -> u64 {
-        self.capture.as_ref().map_or(0, Capture::frames)
-    }
-
-    /// The first error writing the capture, if any.
-    pub fn capture_error(&self) -> Option<&str> {
-        self.capture.as_ref().and_then(Capture::error)
-    }
-
-    /// Stops the capture, flushes it and returns the writer; `None` when no
-    /// capture runs, `Some(Err)` with the first write error.
-    pub fn finish_capture(&mut self) -> Option<Result<Box<dyn Write>, String>> {
-        self.capture.take().map(Capture::finish)
-    }
-
-    // ----- mirror port -----
-
-    /// Makes `node` a mirror port (a switch's SPAN port), or stops
-    /// mirroring with `None`. From then on, every packet the fabric
-    /// delivers to another node (duplicates, corrupted copies and the
-    /// mirror node's own packets included) is also handed to `node`'s
-    /// [`Endpoint::receive`], right after the receiver has taken it, as an
-    /// Ethernet II frame: destination MAC [`node_mac`] of the receiver,
-    /// source MAC `node_mac` of the sender, then the IP packet. The
-    /// mirror node sees the wire, never the receiver's verdict; it reads
-    /// whatever it likes of the other endpoints' state by its own means.
-    ///
-    /// A copy is made synchronously, nothing is queued (the mirror node
-    /// keeps what it wants, within its own bounds), and it is not a trace
-    /// event of its own: it follows from the delivery, so the trace hash
-    /// changes only by what the mirror node does with what it saw.
-    /// Counted in [`FabricCounters::mirrored`].
-    ///
-    /// [`node_mac`]: super::node_mac
-    pub fn set_mirror(&mut self, node: Option<NodeId>) {
-        if let Some(node) = node {
-            self.check_node(node);
-        }
-        self.mirror = node;
-    }
-
-    /// The mirror port, if any.
-    pub fn mirror(&self) -> Option<NodeId> {
-        self.mirror
-    }
-
-    /// Hands a copy of a packet just delivered to the mirror port.
-    fn mirror_copy(&mut self, from: NodeId, to: NodeId, bytes: &[u8]) {
-        let Some(mirror) = self.mirror.filter(|&m| m != to) else { return };
-        let mut frame = core::mem::take(&mut self.mirror_frame);
-        let header = ethernet::Repr {
-            source: node_mac(from),
-            destination: node_mac(to),
-            ether_type: ethernet::ether_type_of_ip(bytes),
-        };
-        header.frame_into(bytes, &mut frame);
-        self.counters.mirrored += 1;
-        self.endpoints[mirror.0].receive(self.now, &frame);
-        self.mirror_frame = frame;
     }
 
     // ----- driving -----

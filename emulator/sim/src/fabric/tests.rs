@@ -1,6 +1,8 @@
 use super::*;
+use crate::capture::node_mac;
+use crate::fault::Cut;
 use core::net::Ipv4Addr;
-use uroce_faults::Probability;
+use uroce_faults::{FaultConfig, Probability};
 
 /// Sends `left` packets of 40 bytes to `peer`, one per poll, and keeps
 /// what it receives.
