@@ -193,7 +193,36 @@ impl Runtime {
                     // copies and its reorder holds whose time came.
                     self.scenario_tick(io, &mut hca, now_ns);
                 }
-                while io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
+                // Without faults, a scenario, a capture or a link, packets
+                // are built straight into the batch (no copy).
+                let direct = io.faults.is_none()
+                    && io.scenario.is_none()
+                    && io.capture.is_none()
+                    && !io.transport.is_link();
+                while direct && io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
+                    let Io { batch, transport, stats, .. } = io;
+                    let room = batch.room(MAX_PACKET_LEN);
+                    let Some(transmit) = hca.poll_transmit(now, room) else {
+                        break;
+                    };
+                    stats.tx_packets += 1;
+                    if transmit.destination.is_multicast() {
+                        stats.tx_mcast_packets += 1;
+                    }
+                    sent += 1;
+                    let packet = &mut room[..transmit.len];
+                    let Some(leaving) =
+                        settle(transport, stats, &mut hca, now_ns, transmit, packet)
+                    else {
+                        continue;
+                    };
+                    let len = packet.len();
+                    match ip::udp_payload_offset(packet) {
+                        Some(offset) => batch.commit(offset, len - offset, leaving),
+                        None => stats.tx_errors += 1,
+                    }
+                }
+                while !direct && io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {
                     let Some(transmit) = hca.poll_transmit(now, &mut buffer) else {
                         break;
                     };
@@ -204,7 +233,15 @@ impl Runtime {
                     sent += 1;
                     let packet = &mut buffer[..transmit.len];
                     let local_qpn = transmit.local_qpn;
-                    if let Some(leaving) = settle(io, &mut hca, now_ns, transmit, packet) {
+                    let leaving = settle(
+                        &mut io.transport,
+                        &mut io.stats,
+                        &mut hca,
+                        now_ns,
+                        transmit,
+                        packet,
+                    );
+                    if let Some(leaving) = leaving {
                         if io.scenario.is_some() {
                             self.dispatch_scenario(
                                 io, &mut hca, now_ns, local_qpn, packet, leaving,
@@ -333,7 +370,8 @@ impl Runtime {
 /// bound is refused to the HCA, which settles its packets on 4791 and makes
 /// this one again (`tx_port_fallbacks`). `None`: the packet cannot leave.
 fn settle(
-    io: &mut Io,
+    transport: &mut Transport,
+    stats: &mut UdpStats,
     hca: &mut Hca,
     now_ns: u64,
     transmit: Transmit,
@@ -341,20 +379,20 @@ fn settle(
 ) -> Option<Leaving> {
     let Transmit { destination, kind, source_port, .. } = transmit;
     let leaving = Leaving { destination, kind, source_port };
-    let Transport::Udp(sockets) = &mut io.transport else { return Some(leaving) };
+    let Transport::Udp(sockets) = transport else { return Some(leaving) };
     if source_port == ROCEV2_UDP_PORT {
         // No QP's own port (rxe's are 0xC000 and up): settled on 4791.
-        io.stats.tx_port_fallbacks += 1;
+        stats.tx_port_fallbacks += 1;
         return Some(leaving);
     }
     if sockets.can_send_from(source_port, now_ns) {
         return Some(leaving);
     }
     if !hca.refuse_source_port(source_port, packet) {
-        io.stats.tx_errors += 1;
+        stats.tx_errors += 1;
         return None;
     }
-    io.stats.tx_port_fallbacks += 1;
+    stats.tx_port_fallbacks += 1;
     Some(Leaving { source_port: ROCEV2_UDP_PORT, ..leaving })
 }
 

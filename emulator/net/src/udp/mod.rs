@@ -40,7 +40,7 @@
 //! `receive.rs`, the scenario's ingress and egress in `scenario_path.rs`), `doorbells.rs`
 //! (send doorbells rung back to back leave together), `progress.rs` (the
 //! application's thread and the background thread), `capture.rs`,
-//! `stats.rs`, `sys.rs` (the socket calls std lacks), `tap.rs`,
+//! `stats.rs`, `sys.rs` and `sys_send.rs` (the socket calls std lacks), `tap.rs`,
 //! `link_tcp.rs` (the tools' TCP over the link).
 
 mod capture;
@@ -57,6 +57,7 @@ mod scenario_summary;
 mod sockets;
 mod stats;
 mod sys;
+mod sys_send;
 mod tap;
 mod transport;
 

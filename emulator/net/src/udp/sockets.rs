@@ -6,12 +6,14 @@
 
 use super::groups::{self, GroupSockets};
 use super::sys;
-use super::transport::TxBatch;
+use super::sys::Outgoing;
+use super::transport::{Queued, TxBatch};
 use super::{UdpError, UdpStats};
 use core::net::{IpAddr, SocketAddr};
 use std::collections::HashMap;
 use std::io;
 use std::net::UdpSocket;
+use std::ops::Range;
 use std::os::fd::OwnedFd;
 use uroce_hca::PacketKind;
 use uroce_wire::ROCEV2_UDP_PORT;
@@ -19,7 +21,7 @@ use uroce_wire::ROCEV2_UDP_PORT;
 /// Socket buffer sizes asked for (the kernel caps them at rmem_max/wmem_max).
 pub const SOCKET_BUFFER_BYTES: usize = 8 << 20;
 /// GSO: at most this many segments per send (the kernel's limit is 64).
-const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_SEGMENTS: usize = super::sys_send::MAX_PARTS;
 /// GSO: at most this many bytes per send (a UDP datagram's limit).
 const GSO_MAX_BYTES: usize = 65_000;
 /// How long a source port that could not be bound is left alone.
@@ -44,6 +46,10 @@ pub(super) struct UdpSockets {
     groups: GroupSockets,
     /// Readable when `main` or a group socket is (an epoll descriptor).
     ready: OwnedFd,
+    /// Scratch for [`UdpSockets::send`]: the batch's packets' byte ranges,
+    /// and one port's messages.
+    spans: Vec<Range<usize>>,
+    plan: Vec<Outgoing>,
 }
 
 impl UdpSockets {
@@ -86,6 +92,8 @@ impl UdpSockets {
             unbindable: HashMap::new(),
             groups: GroupSockets::default(),
             ready,
+            spans: Vec::new(),
+            plan: Vec::new(),
         };
         Ok((sockets, receive_buffer_bytes))
     }
@@ -168,24 +176,26 @@ impl UdpSockets {
     }
 
     /// Sends the batched packets (UDP payloads), one group per source
-    /// port: with `sendmmsg`, or with offload, runs of equal-sized packets
-    /// to one destination as single GSO sends; in each group, in the
-    /// batch's order (requests before responses).
+    /// port, in each group in the batch's order (requests before
+    /// responses): with offload, runs of equal-sized packets to one
+    /// destination as GSO messages, and everything of a group in as few
+    /// `sendmmsg` calls as it takes (one for up to 64 runs and singles).
     pub(super) fn send(
         &mut self,
         batch: &mut TxBatch,
         stats: &mut UdpStats,
         scratch: &mut sys::SendScratch,
     ) {
-        let to = |ip: IpAddr| SocketAddr::new(ip, ROCEV2_UDP_PORT);
-        let UdpSockets { main, by_port, offload, gso_refused, .. } = self;
+        let UdpSockets { main, by_port, offload, gso_refused, spans, plan, .. } = self;
         // Grouped by port; in each, requests before responses (each class
         // in its own order: they are separate PSN streams, and a GSO run,
         // the packets of one message, is all of one class): a request an
         // application posted in reaction to a completion must not wait
         // behind the ACK of the packet that completed.
         batch.packets.sort_by_key(|p| (p.source_port, p.kind == PacketKind::Response));
-        let (bytes, packets) = (&batch.bytes, &batch.packets);
+        let packets = &batch.packets;
+        spans.clear();
+        spans.extend(packets.iter().map(|p| p.start..p.start + p.len));
         let mut group = 0;
         while group < packets.len() {
             let port = packets[group].source_port;
@@ -194,69 +204,91 @@ impl UdpSockets {
                 .position(|p| p.source_port != port)
                 .map_or(packets.len(), |n| group + n);
             let socket = by_port.get(&port).unwrap_or(main);
-            let mut singles: Vec<(&[u8], SocketAddr)> = Vec::with_capacity(group_end - group);
-            let mut i = group;
-            while i < group_end {
-                let first = packets[i];
-                let segment = first.len;
-                let mut j = i + 1;
-                let mut run_bytes = segment;
-                // Packets to a multicast group leave singly: GSO to a group
-                // (and the kernel's loopback copy of it) is not tested.
-                if *offload && !*gso_refused && !first.destination.is_multicast() {
-                    // Every packet of a GSO run but the last has the run's
-                    // size (so a request and the smaller ACK behind it, to
-                    // one peer, go as one: the peer takes both with one
-                    // receive).
-                    while j < group_end
-                        && j - i < GSO_MAX_SEGMENTS.min(sys::MAX_SEGMENT_PARTS)
-                        && packets[j].destination == first.destination
-                        && packets[j].len <= segment
-                        && packets[j - 1].len == segment
-                        && run_bytes + packets[j].len <= GSO_MAX_BYTES
-                    {
-                        run_bytes += packets[j].len;
-                        j += 1;
-                    }
-                }
-                let mut gso_sent = false;
-                if j - i > 1 {
-                    // The singles before this run leave first: a run sent
-                    // ahead of them would put a message's packets out of
-                    // order (a READ response's second MIDDLE, alone between
-                    // two runs, arrived after the rest: a go-back each).
-                    send_all(socket, scratch, &singles, stats);
-                    singles.clear();
-                    stats.tx_calls += 1;
-                    let mut parts = [&bytes[..0]; sys::MAX_SEGMENT_PARTS];
-                    for (part, p) in parts.iter_mut().zip(&packets[i..j]) {
-                        *part = &bytes[p.start..p.start + p.len];
-                    }
-                    let run = &parts[..j - i];
-                    match sys::send_segmented(socket, run, to(first.destination), segment as u16) {
-                        Ok(_) => gso_sent = true,
-                        // Refused (no checksum offload on the way out, or a
-                        // route MTU below the segment): the same runs would
-                        // fail on every retransmission, so send these singly
-                        // and stop asking for GSO.
-                        Err(_) => {
-                            *gso_refused = true;
-                            stats.tx_gso_refused += 1;
-                        }
-                    }
-                }
-                if !gso_sent {
-                    for p in &packets[i..j] {
-                        singles.push((&bytes[p.start..p.start + p.len], to(p.destination)));
-                    }
-                }
-                i = j;
-            }
-            send_all(socket, scratch, &singles, stats);
+            plan_group(packets, group..group_end, *offload && !*gso_refused, plan);
+            send_plan(socket, scratch, batch.bytes(), spans, plan, stats, gso_refused);
             group = group_end;
         }
         batch.clear();
     }
+}
+
+/// Plans the sends of `packets[group]` (one source port's): consecutive
+/// packets to one destination make a GSO run, with `gso`, when every one
+/// but the last has the first one's size (so a request and the smaller
+/// ACK behind it, to one peer, go as one: the peer takes both with one
+/// receive); the others leave as single datagrams, all in order.
+fn plan_group(packets: &[Queued], group: Range<usize>, gso: bool, plan: &mut Vec<Outgoing>) {
+    plan.clear();
+    let mut i = group.start;
+    while i < group.end {
+        let first = &packets[i];
+        let segment = first.len;
+        let mut j = i + 1;
+        let mut run_bytes = segment;
+        // Packets to a multicast group leave singly: GSO to a group (and
+        // the kernel's loopback copy of it) is not tested.
+        if gso && !first.destination.is_multicast() {
+            while j < group.end
+                && j - i < GSO_MAX_SEGMENTS
+                && packets[j].destination == first.destination
+                && packets[j].len <= segment
+                && packets[j - 1].len == segment
+                && run_bytes + packets[j].len <= GSO_MAX_BYTES
+            {
+                run_bytes += packets[j].len;
+                j += 1;
+            }
+        }
+        let segment_size = (j - i > 1).then_some(segment as u16);
+        plan.push(Outgoing { parts: i..j, destination: to(first.destination), segment_size });
+        i = j;
+    }
+}
+
+/// Sends the planned messages with `sendmmsg` calls. A refused GSO run
+/// (no checksum offload on the way out, or a route MTU below the segment)
+/// would fail on every retransmission too, so offload stops (`gso_refused`)
+/// and the rest of the plan leaves as single datagrams; a refused single
+/// datagram is lost (counted) and the rest go on.
+fn send_plan(
+    socket: &UdpSocket,
+    scratch: &mut sys::SendScratch,
+    bytes: &[u8],
+    spans: &[Range<usize>],
+    plan: &mut Vec<Outgoing>,
+    stats: &mut UdpStats,
+    gso_refused: &mut bool,
+) {
+    let mut sent = 0;
+    while sent < plan.len() {
+        stats.tx_calls += 1;
+        match sys::send_messages(socket, scratch, bytes, spans, &plan[sent..]) {
+            Ok(n) if n > 0 => sent += n,
+            _ if plan[sent].segment_size.is_some() => {
+                *gso_refused = true;
+                stats.tx_gso_refused += 1;
+                let rest: Vec<Outgoing> = plan.drain(sent..).collect();
+                for message in rest {
+                    for part in message.parts {
+                        let destination = message.destination;
+                        plan.push(Outgoing {
+                            parts: part..part + 1,
+                            destination,
+                            segment_size: None,
+                        });
+                    }
+                }
+            }
+            _ => {
+                stats.tx_errors += 1;
+                sent += 1;
+            }
+        }
+    }
+}
+
+fn to(ip: IpAddr) -> SocketAddr {
+    SocketAddr::new(ip, ROCEV2_UDP_PORT)
 }
 
 /// Sends every datagram with `sendmmsg` calls; a refused one is lost

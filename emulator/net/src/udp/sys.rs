@@ -1,19 +1,22 @@
-//! The few socket calls std does not offer: socket options, batched receive
-//! (`recvmmsg`) with the UDP GRO segment size, and `sendmsg` with a UDP GSO
-//! segment size. Every `unsafe` block is an FFI call into the kernel with
+//! The few socket calls std does not offer: socket options and batched
+//! receive (`recvmmsg`) with the UDP GRO segment size (the batched send is
+//! in `sys_send.rs`). Every `unsafe` block is an FFI call into the kernel with
 //! buffers this module owns for the duration of the call.
 
 use std::io;
+
+pub use super::sys_send::{send_batch, SendScratch, SEND_MAX};
+pub(crate) use super::sys_send::{send_messages, Outgoing};
 use std::mem::{size_of, zeroed, MaybeUninit};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
 use std::os::fd::AsRawFd;
 
 /// `UDP_SEGMENT` (linux/udp.h): the GSO segment size of a send.
-const UDP_SEGMENT: libc::c_int = 103;
+pub(super) const UDP_SEGMENT: libc::c_int = 103;
 /// `UDP_GRO` (linux/udp.h): deliver coalesced datagrams with their segment size.
 const UDP_GRO: libc::c_int = 104;
 /// `SOL_UDP`.
-const SOL_UDP: libc::c_int = 17;
+pub(super) const SOL_UDP: libc::c_int = 17;
 
 /// Sets an integer socket option.
 pub(crate) fn set_int_option(
@@ -289,130 +292,7 @@ fn describe(scratch: &ReceiveScratch, i: usize) -> Received {
     Received { len, source, truncated, segment_size }
 }
 
-/// Most parts one [`send_segmented`] call gathers (the kernel's UDP GSO
-/// takes at most 64 segments).
-pub(crate) const MAX_SEGMENT_PARTS: usize = 64;
-
-/// Sends the bytes of `parts`, one after the other, to `destination` as
-/// datagrams of `segment_size` bytes each (the last may be shorter) with
-/// one call: UDP GSO. The parts need not be the segments: the kernel
-/// gathers them (an iovec each) and cuts the whole.
-pub(crate) fn send_segmented(
-    socket: &UdpSocket,
-    parts: &[&[u8]],
-    destination: SocketAddr,
-    segment_size: u16,
-) -> io::Result<usize> {
-    if parts.is_empty() || parts.len() > MAX_SEGMENT_PARTS {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    }
-    let (name, name_len) = sockaddr(destination);
-    let mut iovs = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_SEGMENT_PARTS];
-    for (iov, part) in iovs.iter_mut().zip(parts) {
-        *iov = libc::iovec { iov_base: part.as_ptr() as *mut _, iov_len: part.len() };
-    }
-    let mut control = [0u64; CONTROL_LEN / 8];
-    // SAFETY: all-zero bytes are a valid msghdr.
-    let mut hdr: libc::msghdr = unsafe { zeroed() };
-    hdr.msg_name = (&name as *const libc::sockaddr_storage) as *mut _;
-    hdr.msg_namelen = name_len;
-    hdr.msg_iov = iovs.as_mut_ptr();
-    hdr.msg_iovlen = parts.len() as _;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
-    debug_assert!(space <= CONTROL_LEN);
-    hdr.msg_controllen = space as _;
-    // SAFETY: `control` holds `space` bytes, enough for one cmsg carrying a
-    // u16; the header, iovec, name and payload outlive the call, and the
-    // kernel only reads the payload (the `*mut` cast is the C signature).
-    let sent = unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
-        (*cmsg).cmsg_level = SOL_UDP;
-        (*cmsg).cmsg_type = UDP_SEGMENT;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment_size);
-        libc::sendmsg(socket.as_raw_fd(), &hdr, 0)
-    };
-    if sent < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(sent as usize)
-    }
-}
-
-/// The C structures `sendmmsg` needs, kept between calls.
-pub struct SendScratch {
-    iovecs: Box<[libc::iovec; SEND_MAX]>,
-    names: Box<[libc::sockaddr_storage; SEND_MAX]>,
-    headers: Box<[libc::mmsghdr; SEND_MAX]>,
-}
-
-/// Most datagrams one `sendmmsg` call sends.
-pub const SEND_MAX: usize = 64;
-
-// SAFETY: as for ReceiveScratch: the pointers inside are rewritten before
-// every call and only used by the kernel during it.
-unsafe impl Send for SendScratch {}
-
-impl Default for SendScratch {
-    fn default() -> SendScratch {
-        SendScratch::new()
-    }
-}
-
-impl SendScratch {
-    /// Scratch for [`send_batch`].
-    pub fn new() -> SendScratch {
-        // SAFETY: all-zero bytes are valid for these plain C structs.
-        unsafe {
-            SendScratch {
-                iovecs: Box::new(zeroed()),
-                names: Box::new(zeroed()),
-                headers: Box::new(zeroed()),
-            }
-        }
-    }
-}
-
-/// Sends each `(payload, destination)` as its own datagram with one
-/// `sendmmsg` call (at most [`SEND_MAX`] per call). Returns how many left;
-/// an error only when the first one was refused.
-pub fn send_batch(
-    socket: &UdpSocket,
-    scratch: &mut SendScratch,
-    datagrams: &[(&[u8], SocketAddr)],
-) -> io::Result<usize> {
-    let count = datagrams.len().min(SEND_MAX);
-    if count == 0 {
-        return Ok(0);
-    }
-    for (i, (payload, destination)) in datagrams[..count].iter().enumerate() {
-        let (name, name_len) = sockaddr(*destination);
-        scratch.names[i] = name;
-        scratch.iovecs[i] =
-            libc::iovec { iov_base: payload.as_ptr() as *mut _, iov_len: payload.len() };
-        let hdr = &mut scratch.headers[i].msg_hdr;
-        hdr.msg_name = (&mut scratch.names[i] as *mut libc::sockaddr_storage).cast();
-        hdr.msg_namelen = name_len;
-        hdr.msg_iov = &mut scratch.iovecs[i];
-        hdr.msg_iovlen = 1;
-        hdr.msg_control = std::ptr::null_mut();
-        hdr.msg_controllen = 0;
-    }
-    // SAFETY: the first `count` headers point at iovecs and names in
-    // `scratch` with their true lengths; the iovecs point into the caller's
-    // payloads, which outlive the call and which the kernel only reads.
-    let sent =
-        unsafe { libc::sendmmsg(socket.as_raw_fd(), scratch.headers.as_mut_ptr(), count as _, 0) };
-    if sent < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(sent as usize)
-    }
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+pub(super) fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     // SAFETY: all-zero bytes are a valid sockaddr_storage.
     let mut storage: libc::sockaddr_storage = unsafe { zeroed() };
     let len = match addr {

@@ -59,19 +59,53 @@ pub(super) struct Queued {
 }
 
 /// Packets waiting to leave, sent after the HCA lock is released.
+///
+/// Its buffer keeps its size between batches, so the HCA can build a
+/// packet straight into the batch ([`TxBatch::room`], then
+/// [`TxBatch::commit`]): no copy and no zero-fill per packet.
 #[derive(Default)]
 pub(super) struct TxBatch {
-    /// Their bytes, back to back.
-    pub bytes: Vec<u8>,
+    /// Their bytes, back to back, from 0 to `used` (beyond: room).
+    bytes: Vec<u8>,
+    used: usize,
     pub packets: Vec<Queued>,
 }
 
 impl TxBatch {
+    /// Queues a copy of `bytes`.
     pub(super) fn push(&mut self, bytes: &[u8], leaving: Leaving) {
+        self.room(bytes.len()).copy_from_slice(bytes);
+        self.commit(0, bytes.len(), leaving);
+    }
+
+    /// `len` bytes at the batch's end to build the next packet in (what
+    /// an earlier packet left there, or zeros).
+    pub(super) fn room(&mut self, len: usize) -> &mut [u8] {
+        let end = self.used + len;
+        if self.bytes.len() < end {
+            self.bytes.resize(end, 0);
+        }
+        &mut self.bytes[self.used..end]
+    }
+
+    /// Queues the `len` bytes from `offset` on in the [`TxBatch::room`]
+    /// just written (`offset`: the IP and UDP headers the kernel writes).
+    pub(super) fn commit(&mut self, offset: usize, len: usize, leaving: Leaving) {
         let Leaving { destination, kind, source_port } = leaving;
-        let start = self.bytes.len();
-        self.packets.push(Queued { start, len: bytes.len(), destination, kind, source_port });
-        self.bytes.extend_from_slice(bytes);
+        let start = self.used + offset;
+        debug_assert!(start + len <= self.bytes.len(), "committed beyond the room");
+        self.packets.push(Queued { start, len, destination, kind, source_port });
+        self.used = start + len;
+    }
+
+    /// The bytes of a queued packet.
+    pub(super) fn bytes_of(&self, packet: &Queued) -> &[u8] {
+        &self.bytes[packet.start..packet.start + packet.len]
+    }
+
+    /// All the batch's bytes (each [`Queued`] says where its packet is).
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.used]
     }
 
     pub(super) fn len(&self) -> usize {
@@ -79,7 +113,7 @@ impl TxBatch {
     }
 
     pub(super) fn clear(&mut self) {
-        self.bytes.clear();
+        self.used = 0;
         self.packets.clear();
     }
 }
@@ -201,18 +235,15 @@ impl Transport {
                 // Every frame to the link's other end, in order (a released
                 // packet follows the ARP exchange, a TCP segment its
                 // predecessor).
-                let frames: Vec<(&[u8], SocketAddr)> = batch
-                    .packets
-                    .iter()
-                    .map(|p| (&batch.bytes[p.start..p.start + p.len], *remote))
-                    .collect();
+                let frames: Vec<(&[u8], SocketAddr)> =
+                    batch.packets.iter().map(|p| (batch.bytes_of(p), *remote)).collect();
                 sockets::send_all(socket, scratch, &frames, stats);
             }
             Transport::LinkTap { tap, .. } => {
                 // One write per frame, in order.
                 for p in &batch.packets {
                     stats.tx_calls += 1;
-                    if tap.send(&batch.bytes[p.start..p.start + p.len]).is_err() {
+                    if tap.send(batch.bytes_of(p)).is_err() {
                         stats.tx_errors += 1;
                     }
                 }
