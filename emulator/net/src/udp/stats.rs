@@ -28,8 +28,11 @@ pub struct UdpStats {
     /// refused: the attached QPs get only what reaches the device's own
     /// address).
     pub mcast_join_errors: u64,
-    /// Send system calls (a GSO send counts once).
+    /// Send system calls (a `sendmmsg` of many datagrams and GSO runs
+    /// counts once).
     pub tx_calls: u64,
+    /// GSO runs sent (each a run of packets the kernel cut into datagrams).
+    pub tx_gso_runs: u64,
     /// Sends the kernel refused (the packet is lost; the transport's
     /// retransmission recovers it).
     pub tx_errors: u64,
@@ -85,6 +88,7 @@ impl UdpStats {
             ("mcast_leaves", self.mcast_leaves),
             ("mcast_join_errors", self.mcast_join_errors),
             ("tx_calls", self.tx_calls),
+            ("tx_gso_runs", self.tx_gso_runs),
             ("tx_errors", self.tx_errors),
             ("tx_gso_refused", self.tx_gso_refused),
             ("tx_port_fallbacks", self.tx_port_fallbacks),
