@@ -135,6 +135,9 @@ pub fn bring_up(
 /// The network flags every command that opens a device takes. Flags win
 /// over the environment (`UROCE_ADDR`, `UROCE_FAULTS`, `UROCE_CAPTURE`,
 /// `UROCE_PROGRESS`, `UROCE_OFFLOAD`).
+// The field docs are clap's help text, written as the tools print it
+// (`<PORT>`, `[params]`), not rustdoc markup.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct NetArgs {
     /// Write every packet sent and received to this pcap file (full

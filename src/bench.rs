@@ -6,7 +6,7 @@
 //! servers of several devices share the port); the client names the
 //! server's device address. The client
 //! sends the test description, both sides exchange QPNs, PSNs, addresses
-//! and R_Keys over that connection ([`oob`]), then the client measures and
+//! and R_Keys over that connection (`crate::oob`), then the client measures and
 //! prints perftest's table, plus one `metric=` line per value. `--loopback`
 //! runs both ends in this process on two devices.
 

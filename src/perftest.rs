@@ -3,8 +3,8 @@
 //! either role.
 //!
 //! It speaks perftest's own out-of-band exchange byte for byte (over
-//! [`crate::oob`], so over the L2 transport's TCP as well: [`wire`] has
-//! the messages, [`session`] their order), and runs the traffic as perftest
+//! `crate::oob`, so over the L2 transport's TCP as well: `wire` has
+//! the messages, `session` their order), and runs the traffic as perftest
 //! does: the client posts the operations with perftest's address cycling
 //! and signalling, the SEND server keeps receives posted, and the server of
 //! the other tests is passive and prints the client's report.

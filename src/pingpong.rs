@@ -66,6 +66,9 @@ const PAGE_MARK: u8 = 0;
 
 /// `uroce pingpong` flags: those of `ibv_rc_pingpong`, plus `--uc`/`--ud`
 /// and uroce's bounds on waiting.
+// The field docs are clap's help text, written as the tools print it
+// (`<PORT>`, `[params]`), not rustdoc markup.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, clap::Args)]
 #[command(
     after_help = "Without <HOST> it is the server: it waits for a connection on the device's \

@@ -11,6 +11,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 /// `uroce run` flags: the device's configuration, then the program.
+// The field docs are clap's help text, written as the tools print it
+// (`<PORT>`, `[params]`), not rustdoc markup.
+#[allow(rustdoc::broken_intra_doc_links)]
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
     /// The device's address, `IP` or `IP/prefix` (UROCE_ADDR; default
@@ -92,7 +95,7 @@ fn library() -> Result<PathBuf, String> {
 }
 
 /// A directory holding `libibverbs.so.1` → `lib` and the other
-/// [`LIBRARIES`] found beside it (or where their variable says), made
+/// `LIBRARIES` found beside it (or where their variable says), made
 /// beside it (`uroce-lib/`), for `LD_LIBRARY_PATH`. Each link is replaced
 /// atomically (a link of a name of its own, renamed), so runs started
 /// together agree.

@@ -53,7 +53,7 @@ impl Pd {
 
     /// `ibv_reg_mr` on the application's own memory: registers `length`
     /// bytes at `ptr` with `access`. Only devices on real process memory
-    /// ([`uroce_net::process_mem::ProcessMemory`]) accept it.
+    /// (`uroce_net::process_mem::ProcessMemory`) accept it.
     ///
     /// # Safety
     ///

@@ -295,7 +295,7 @@ impl ProcessMemory {
     /// returns, the device no longer touches the range through this
     /// registration (an access in progress holds the registry lock and
     /// finishes first). Own allocations are not affected: free them with
-    /// [`HostMemory::free`].
+    /// [`DriverMemory::free`].
     pub fn unregister_external(&self, addr: u64, len: usize) -> bool {
         self.lock().remove(addr, len as u64)
     }

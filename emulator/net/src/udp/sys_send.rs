@@ -39,7 +39,7 @@ impl Default for SendScratch {
 }
 
 impl SendScratch {
-    /// Scratch for [`send_batch`] and [`send_messages`].
+    /// Scratch for [`send_batch`] (and the runtime's batched sends).
     pub fn new() -> SendScratch {
         // SAFETY: all-zero bytes are valid for these plain C structs.
         unsafe {

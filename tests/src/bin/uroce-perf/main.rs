@@ -1,5 +1,5 @@
 //! `uroce-perf`: the programs `tests/perf/vs-peers.sh` runs beside `uroce`
-//! and the peers (a [[bin]] of the tests crate, so that the script's short
+//! and the peers (a `[[bin]]` of the tests crate, so that the script's short
 //! mode in `cargo test` finds it built):
 //!
 //! - `uroce-perf engine [--scale N] [CASE...]`: the engine cases of
