@@ -208,6 +208,9 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> i32 {
             path
         });
         vars.push(("UROCE_SCENARIO_REPORT", path.clone().into()));
+        // The summary below is the report's: the library's own would say
+        // the same again.
+        vars.push(("UROCE_SCENARIO_SUMMARY", "report".into()));
         report = Some(path);
     }
     // The configuration the library will read, checked now: a mistake is

@@ -162,6 +162,9 @@ pub fn spawn_and_summarize(
     if report.firings.len() > FIRINGS_SHOWN {
         out.push(format!("{p}   ... {} more", report.firings.len() - FIRINGS_SHOWN));
     }
+    for (_, line) in report.port_lines.iter().filter(|(a, _)| *a == addr) {
+        out.push(format!("{p} {line}"));
+    }
     match &summary {
         Some(sum) => {
             let first_error = sum.first_error.as_ref().map_or("none".to_owned(), |(n, at)| {

@@ -102,6 +102,9 @@ pub struct Report {
     /// The port's `rule NAME matched N fired M` lines: (device, rule,
     /// packets matched).
     pub matched: Vec<(IpAddr, String, u64)>,
+    /// The port's own summary lines as written (`rule NAME matched N
+    /// fired M`, `packets in=N out=N ...`), by device.
+    pub port_lines: Vec<(IpAddr, String)>,
 }
 
 impl Report {
@@ -149,6 +152,9 @@ impl Report {
                 continue;
             }
             let Ok(addr) = t[2].parse::<IpAddr>() else { continue };
+            if what.starts_with("rule ") || what.starts_with("packets ") {
+                report.port_lines.push((addr, what.to_owned()));
+            }
             if let Some(rule) = what.strip_prefix("rule ") {
                 // `rule NAME matched N fired M`.
                 let w: Vec<&str> = rule.split(' ').collect();

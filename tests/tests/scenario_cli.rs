@@ -101,6 +101,11 @@ fn lost_ack_on_two_uroce_pingpongs_passes_the_check_and_prints_the_summary() {
         assert!(e.contains("rule lost-ack fired 1: drop"), "{who}: {e}");
         assert!(e.contains("uroce run: completions success="), "{who}: {e}");
         assert!(e.contains(" errors=0 first_error=none"), "{who}: {e}");
+        // One summary: the wrapper's, the port's lines in it; the library
+        // writes its own to the report only.
+        assert_eq!(e.matches("completions success=").count(), 1, "{who}: {e}");
+        assert!(e.contains("uroce run: rule lost-ack matched "), "{who}: {e}");
+        assert!(e.contains("uroce run: packets in="), "{who}: {e}");
         // The device's asynchronous events (PORT_ACTIVE as it opened) and
         // the runtime's counters.
         assert!(e.contains("uroce run: async events IBV_EVENT_PORT_ACTIVE=1\n"), "{who}: {e}");

@@ -3,7 +3,8 @@
 //! `UROCE_CAPTURE`, `UROCE_OFFLOAD`, `UROCE_LINK`, `UROCE_TAP`,
 //! `UROCE_MTU`, `UROCE_CM_RESPONSE_TIMEOUT`, `UROCE_CM_RETRIES`, and the
 //! fault scenario's `UROCE_SCENARIO`, `UROCE_SCENARIO_SEED`,
-//! `UROCE_SCENARIO_PARAMS`, `UROCE_SCENARIO_ROLE`, `UROCE_SCENARIO_REPORT`),
+//! `UROCE_SCENARIO_PARAMS`, `UROCE_SCENARIO_ROLE`, `UROCE_SCENARIO_REPORT`,
+//! `UROCE_SCENARIO_SUMMARY`),
 //! and the checks on a device address.
 
 use super::tap;
@@ -121,12 +122,22 @@ pub struct ScenarioConfig {
     /// A file the firings and the summary are appended to
     /// (`UROCE_SCENARIO_REPORT`).
     pub report: Option<PathBuf>,
+    /// Whether the summary at the end goes to standard error as well as
+    /// to the report (`UROCE_SCENARIO_SUMMARY=report`: to the report only,
+    /// as `uroce run` asks, which prints its own summary of the report).
+    pub summary_on_stderr: bool,
 }
 
 impl ScenarioConfig {
     /// A scenario with its own seed, no role and no report.
     pub fn new(scenario: Scenario) -> ScenarioConfig {
-        ScenarioConfig { seed: scenario.seed, scenario, role: None, report: None }
+        ScenarioConfig {
+            seed: scenario.seed,
+            scenario,
+            role: None,
+            report: None,
+            summary_on_stderr: true,
+        }
     }
 
     /// Loads `UROCE_SCENARIO`'s value: a file when it contains `/` or ends
@@ -180,6 +191,7 @@ impl ScenarioConfig {
                 "UROCE_SCENARIO_PARAMS",
                 "UROCE_SCENARIO_ROLE",
                 "UROCE_SCENARIO_REPORT",
+                "UROCE_SCENARIO_SUMMARY",
             ] {
                 if set(name).is_some() {
                     return Err(UdpError::Config(format!(
@@ -205,6 +217,15 @@ impl ScenarioConfig {
         }
         config.role = set("UROCE_SCENARIO_ROLE").map(|r| r.trim().to_owned());
         config.report = set("UROCE_SCENARIO_REPORT").map(PathBuf::from);
+        config.summary_on_stderr = match set("UROCE_SCENARIO_SUMMARY").as_deref().map(str::trim) {
+            None | Some("stderr") => true,
+            Some("report") => false,
+            Some(other) => {
+                return Err(UdpError::Config(format!(
+                    "UROCE_SCENARIO_SUMMARY=`{other}`: expected `stderr` or `report`"
+                )))
+            }
+        };
         Ok(Some(config))
     }
 }

@@ -58,6 +58,8 @@ pub(super) struct ScenarioPort {
     held_comments: VecDeque<(Vec<u8>, String)>,
     /// The summary was written (at close, or at exit).
     summarized: bool,
+    /// The summary goes to standard error too (else to the report only).
+    summary_on_stderr: bool,
 }
 
 struct Report {
@@ -126,6 +128,7 @@ impl ScenarioPort {
             out_ready: VecDeque::new(),
             held_comments: VecDeque::new(),
             summarized: false,
+            summary_on_stderr: config.summary_on_stderr,
         };
         let role = config.role.as_deref().map_or(String::new(), |r| format!(" role {r}"));
         let line = format!(
@@ -155,7 +158,12 @@ impl ScenarioPort {
     /// Writes lines on standard error and, with the wall clock in front,
     /// to the report.
     fn write_lines(&mut self, lines: &[String]) {
-        {
+        self.write_lines_to(lines, true);
+    }
+
+    /// Writes `lines` to the report, and to standard error with `stderr`.
+    fn write_lines_to(&mut self, lines: &[String], stderr: bool) {
+        if stderr {
             let mut err = std::io::stderr().lock();
             for line in lines {
                 let _ = writeln!(err, "{line}");
@@ -269,7 +277,7 @@ impl ScenarioPort {
         let who = format!("scenario {} {}", self.port.scenario_name(), self.addr);
         let device = super::scenario_summary::device_lines(tally, events, counters, stats);
         lines.extend(device.into_iter().map(|l| format!("{who} {l}")));
-        self.write_lines(&lines);
+        self.write_lines_to(&lines, self.summary_on_stderr);
     }
 }
 
