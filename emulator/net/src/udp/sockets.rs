@@ -365,6 +365,41 @@ mod tests {
         assert_eq!(stats.tx_errors, 1, "the earlier frame's error, counted once");
     }
 
+    /// A kernel that refuses GSO (here: a socket without UDP checksums,
+    /// which UDP GSO requires): the run leaves as single datagrams, in
+    /// order, and offload stays off for the device.
+    #[test]
+    fn a_refused_gso_run_leaves_as_singles_in_order() {
+        let here: IpAddr = "127.161.201.3".parse().unwrap();
+        let there: IpAddr = "127.161.201.4".parse().unwrap();
+        let peer = UdpSocket::bind(SocketAddr::new(there, ROCEV2_UDP_PORT)).unwrap();
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
+        let (mut sockets, _) = UdpSockets::open(here, false).unwrap();
+        sockets.offload = true;
+        let leaving = super::super::transport::Leaving {
+            destination: there,
+            kind: PacketKind::Request,
+            source_port: ROCEV2_UDP_PORT,
+        };
+        let mut stats = UdpStats::default();
+        let mut scratch = sys::SendScratch::new();
+        for round in 0..2u8 {
+            let mut batch = TxBatch::default();
+            for n in 0..5u8 {
+                batch.push(&[round * 10 + n; 600], leaving);
+            }
+            sockets.send(&mut batch, &mut stats, &mut scratch);
+            let mut buf = [0u8; 1024];
+            for n in 0..5u8 {
+                let len = peer.recv(&mut buf).expect("every packet arrives");
+                assert_eq!((buf[0], len), (round * 10 + n, 600), "{stats:?}");
+            }
+        }
+        assert_eq!(stats.tx_gso_refused, 1, "refused once, then not asked again: {stats:?}");
+        assert_eq!(stats.tx_gso_runs, 0, "{stats:?}");
+        assert_eq!(stats.tx_errors, 0, "{stats:?}");
+    }
+
     /// Two READ responses' packets as the HCA emits them: FIRST and LAST
     /// carry an AETH (4 bytes more) than the MIDDLEs, so with offload they
     /// make GSO runs with singles between them.
