@@ -280,8 +280,14 @@ impl<'a> Repr<'a> {
     /// both are programming errors.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         let info = self.check().expect("emit of an inconsistent roce::Repr");
-        let data = packet.buffer.as_mut();
-        assert_eq!(data.len(), self.buffer_len(), "roce::Repr::emit buffer length");
+        self.emit_checked(info, packet.buffer.as_mut());
+    }
+
+    /// [`Repr::emit`] for a repr whose [`Repr::check`] gave `info`, into
+    /// `data` of exactly [`Repr::buffer_len`] bytes (panics otherwise).
+    pub(crate) fn emit_checked(&self, info: &OpcodeInfo, data: &mut [u8]) {
+        let len = info.length + self.payload.len() + usize::from(self.bth.pad_count) + ICRC_LEN;
+        assert_eq!(data.len(), len, "roce::Repr::emit buffer length");
         self.bth.emit(&mut bth::Packet::new_unchecked(&mut data[..bth::HEADER_LEN]));
         let at = |kind: HeaderKind| {
             let offset = info.offset(kind).expect("header present per check");

@@ -16,7 +16,7 @@ use crate::send_op::SendOp;
 use crate::time::Instant;
 use uroce_device::types::{Access, QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
-use uroce_wire::frame::FrameRepr;
+use uroce_wire::frame::{emit_ipv4, FrameRepr};
 use uroce_wire::opcode::{Opcode, OpcodeInfo};
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{atomic_eth, bth, deth, feth, ieth, immdt, reth, Mask, Psn, Qkey, Qpn};
@@ -355,14 +355,17 @@ pub(crate) fn emit_frame(
     buf: &mut [u8],
 ) -> Option<Transmit> {
     use core::net::IpAddr;
-    let frame = match (path.local, path.remote) {
+    let len = match (path.local, path.remote) {
+        // Written straight into the buffer, without a frame representation.
         (IpAddr::V4(local), IpAddr::V4(remote)) => {
-            FrameRepr::ipv4((local, remote), ip_id, sport, roce)
+            emit_ipv4((local, remote), ip_id, sport, &roce, buf).ok()?
         }
-        (IpAddr::V6(local), IpAddr::V6(remote)) => FrameRepr::ipv6((local, remote), sport, roce),
+        (IpAddr::V6(local), IpAddr::V6(remote)) => {
+            let frame = FrameRepr::ipv6((local, remote), sport, roce);
+            // Emitted where it lies (`ok()` would move the whole representation).
+            frame.as_ref().ok()?.emit(buf).ok()?
+        }
         _ => return None,
     };
-    // Emitted where it lies (`ok()` would move the whole representation).
-    let len = frame.as_ref().ok()?.emit(buf).ok()?;
     Some(Transmit { destination: path.remote, len, kind, source_port: sport, local_qpn: None })
 }
