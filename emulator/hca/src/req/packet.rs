@@ -117,7 +117,7 @@ impl QpStep<'_> {
         let sport = self.dev.source_ports.settle(qp.sport);
         let ip_id = self.dev.ip_ids.next();
         let roce = Repr { bth, ext, payload: &self.dev.scratch[..payload_len] };
-        let transmit = emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)?;
+        let transmit = emit_frame_ref(path, ip_id, (PacketKind::Request, sport), &roce, buf)?;
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
@@ -350,18 +350,30 @@ fn gather(
 pub(crate) fn emit_frame(
     path: Path,
     ip_id: u16,
-    (kind, sport): (PacketKind, u16),
+    kind_port: (PacketKind, u16),
     roce: Repr<'_>,
+    buf: &mut [u8],
+) -> Option<Transmit> {
+    emit_frame_ref(path, ip_id, kind_port, &roce, buf)
+}
+
+/// [`emit_frame`] of a transport repr where it lies (the repr, with room
+/// for every extension header, is not moved).
+fn emit_frame_ref(
+    path: Path,
+    ip_id: u16,
+    (kind, sport): (PacketKind, u16),
+    roce: &Repr<'_>,
     buf: &mut [u8],
 ) -> Option<Transmit> {
     use core::net::IpAddr;
     let len = match (path.local, path.remote) {
         // Written straight into the buffer, without a frame representation.
         (IpAddr::V4(local), IpAddr::V4(remote)) => {
-            emit_ipv4((local, remote), ip_id, sport, &roce, buf).ok()?
+            emit_ipv4((local, remote), ip_id, sport, roce, buf).ok()?
         }
         (IpAddr::V6(local), IpAddr::V6(remote)) => {
-            let frame = FrameRepr::ipv6((local, remote), sport, roce);
+            let frame = FrameRepr::ipv6((local, remote), sport, *roce);
             // Emitted where it lies (`ok()` would move the whole representation).
             frame.as_ref().ok()?.emit(buf).ok()?
         }
