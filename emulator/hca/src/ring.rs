@@ -98,9 +98,26 @@ impl ProducerRing {
     /// checked [`ProducerRing::free`].
     pub fn push(&mut self, host: &dyn HostMemory, entry: &[u8]) -> Result<(), MemFault> {
         debug_assert!(entry.len() <= self.desc.stride as usize);
-        host.write(self.desc.entry_addr(self.producer), entry)?;
-        self.producer = self.producer.wrapping_add(1);
-        host.store_release_u32(self.desc.base + PRODUCER_OFFSET, self.producer)
+        let index_addr = self.desc.base + PRODUCER_OFFSET;
+        let next = self.producer.wrapping_add(1);
+        match host.write_and_publish_u32(
+            self.desc.entry_addr(self.producer),
+            entry,
+            index_addr,
+            next,
+        ) {
+            Ok(()) => {
+                self.producer = next;
+                Ok(())
+            }
+            // The entry was written, its index not: the producer advances
+            // all the same (the entries lie past the index).
+            Err(fault) if fault.addr == index_addr => {
+                self.producer = next;
+                Err(fault)
+            }
+            Err(fault) => Err(fault),
+        }
     }
 }
 
