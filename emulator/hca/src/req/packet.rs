@@ -94,7 +94,10 @@ impl QpStep<'_> {
         let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), plan.psn, payload_len);
         bth.ack_req = ack_req;
         bth.solicited = last && plan.flags.contains(SendFlags::SOLICITED);
-        let mut ext = extension_headers(wire_opcode.info()?, &plan);
+        // Built where it stays: the repr has room for every extension
+        // header, and moving it is a copy.
+        let ext = extension_headers(wire_opcode.info()?, &plan);
+        let mut roce = Repr { bth, ext, payload: &[] };
         let (path, dest_qpn) = if qp.qp_type == QpType::Ud {
             let ud = plan.op.ud().unwrap_or_default();
             let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
@@ -102,7 +105,7 @@ impl QpStep<'_> {
             } else {
                 ud.remote_qkey
             };
-            ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
+            roce.ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
             (self.dev.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
         } else {
             (qp.path, Qpn::new(qp.attr.dest_qp_num))
@@ -113,10 +116,10 @@ impl QpStep<'_> {
             self.finish_without_packet(now, WcStatus::LocQpOpErr);
             return None;
         };
-        bth.dest_qpn = dest_qpn;
+        roce.bth.dest_qpn = dest_qpn;
         let sport = self.dev.source_ports.settle(qp.sport);
         let ip_id = self.dev.ip_ids.next();
-        let roce = Repr { bth, ext, payload: &self.dev.scratch[..payload_len] };
+        roce.payload = &self.dev.scratch[..payload_len];
         let transmit = emit_frame_ref(path, ip_id, (PacketKind::Request, sport), &roce, buf)?;
         // The requester's state after the packet.
         qp.sent_pkts += 1;
