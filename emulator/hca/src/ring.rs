@@ -62,8 +62,19 @@ impl ConsumerRing {
 
     /// Consumes `count` entries and publishes the new consumer index.
     pub fn consume(&mut self, host: &dyn HostMemory, count: u32) -> Result<(), MemFault> {
+        self.advance(count);
+        self.publish(host)
+    }
+
+    /// Consumes `count` entries without publishing the consumer index
+    /// (a run of them is published once, by [`ConsumerRing::publish`]).
+    pub fn advance(&mut self, count: u32) {
         assert!(count <= self.available(), "consuming more than available");
         self.consumer = self.consumer.wrapping_add(count);
+    }
+
+    /// Publishes the consumer index.
+    pub fn publish(&self, host: &dyn HostMemory) -> Result<(), MemFault> {
         host.store_release_u32(self.desc.base + CONSUMER_OFFSET, self.consumer)
     }
 }
