@@ -243,7 +243,12 @@ impl StepLog {
             self.lost += 1;
             position = position.saturating_sub(1);
         }
-        self.steps.insert(position, (at, step));
+        if position == self.steps.len() {
+            // The usual case: an append.
+            self.steps.push_back((at, step));
+        } else {
+            self.steps.insert(position, (at, step));
+        }
         self.recorded += 1;
     }
 
