@@ -294,6 +294,11 @@ impl<'a> Repr<'a> {
             offset..offset + kind.header_len()
         };
         let e = &self.ext;
+        // `check` matched the headers present to the opcode's: none to
+        // look for when it has none (a SEND's middle or only packet).
+        if !info.mask.intersects(Mask::HEADERS) {
+            return self.emit_payload(info, data);
+        }
         if let Some(r) = e.rdeth {
             r.emit(&mut rdeth::Packet::new_unchecked(&mut data[at(HeaderKind::Rdeth)]));
         }
@@ -322,6 +327,11 @@ impl<'a> Repr<'a> {
         if let Some(r) = e.ieth {
             r.emit(&mut ieth::Packet::new_unchecked(&mut data[at(HeaderKind::Ieth)]));
         }
+        self.emit_payload(info, data);
+    }
+
+    /// The payload, zero pad bytes and a zero ICRC after the headers.
+    fn emit_payload(&self, info: &OpcodeInfo, data: &mut [u8]) {
         let payload_end = info.length + self.payload.len();
         data[info.length..payload_end].copy_from_slice(self.payload);
         data[payload_end..].fill(0);
