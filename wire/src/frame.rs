@@ -28,6 +28,9 @@ use crate::{checksum, ip, ipv4, ipv6, roce, udp, Error, Result, ROCEV2_UDP_PORT}
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use crate::ip::IpHeader;
+pub use emit::emit_ipv4;
+
+mod emit;
 
 /// What a captured frame starts with (a pcap link type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -20,7 +20,7 @@ use crc32fast::Hasher;
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
-/// Length of the masked pseudo-header that stands in for the LRH.
+/// The masked pseudo-header that stands in for the LRH.
 const LRH_STANDIN: [u8; 8] = [0xff; 8];
 
 /// The largest IPv4 header (IHL 15).
@@ -45,11 +45,9 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Option<
     }
     // The masked headers, and the rest when it fits, go to the CRC as one
     // contiguous run: a few long updates are much cheaper than five short
-    // ones.
+    // ones. The LRH stand-in is already in the hasher.
     let mut head = [0u8; HEAD_CAPACITY];
-    head[..LRH_STANDIN.len()].copy_from_slice(&LRH_STANDIN);
-    let mut n = LRH_STANDIN.len();
-    n += masked_ip(ip_header, &mut head[n..])?;
+    let mut n = masked_ip(ip_header, &mut head)?;
 
     head[n..n + UDP_HEADER_LEN].copy_from_slice(&udp_header[..UDP_HEADER_LEN]);
     head[n + 6] = 0xff;
@@ -61,29 +59,34 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Option<
     n += BTH_LEN;
 
     let rest = &transport[BTH_LEN..];
+    let mut hasher = after_lrh_standin();
     if rest.len() <= HEAD_CAPACITY - n {
         head[n..n + rest.len()].copy_from_slice(rest);
-        let mut hasher = new_hasher();
         hasher.update(&head[..n + rest.len()]);
-        return Some(hasher.finalize());
+    } else {
+        hasher.update(&head[..n]);
+        hasher.update(rest);
     }
-    let mut hasher = new_hasher();
-    hasher.update(&head[..n]);
-    hasher.update(rest);
     Some(hasher.finalize())
 }
 
-/// A fresh CRC-32 hasher. `Hasher::new` looks up the CPU's features on
-/// every call (a handful of checks, on every packet twice): one is made
-/// once and copied.
-fn new_hasher() -> Hasher {
-    static FRESH: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
-    FRESH.get_or_init(Hasher::new).clone()
+/// A CRC-32 hasher that has taken the LRH stand-in (the same state for
+/// every packet), made once and copied: `Hasher::new` also looks up the
+/// CPU's features on every call.
+fn after_lrh_standin() -> Hasher {
+    static AFTER: std::sync::OnceLock<Hasher> = std::sync::OnceLock::new();
+    AFTER
+        .get_or_init(|| {
+            let mut hasher = Hasher::new();
+            hasher.update(&LRH_STANDIN);
+            hasher
+        })
+        .clone()
 }
 
-/// Room for the LRH stand-in, the largest IP header, the UDP header and
-/// the BTH, and a small packet's rest.
-const HEAD_CAPACITY: usize = 256;
+/// Room for the largest IP header, the UDP header and the BTH (80 bytes),
+/// and a small packet's rest (an ACK's AETH, a short SEND's payload).
+const HEAD_CAPACITY: usize = 128;
 
 /// Copies the IP header into `out` with the fields a router may change
 /// set to all ones; returns its length.

@@ -280,14 +280,25 @@ impl<'a> Repr<'a> {
     /// both are programming errors.
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
         let info = self.check().expect("emit of an inconsistent roce::Repr");
-        let data = packet.buffer.as_mut();
-        assert_eq!(data.len(), self.buffer_len(), "roce::Repr::emit buffer length");
+        self.emit_checked(info, packet.buffer.as_mut());
+    }
+
+    /// [`Repr::emit`] for a repr whose [`Repr::check`] gave `info`, into
+    /// `data` of exactly [`Repr::buffer_len`] bytes (panics otherwise).
+    pub(crate) fn emit_checked(&self, info: &OpcodeInfo, data: &mut [u8]) {
+        let len = info.length + self.payload.len() + usize::from(self.bth.pad_count) + ICRC_LEN;
+        assert_eq!(data.len(), len, "roce::Repr::emit buffer length");
         self.bth.emit(&mut bth::Packet::new_unchecked(&mut data[..bth::HEADER_LEN]));
         let at = |kind: HeaderKind| {
             let offset = info.offset(kind).expect("header present per check");
             offset..offset + kind.header_len()
         };
         let e = &self.ext;
+        // `check` matched the headers present to the opcode's: none to
+        // look for when it has none (a SEND's middle or only packet).
+        if !info.mask.intersects(Mask::HEADERS) {
+            return self.emit_payload(info, data);
+        }
         if let Some(r) = e.rdeth {
             r.emit(&mut rdeth::Packet::new_unchecked(&mut data[at(HeaderKind::Rdeth)]));
         }
@@ -316,6 +327,11 @@ impl<'a> Repr<'a> {
         if let Some(r) = e.ieth {
             r.emit(&mut ieth::Packet::new_unchecked(&mut data[at(HeaderKind::Ieth)]));
         }
+        self.emit_payload(info, data);
+    }
+
+    /// The payload, zero pad bytes and a zero ICRC after the headers.
+    fn emit_payload(&self, info: &OpcodeInfo, data: &mut [u8]) {
         let payload_end = info.length + self.payload.len();
         data[info.length..payload_end].copy_from_slice(self.payload);
         data[payload_end..].fill(0);

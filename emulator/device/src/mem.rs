@@ -59,6 +59,21 @@ pub trait HostMemory: Send + Sync {
     fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault>;
     /// Publishes a ring index (release).
     fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault>;
+    /// Copies `src` to `addr`, then publishes a ring index at `index_addr`
+    /// (release): a ring entry and the index that hands it over, as
+    /// [`HostMemory::write`] then [`HostMemory::store_release_u32`] (the
+    /// index is not stored if the write faults). A memory behind one lock
+    /// takes it once for both.
+    fn write_and_publish_u32(
+        &self,
+        addr: u64,
+        src: &[u8],
+        index_addr: u64,
+        value: u32,
+    ) -> Result<(), MemFault> {
+        self.write(addr, src)?;
+        self.store_release_u32(index_addr, value)
+    }
     /// Atomically: `old = *addr; if old == compare { *addr = swap }`;
     /// returns `old`. `addr` must be 8-byte aligned.
     fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault>;
@@ -165,6 +180,15 @@ impl Arena {
         let (start, bytes) = &mut self.regions[hit];
         Some((*start, bytes))
     }
+
+    /// Runs `f` on the bytes `[addr, addr + len)` if they lie inside one
+    /// allocation.
+    fn access<R>(&mut self, addr: u64, len: u64, f: impl FnOnce(&mut [u8]) -> R) -> Option<R> {
+        let (start, bytes) = self.find(addr)?;
+        let offset = addr - start;
+        let end = offset.checked_add(len)?;
+        (end <= bytes.len() as u64).then(|| f(&mut bytes[offset as usize..end as usize]))
+    }
 }
 
 /// A deterministic host memory made of separate allocations.
@@ -220,22 +244,24 @@ impl SimMemory {
         len: u64,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, MemFault> {
-        let fault = MemFault { addr, len };
         let mut arena = self.lock();
-        let found = arena.find(addr).and_then(|(start, bytes)| {
-            let offset = addr - start;
-            let end = offset.checked_add(len)?;
-            (end <= bytes.len() as u64).then(|| f(&mut bytes[offset as usize..end as usize]))
-        });
-        match found {
+        match arena.access(addr, len, f) {
             Some(result) => Ok(result),
-            None => {
-                arena.faults += 1;
-                drop(arena);
-                assert!(!self.strict, "strict SimMemory: {fault}");
-                Err(fault)
-            }
+            None => self.fault(arena, MemFault { addr, len }),
         }
+    }
+
+    /// Counts a fault, releases the lock, and reports it (panics in strict
+    /// mode).
+    fn fault<R>(
+        &self,
+        mut arena: std::sync::MutexGuard<'_, Arena>,
+        fault: MemFault,
+    ) -> Result<R, MemFault> {
+        arena.faults += 1;
+        drop(arena);
+        assert!(!self.strict, "strict SimMemory: {fault}");
+        Err(fault)
     }
 
     fn with_word<R>(&self, addr: u64, f: impl FnOnce(&mut [u8]) -> R) -> Result<R, MemFault> {
@@ -270,6 +296,23 @@ impl HostMemory for SimMemory {
 
     fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
         self.with_range(addr, 4, |b| b.copy_from_slice(&value.to_le_bytes()))
+    }
+
+    fn write_and_publish_u32(
+        &self,
+        addr: u64,
+        src: &[u8],
+        index_addr: u64,
+        value: u32,
+    ) -> Result<(), MemFault> {
+        let mut arena = self.lock();
+        if arena.access(addr, src.len() as u64, |dst| dst.copy_from_slice(src)).is_none() {
+            return self.fault(arena, MemFault { addr, len: src.len() as u64 });
+        }
+        match arena.access(index_addr, 4, |b| b.copy_from_slice(&value.to_le_bytes())) {
+            Some(()) => Ok(()),
+            None => self.fault(arena, MemFault { addr: index_addr, len: 4 }),
+        }
     }
 
     fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
@@ -364,6 +407,27 @@ mod tests {
         assert!(mem.free(a));
         assert!(mem.read(a, &mut buf).is_err(), "freed memory faults");
         assert!(!mem.free(a));
+    }
+
+    #[test]
+    fn write_and_publish_is_a_write_then_an_index_store() {
+        let mem = SimMemory::new(1 << 20);
+        let ring = mem.allocate(256, 64).unwrap();
+        mem.write_and_publish_u32(ring + 64, &[7; 32], ring, 5).unwrap();
+        let mut entry = [0u8; 32];
+        mem.read(ring + 64, &mut entry).unwrap();
+        assert_eq!((entry, mem.load_acquire_u32(ring).unwrap()), ([7; 32], 5));
+        // A faulting entry: nothing is published.
+        let fault = mem.write_and_publish_u32(ring + 240, &[1; 32], ring, 6).unwrap_err();
+        assert_eq!(
+            (fault, mem.load_acquire_u32(ring).unwrap()),
+            (MemFault { addr: ring + 240, len: 32 }, 5)
+        );
+        // A faulting index: the entry is written.
+        let fault = mem.write_and_publish_u32(ring + 96, &[2; 32], ring + 254, 6).unwrap_err();
+        mem.read(ring + 96, &mut entry).unwrap();
+        assert_eq!((fault, entry), (MemFault { addr: ring + 254, len: 4 }, [2; 32]));
+        assert_eq!(mem.faults(), 2);
     }
 
     #[test]

@@ -138,16 +138,18 @@ impl SqSlot {
     /// Empties the slot, keeping its entry's data buffer (the larger of
     /// it and the spare one of its kind).
     pub fn clear(&mut self) {
-        let Some(entry) = self.entry.take() else { return };
-        match entry.payload {
+        // Swapped where the entry lies (taking the entry out moves it all).
+        let Some(entry) = self.entry.as_mut() else { return };
+        match &mut entry.payload {
             Payload::Sges(list) if list.capacity() > self.spare_sges.capacity() => {
-                self.spare_sges = list;
+                core::mem::swap(list, &mut self.spare_sges);
             }
             Payload::Inline(bytes) if bytes.capacity() > self.spare_inline.capacity() => {
-                self.spare_inline = bytes;
+                core::mem::swap(bytes, &mut self.spare_inline);
             }
             _ => {}
         }
+        self.entry = None;
     }
 }
 

@@ -62,8 +62,19 @@ impl ConsumerRing {
 
     /// Consumes `count` entries and publishes the new consumer index.
     pub fn consume(&mut self, host: &dyn HostMemory, count: u32) -> Result<(), MemFault> {
+        self.advance(count);
+        self.publish(host)
+    }
+
+    /// Consumes `count` entries without publishing the consumer index
+    /// (a run of them is published once, by [`ConsumerRing::publish`]).
+    pub fn advance(&mut self, count: u32) {
         assert!(count <= self.available(), "consuming more than available");
         self.consumer = self.consumer.wrapping_add(count);
+    }
+
+    /// Publishes the consumer index.
+    pub fn publish(&self, host: &dyn HostMemory) -> Result<(), MemFault> {
         host.store_release_u32(self.desc.base + CONSUMER_OFFSET, self.consumer)
     }
 }
@@ -98,9 +109,26 @@ impl ProducerRing {
     /// checked [`ProducerRing::free`].
     pub fn push(&mut self, host: &dyn HostMemory, entry: &[u8]) -> Result<(), MemFault> {
         debug_assert!(entry.len() <= self.desc.stride as usize);
-        host.write(self.desc.entry_addr(self.producer), entry)?;
-        self.producer = self.producer.wrapping_add(1);
-        host.store_release_u32(self.desc.base + PRODUCER_OFFSET, self.producer)
+        let index_addr = self.desc.base + PRODUCER_OFFSET;
+        let next = self.producer.wrapping_add(1);
+        match host.write_and_publish_u32(
+            self.desc.entry_addr(self.producer),
+            entry,
+            index_addr,
+            next,
+        ) {
+            Ok(()) => {
+                self.producer = next;
+                Ok(())
+            }
+            // The entry was written, its index not: the producer advances
+            // all the same (the entries lie past the index).
+            Err(fault) if fault.addr == index_addr => {
+                self.producer = next;
+                Err(fault)
+            }
+            Err(fault) => Err(fault),
+        }
     }
 }
 

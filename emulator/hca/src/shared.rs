@@ -144,21 +144,22 @@ impl SharedHca {
     /// Calls the notifiers if events are waiting, or CM events arrived
     /// (`CmPollEvent` takes them).
     pub fn notify_if_events(&self) {
-        let waiting = {
-            let mut hca = self.lock();
-            let cm = hca.take_cm_notification();
-            hca.has_events() || cm
-        };
+        let waiting = events_waiting(&mut self.lock());
         if waiting {
-            // Called with no lock held: a notifier may drive the device.
-            let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let finished: Vec<_> = notifiers.into_iter().filter(|notify| !notify()).collect();
-            if !finished.is_empty() {
-                self.notifiers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .retain(|n| !finished.iter().any(|f| Arc::ptr_eq(f, n)));
-            }
+            self.notify();
+        }
+    }
+
+    /// Calls the notifiers (with no lock held: a notifier may drive the
+    /// device).
+    fn notify(&self) {
+        let notifiers = self.notifiers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let finished: Vec<_> = notifiers.into_iter().filter(|notify| !notify()).collect();
+        if !finished.is_empty() {
+            self.notifiers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|n| !finished.iter().any(|f| Arc::ptr_eq(f, n)));
         }
     }
 
@@ -182,17 +183,38 @@ impl SharedHca {
     }
 }
 
+/// Whether events are waiting, or CM events arrived (`CmPollEvent` takes
+/// them).
+fn events_waiting(hca: &mut Hca) -> bool {
+    let cm = hca.take_cm_notification();
+    hca.has_events() || cm
+}
+
 impl Endpoint for SharedHca {
     fn addresses(&self) -> &[IpAddr] {
         &self.addresses
     }
+    // The per-packet calls look for events under the lock they already
+    // hold ([`SharedHca::notify_if_events`] would take it again).
     fn receive(&mut self, now: Instant, packet: &[u8]) {
-        self.lock().receive(now, packet);
-        self.notify_if_events();
+        let waiting = {
+            let mut hca = self.lock();
+            hca.receive(now, packet);
+            events_waiting(&mut hca)
+        };
+        if waiting {
+            self.notify();
+        }
     }
     fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let transmit = self.lock().poll_transmit(now, buf);
-        self.notify_if_events();
+        let (transmit, waiting) = {
+            let mut hca = self.lock();
+            let transmit = hca.poll_transmit(now, buf);
+            (transmit, events_waiting(&mut hca))
+        };
+        if waiting {
+            self.notify();
+        }
         transmit
     }
     fn poll_timeout(&self) -> Option<Instant> {

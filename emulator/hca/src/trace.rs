@@ -220,6 +220,7 @@ impl StepLog {
         }
     }
 
+    #[inline]
     pub(crate) fn record(&mut self, at: Instant, step: Step) {
         self.insert(self.recorded, at, step);
     }
@@ -232,10 +233,16 @@ impl StepLog {
     /// Records `step` as if it had been recorded when the sequence number
     /// was `seq`: before the steps recorded since (a request's verdict
     /// before the completions executing it wrote).
+    #[inline]
     pub(crate) fn insert(&mut self, seq: u64, at: Instant, step: Step) {
-        if self.capacity == 0 {
-            return;
+        // Checked where the step is made: with the log off (the usual
+        // case), nothing is called and no step is moved.
+        if self.capacity != 0 {
+            self.keep(seq, at, step);
         }
+    }
+
+    fn keep(&mut self, seq: u64, at: Instant, step: Step) {
         let first = self.recorded - self.steps.len() as u64;
         let mut position = seq.saturating_sub(first).min(self.steps.len() as u64) as usize;
         if self.steps.len() == self.capacity {
@@ -243,7 +250,12 @@ impl StepLog {
             self.lost += 1;
             position = position.saturating_sub(1);
         }
-        self.steps.insert(position, (at, step));
+        if position == self.steps.len() {
+            // The usual case: an append.
+            self.steps.push_back((at, step));
+        } else {
+            self.steps.insert(position, (at, step));
+        }
         self.recorded += 1;
     }
 

@@ -30,6 +30,10 @@ impl QpStep<'_> {
     /// in order, and gives their slots back to the application. An error
     /// completion moves the QP to ERR (RC) or SQE (UC, UD).
     pub(crate) fn retire(&mut self, now: Instant) {
+        // The SQ's consumer index is published once for a run of retired
+        // WQEs: before a completion the run writes (an application that
+        // sees the CQE sees the slots before it given back) and at its end.
+        let mut unpublished = false;
         loop {
             let qp = &mut *self.qp;
             if qp.sq.consumer == qp.fetched {
@@ -51,7 +55,8 @@ impl QpStep<'_> {
             });
             let slot = qp.slot(consumer);
             qp.sq_shadow[slot].clear();
-            let _ = qp.sq.consume(self.dev.mem.host().as_ref(), 1);
+            qp.sq.advance(1);
+            unpublished = true;
             if qp.req.index == consumer {
                 // Completed before the requester moved past it (local ops,
                 // errors): keep the requester behind the consumer.
@@ -60,6 +65,9 @@ impl QpStep<'_> {
             }
             let (send_cq, qp_type, state) = (qp.send_cq, qp.qp_type, qp.state);
             if let Some(cqe) = cqe {
+                // An error always has a completion: published before it.
+                let _ = qp.sq.publish(self.dev.mem.host().as_ref());
+                unpublished = false;
                 self.post_cqe(now, send_cq, &cqe, false);
             }
             if status != WcStatus::Success && state != QpState::Err {
@@ -72,6 +80,9 @@ impl QpStep<'_> {
                 }
                 return;
             }
+        }
+        if unpublished {
+            let _ = self.qp.sq.publish(self.dev.mem.host().as_ref());
         }
         self.sq_drained_check();
     }

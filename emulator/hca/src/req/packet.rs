@@ -16,7 +16,7 @@ use crate::send_op::SendOp;
 use crate::time::Instant;
 use uroce_device::types::{Access, QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
-use uroce_wire::frame::FrameRepr;
+use uroce_wire::frame::{emit_ipv4, FrameRepr};
 use uroce_wire::opcode::{Opcode, OpcodeInfo};
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{atomic_eth, bth, deth, feth, ieth, immdt, reth, Mask, Psn, Qkey, Qpn};
@@ -94,7 +94,10 @@ impl QpStep<'_> {
         let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), plan.psn, payload_len);
         bth.ack_req = ack_req;
         bth.solicited = last && plan.flags.contains(SendFlags::SOLICITED);
-        let mut ext = extension_headers(wire_opcode.info()?, &plan);
+        // Built where it stays: the repr has room for every extension
+        // header, and moving it is a copy.
+        let ext = extension_headers(wire_opcode.info()?, &plan);
+        let mut roce = Repr { bth, ext, payload: &[] };
         let (path, dest_qpn) = if qp.qp_type == QpType::Ud {
             let ud = plan.op.ud().unwrap_or_default();
             let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
@@ -102,7 +105,7 @@ impl QpStep<'_> {
             } else {
                 ud.remote_qkey
             };
-            ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
+            roce.ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
             (self.dev.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
         } else {
             (qp.path, Qpn::new(qp.attr.dest_qp_num))
@@ -113,11 +116,11 @@ impl QpStep<'_> {
             self.finish_without_packet(now, WcStatus::LocQpOpErr);
             return None;
         };
-        bth.dest_qpn = dest_qpn;
+        roce.bth.dest_qpn = dest_qpn;
         let sport = self.dev.source_ports.settle(qp.sport);
         let ip_id = self.dev.ip_ids.next();
-        let roce = Repr { bth, ext, payload: &self.dev.scratch[..payload_len] };
-        let transmit = emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)?;
+        roce.payload = &self.dev.scratch[..payload_len];
+        let transmit = emit_frame_ref(path, ip_id, (PacketKind::Request, sport), &roce, buf)?;
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
@@ -350,19 +353,34 @@ fn gather(
 pub(crate) fn emit_frame(
     path: Path,
     ip_id: u16,
-    (kind, sport): (PacketKind, u16),
+    kind_port: (PacketKind, u16),
     roce: Repr<'_>,
     buf: &mut [u8],
 ) -> Option<Transmit> {
+    emit_frame_ref(path, ip_id, kind_port, &roce, buf)
+}
+
+/// [`emit_frame`] of a transport repr where it lies (the repr, with room
+/// for every extension header, is not moved).
+fn emit_frame_ref(
+    path: Path,
+    ip_id: u16,
+    (kind, sport): (PacketKind, u16),
+    roce: &Repr<'_>,
+    buf: &mut [u8],
+) -> Option<Transmit> {
     use core::net::IpAddr;
-    let frame = match (path.local, path.remote) {
+    let len = match (path.local, path.remote) {
+        // Written straight into the buffer, without a frame representation.
         (IpAddr::V4(local), IpAddr::V4(remote)) => {
-            FrameRepr::ipv4((local, remote), ip_id, sport, roce)
+            emit_ipv4((local, remote), ip_id, sport, roce, buf).ok()?
         }
-        (IpAddr::V6(local), IpAddr::V6(remote)) => FrameRepr::ipv6((local, remote), sport, roce),
+        (IpAddr::V6(local), IpAddr::V6(remote)) => {
+            let frame = FrameRepr::ipv6((local, remote), sport, *roce);
+            // Emitted where it lies (`ok()` would move the whole representation).
+            frame.as_ref().ok()?.emit(buf).ok()?
+        }
         _ => return None,
     };
-    // Emitted where it lies (`ok()` would move the whole representation).
-    let len = frame.as_ref().ok()?.emit(buf).ok()?;
     Some(Transmit { destination: path.remote, len, kind, source_port: sport, local_qpn: None })
 }

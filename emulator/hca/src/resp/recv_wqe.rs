@@ -24,8 +24,8 @@ impl QpStep<'_> {
         }
         let host = &**self.dev.mem.host();
         let qp = &mut *self.qp;
-        // The WQE is read into the HCA's slot buffer (zeroed first, as a
-        // fresh one would be).
+        // The WQE is read into the HCA's slot buffer, sized to the stride:
+        // the read fills all of it, so its old bytes need no zeroing.
         let slot = &mut *self.dev.wqe_slot;
         let mut limit_reached = None;
         let max_sge = match qp.srq {
@@ -37,7 +37,6 @@ impl QpStep<'_> {
                 if srq.ring.available() == 0 {
                     return Err(Refusal::NotReady);
                 }
-                slot.clear();
                 slot.resize(srq.ring.desc.stride as usize, 0);
                 srq.ring
                     .read_entry(host, srq.ring.consumer, slot)
@@ -59,7 +58,6 @@ impl QpStep<'_> {
                 if rq.available() == 0 {
                     return Err(Refusal::NotReady);
                 }
-                slot.clear();
                 slot.resize(rq.desc.stride as usize, 0);
                 rq.read_entry(host, rq.consumer, slot).map_err(|_| Refusal::OperationalError)?;
                 // An RQ WQE stays at the head until its message completes.

@@ -124,8 +124,14 @@ impl<E: Endpoint> Fabric<E> {
         // other copies are more duplicates, without a random fate.
         let port_copy = egress.as_ref().and_then(|v| v.copies.iter().flatten().next().copied());
         let port_extra = egress.as_ref().map(super::scenario::extra_copies).unwrap_or_default();
+        let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns, digest };
+        let duplicated = effects.duplicate || fate.duplicated(&faults);
+        if !duplicated && port_extra.is_empty() {
+            // The usual case, one copy: what the loops below do for it.
+            return self.launch(packet, bytes, hop, Some(fate.copies[0]), port_copy);
+        }
         let mut copies = [Some((packet, bytes)), None];
-        if effects.duplicate || fate.duplicated(&faults) {
+        if duplicated {
             let copy = self.next_packet_number();
             let buf = self.pool.pop().unwrap_or_default();
             let second = Packet::copy_of(buf, copies[0].as_ref().map_or(&[][..], |(_, b)| b));
@@ -133,7 +139,6 @@ impl<E: Endpoint> Fabric<E> {
             self.trace.record(TraceEvent::Duplicate { at: now, packet, copy });
             copies[1] = Some((copy, second));
         }
-        let hop = Hop { from, to, departs_at, rule_delay_ns: effects.delay_ns, digest };
         let mut extra = Vec::with_capacity(port_extra.len());
         for port_copy in port_extra {
             let copy = self.next_packet_number();
