@@ -55,9 +55,9 @@ impl<E: Endpoint> Fabric<E> {
     /// keeps what it wants, within its own bounds), and it is not a trace
     /// event of its own: it follows from the delivery, so the trace hash
     /// changes only by what the mirror node does with what it saw.
-    /// Counted in [`FabricCounters::mirrored`].
+    /// Counted in [`FabricCounters::mirrored`](super::FabricCounters::mirrored).
     ///
-    /// [`node_mac`]: super::node_mac
+    /// [`node_mac`]: crate::capture::node_mac
     pub fn set_mirror(&mut self, node: Option<NodeId>) {
         if let Some(node) = node {
             self.check_node(node);
