@@ -205,10 +205,7 @@ impl Runtime {
                     let Some(transmit) = hca.poll_transmit(now, room) else {
                         break;
                     };
-                    stats.tx_packets += 1;
-                    if transmit.destination.is_multicast() {
-                        stats.tx_mcast_packets += 1;
-                    }
+                    count_transmit(stats, &transmit);
                     sent += 1;
                     let packet = &mut room[..transmit.len];
                     let Some(leaving) =
@@ -226,10 +223,7 @@ impl Runtime {
                     let Some(transmit) = hca.poll_transmit(now, &mut buffer) else {
                         break;
                     };
-                    io.stats.tx_packets += 1;
-                    if transmit.destination.is_multicast() {
-                        io.stats.tx_mcast_packets += 1;
-                    }
+                    count_transmit(&mut io.stats, &transmit);
                     sent += 1;
                     let packet = &mut buffer[..transmit.len];
                     let local_qpn = transmit.local_qpn;
@@ -362,6 +356,14 @@ impl Runtime {
     pub(super) fn flush_batch(&self, io: &mut Io) {
         let Io { transport, batch, stats, tx_scratch, .. } = io;
         transport.send(batch, stats, tx_scratch);
+    }
+}
+
+/// Counts a packet the HCA handed out.
+fn count_transmit(stats: &mut UdpStats, transmit: &Transmit) {
+    stats.tx_packets += 1;
+    if transmit.destination.is_multicast() {
+        stats.tx_mcast_packets += 1;
     }
 }
 

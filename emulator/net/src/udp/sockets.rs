@@ -260,6 +260,7 @@ fn send_plan(
     gso_refused: &mut bool,
 ) {
     let mut sent = 0;
+    let mut retried = false;
     while sent < plan.len() {
         stats.tx_calls += 1;
         match sys::send_messages(socket, scratch, bytes, spans, &plan[sent..]) {
@@ -267,6 +268,7 @@ fn send_plan(
                 let runs = plan[sent..sent + n].iter().filter(|m| m.segment_size.is_some()).count();
                 stats.tx_gso_runs += runs as u64;
                 sent += n;
+                retried = false;
             }
             _ if plan[sent].segment_size.is_some() => {
                 *gso_refused = true;
@@ -283,35 +285,6 @@ fn send_plan(
                     }
                 }
             }
-            _ => {
-                stats.tx_errors += 1;
-                sent += 1;
-            }
-        }
-    }
-}
-
-fn to(ip: IpAddr) -> SocketAddr {
-    SocketAddr::new(ip, ROCEV2_UDP_PORT)
-}
-
-/// Sends every datagram with `sendmmsg` calls; a refused one is lost
-/// (counted), the rest go on.
-pub(super) fn send_all(
-    socket: &UdpSocket,
-    scratch: &mut sys::SendScratch,
-    datagrams: &[(&[u8], SocketAddr)],
-    stats: &mut UdpStats,
-) {
-    let mut sent = 0;
-    let mut retried = false;
-    while sent < datagrams.len() {
-        stats.tx_calls += 1;
-        match sys::send_batch(socket, scratch, &datagrams[sent..]) {
-            Ok(n) if n > 0 => {
-                sent += n;
-                retried = false;
-            }
             // A connected socket (the L2 link's) reports the ICMP "port
             // unreachable" of an earlier datagram (sent before the link's
             // other end was up) on the next send, which it then does not
@@ -327,6 +300,28 @@ pub(super) fn send_all(
             }
         }
     }
+}
+
+fn to(ip: IpAddr) -> SocketAddr {
+    SocketAddr::new(ip, ROCEV2_UDP_PORT)
+}
+
+/// Sends every packet of `batch` to `destination` as its own datagram,
+/// in order, with `sendmmsg` calls (the L2 link's frames); a refused one
+/// is lost (counted), the rest go on.
+pub(super) fn send_all_to(
+    socket: &UdpSocket,
+    scratch: &mut sys::SendScratch,
+    batch: &TxBatch,
+    destination: SocketAddr,
+    stats: &mut UdpStats,
+) {
+    let spans: Vec<Range<usize>> = batch.packets.iter().map(|p| p.start..p.start + p.len).collect();
+    let mut plan: Vec<Outgoing> = (0..spans.len())
+        .map(|i| Outgoing { parts: i..i + 1, destination, segment_size: None })
+        .collect();
+    let mut no_gso = true;
+    send_plan(socket, scratch, batch.bytes(), &spans, &mut plan, stats, &mut no_gso);
 }
 
 /// Raises the soft limit on open files to the hard limit: a device opens
@@ -353,12 +348,22 @@ mod tests {
         here.connect(there).unwrap();
         let mut scratch = sys::SendScratch::new();
         let mut stats = UdpStats::default();
+        let frame = |bytes: &[u8]| {
+            let mut batch = TxBatch::default();
+            let leaving = super::super::transport::Leaving {
+                destination: there.ip(),
+                kind: PacketKind::Request,
+                source_port: 0,
+            };
+            batch.push(bytes, leaving);
+            batch
+        };
         // Nobody at the other end yet: the ICMP error waits on the socket.
-        send_all(&here, &mut scratch, &[(b"early", there)], &mut stats);
+        send_all_to(&here, &mut scratch, &frame(b"early"), there, &mut stats);
         std::thread::sleep(std::time::Duration::from_millis(20));
         let peer = UdpSocket::bind(there).unwrap();
         peer.set_read_timeout(Some(std::time::Duration::from_secs(2))).unwrap();
-        send_all(&here, &mut scratch, &[(b"second", there)], &mut stats);
+        send_all_to(&here, &mut scratch, &frame(b"second"), there, &mut stats);
         let mut buf = [0u8; 16];
         let n = peer.recv(&mut buf).expect("the second frame arrived");
         assert_eq!(&buf[..n], b"second");

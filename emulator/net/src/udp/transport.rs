@@ -235,9 +235,7 @@ impl Transport {
                 // Every frame to the link's other end, in order (a released
                 // packet follows the ARP exchange, a TCP segment its
                 // predecessor).
-                let frames: Vec<(&[u8], SocketAddr)> =
-                    batch.packets.iter().map(|p| (batch.bytes_of(p), *remote)).collect();
-                sockets::send_all(socket, scratch, &frames, stats);
+                sockets::send_all_to(socket, scratch, batch, *remote, stats);
             }
             Transport::LinkTap { tap, .. } => {
                 // One write per frame, in order.
