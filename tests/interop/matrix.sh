@@ -340,16 +340,35 @@ done
 # (no pipe into `grep -q`: under pipefail, grep quitting at the first match can fail the writer with SIGPIPE)
 console_has() { [ -f "$1" ] && grep -aqF -- "$2" "$1"; }
 row_status() {  # CONSOLE ID: the status on the row's MATRIX-END line (empty when there is none yet)
-  [ -f "$1" ] && sed -n "s|^MATRIX-END $2 status=\([0-9]*\).*|\1|p" "$1" | sed -n 1p
+  [ -f "$1" ] && tr -d '\r' < "$1" | lift_kernel_lines | sed -n "s|^MATRIX-END $2 status=\([0-9]*\).*|\1|p" | sed -n 1p
 }
 last_words() {  # FILE: what a failed tool said last: its last error-like line, else its last line (cut short)
   local said; said=$(grep -av '^MATRIX-\|^+ ' "$1" 2>/dev/null | grep -a '[^[:space:]]')
   { grep -ai "error" <<< "$said" || grep -aiE "fail|couldn't|unable|invalid|timeout|usage" <<< "$said" || echo "$said"; } |
     tail -1 | cut -c1-160
 }
-row_output() {  # CONSOLE ID: the console lines of one row, markers included
+# The guest kernel writes its messages ("[   12.754791] rxe0: qp#17 ...") straight to the serial console, and
+# one may land in the middle of a line a tool is printing: "4096  100  34[  12.7] rxe0: ...\n7.92 ...". This
+# lifts each such message onto a line of its own, before the line it cut, and joins the cut line again.
+lift_kernel_lines() {
+  awk '{ line = held $0; held = ""
+         if (match(line, /\[ *[0-9]+\.[0-9]+\] /) && RSTART > 1) {
+           print substr(line, RSTART); held = substr(line, 1, RSTART - 1); next }
+         print line }
+       END { if (held != "") print held }'
+}
+row_output() {  # CONSOLE ID: the console lines of one row, markers included, kernel messages on lines of their own
   [ -f "$1" ] || return 0
-  tr -d '\r' < "$1" | awk -v b="MATRIX-BEGIN $2" -v e="MATRIX-END $2 " '$0==b{on=1} on{print} on&&index($0,e)==1{exit}'
+  tr -d '\r' < "$1" | lift_kernel_lines |
+    awk -v b="MATRIX-BEGIN $2" -v e="MATRIX-END $2 " '$0==b{on=1} on{print} on&&index($0,e)==1{exit}'
+}
+# what_it_said FILE: for a row whose output lacks the expected line, what it printed last (the last two lines
+# that are not markers, rules or blank) and what the guest kernel said during the row, on one line
+what_it_said() {
+  local last kernel
+  last=$(grep -av '^MATRIX-\|^ *-*$\|^\[ *[0-9]*\.[0-9]*\] ' "$1" 2>/dev/null | tail -2 | tr -s ' \t' ' ' | paste -sd'|' | cut -c1-200)
+  kernel=$(grep -a '^\[ *[0-9]*\.[0-9]*\] ' "$1" 2>/dev/null | sed 's/^\[ *[0-9.]*\] //' | head -2 | paste -sd'|' | cut -c1-200)
+  echo "it ended: ${last:-nothing}${kernel:+; kernel: $kernel}"
 }
 # pcap_cut FILE START LIMIT: walks the capture's records from byte START (a record boundary) up to byte LIMIT
 # and prints "END FRAMES PEER": the last complete record boundary, the frames in between, and how many of
@@ -389,17 +408,17 @@ judge() {
   vstatus=$(row_status "$con" "$id")
   if [ -z "$vstatus" ]; then why+=("VM: no MATRIX-END")
   elif [ "$vstatus" != 0 ]; then why+=("VM exit $vstatus: $(last_words "$rlog.vm.log")")
-  elif ! grep -aqE -- "$check" "$rlog.vm.log"; then why+=("VM output lacks /$check/"); fi
+  elif ! grep -aqE -- "$check" "$rlog.vm.log"; then why+=("VM output lacks /$check/ ($(what_it_said "$rlog.vm.log"))"); fi
   if [ "$SELF" = 1 ]; then
     pstatus=$(row_status "$peercon" "$id")
     if [ -z "$pstatus" ]; then why+=("peer VM: no MATRIX-END")
     elif [ "$pstatus" != 0 ]; then why+=("peer VM exit $pstatus: $(last_words "$rlog.peer.log")")
-    elif ! grep -aqE -- "$check" "$rlog.peer.log"; then why+=("peer VM output lacks /$check/"); fi
+    elif ! grep -aqE -- "$check" "$rlog.peer.log"; then why+=("peer VM output lacks /$check/ ($(what_it_said "$rlog.peer.log"))"); fi
   else
     local us=${U_STATUS[r]}
     if [ "$us" = 124 ]; then why+=("uroce timed out")
     elif [ "$us" != 0 ]; then why+=("uroce exit $us: $(last_words "$rlog.uroce.log")")
-    elif ! grep -aqE -- "$check" "$rlog.uroce.log"; then why+=("uroce output lacks /$check/"); fi
+    elif ! grep -aqE -- "$check" "$rlog.uroce.log"; then why+=("uroce output lacks /$check/ ($(what_it_said "$rlog.uroce.log"))"); fi
     [ -n "${U_NOTE[r]}" ] && why+=("${U_NOTE[r]}")
   fi
   tally=$(grep '^# frames=' "$rlog.tsv" | tail -1)

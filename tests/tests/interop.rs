@@ -185,13 +185,29 @@ fn run_matrix(kernel: &str) {
     assert!(
         status.success(),
         "the interop matrix against Linux {kernel} failed ({status}{}): see the summary table \
-         above; artifacts in tests/interop/build/linux-{kernel}/matrix/latest/",
+         above; artifacts in tests/interop/build/linux-{kernel}/matrix/latest/{}",
         if status.code() == Some(124) {
             format!(", stopped after {} minutes", MATRIX_LIMIT_SECS / 60)
         } else {
             String::new()
-        }
+        },
+        failed_rows(&interop, kernel)
     );
+}
+
+/// The failed rows of the kernel's latest summary, a line each (with the
+/// reason, what the tool printed last and what the guest kernel said), so
+/// the failure message carries them even where only its end is shown.
+fn failed_rows(interop: &Path, kernel: &str) -> String {
+    let base = std::env::var_os("RXEVM_BUILD").map_or_else(|| interop.join("build"), PathBuf::from);
+    let summary = base.join(format!("linux-{kernel}/matrix/latest/summary.tsv"));
+    let Ok(text) = std::fs::read_to_string(&summary) else {
+        return String::new();
+    };
+    text.lines()
+        .filter(|line| line.split('\t').nth(2) == Some("FAIL"))
+        .map(|line| format!("\n  {}", line.replace('\t', "  ")))
+        .collect()
 }
 
 /// What an RC_ATOMIC_WRITE request and its answer look like on the wire,
