@@ -134,6 +134,7 @@ impl Mapping {
     }
 
     /// The 64-bit word at byte `offset` of the mapping (8-aligned, inside).
+    #[inline]
     fn word(&self, offset: u64) -> &AtomicU64 {
         assert!(offset % 8 == 0 && offset + 8 <= self.total as u64, "shm word 0x{offset:x}");
         // SAFETY: inside the mapping (checked above), 8-byte aligned (the
@@ -144,10 +145,12 @@ impl Mapping {
     }
 
     /// The liveness word of data page `page`, and its bit.
+    #[inline]
     fn live_bit(&self, page: u64) -> (&AtomicU64, u64) {
         (self.word(BITS_OFFSET + page / 64 * 8), 1 << (page % 64))
     }
 
+    #[inline]
     fn page_live(&self, page: u64) -> bool {
         let (word, bit) = self.live_bit(page);
         word.load(Ordering::Acquire) & bit != 0
@@ -165,22 +168,30 @@ impl Mapping {
     }
 
     /// The pointer to `[addr, addr + len)`, if it lies in live pages.
+    /// Every ring index, WQE and CQE access of both sides comes here: one
+    /// subtraction and two comparisons for the bounds, and for the common
+    /// access within one page a single liveness bit.
+    #[inline(always)]
     fn resolve(&self, addr: u64, len: u64) -> Result<*mut u8, MemFault> {
-        let fault = MemFault { addr, len };
         let data_len = self.pages * PAGE;
-        let offset = addr.checked_sub(self.addr_base).filter(|&o| o <= data_len);
-        let Some(offset) = offset.filter(|&o| o.checked_add(len).is_some_and(|e| e <= data_len))
-        else {
-            return Err(self.fault(fault));
-        };
-        if len > 0 && !(offset / PAGE..=(offset + len - 1) / PAGE).all(|p| self.page_live(p)) {
-            return Err(self.fault(fault));
+        // Below the base, the subtraction wraps past `data_len`.
+        let offset = addr.wrapping_sub(self.addr_base);
+        if offset > data_len || len > data_len - offset {
+            return Err(self.fault(MemFault { addr, len }));
+        }
+        if len > 0 {
+            let (first, last) = (offset / PAGE, (offset + len - 1) / PAGE);
+            let live = self.page_live(first) && (first + 1..=last).all(|p| self.page_live(p));
+            if !live {
+                return Err(self.fault(MemFault { addr, len }));
+            }
         }
         // SAFETY: `meta + offset + len <= meta + data_len = total`: inside
         // the mapping.
         Ok(unsafe { self.ptr.as_ptr().add((self.meta + offset) as usize) })
     }
 
+    #[inline]
     fn resolve_word<T>(&self, addr: u64) -> Result<*mut T, MemFault> {
         let size = core::mem::size_of::<T>() as u64;
         if addr % size != 0 {
@@ -194,6 +205,7 @@ impl Mapping {
         fault
     }
 
+    #[inline]
     fn u32_at(&self, addr: u64) -> Result<&AtomicU32, MemFault> {
         let ptr = self.resolve_word::<u32>(addr)?;
         // SAFETY: a checked, 4-aligned word of the mapping, valid while
@@ -201,6 +213,7 @@ impl Mapping {
         Ok(unsafe { AtomicU32::from_ptr(ptr) })
     }
 
+    #[inline]
     fn u64_at(&self, addr: u64) -> Result<&AtomicU64, MemFault> {
         let ptr = self.resolve_word::<u64>(addr)?;
         // SAFETY: as in `u32_at`, 8-aligned.
@@ -217,6 +230,7 @@ impl Drop for Mapping {
 }
 
 impl HostMemory for Mapping {
+    #[inline]
     fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
         let src = self.resolve(addr, dst.len() as u64)?;
         // SAFETY: `src` is valid for `dst.len()` bytes (checked), `dst` is
@@ -226,6 +240,7 @@ impl HostMemory for Mapping {
         Ok(())
     }
 
+    #[inline]
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
         let dst = self.resolve(addr, src.len() as u64)?;
         // SAFETY: as in `read`, the other way.
@@ -233,15 +248,18 @@ impl HostMemory for Mapping {
         Ok(())
     }
 
+    #[inline]
     fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
         Ok(self.u32_at(addr)?.load(Ordering::Acquire))
     }
 
+    #[inline]
     fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
         self.u32_at(addr)?.store(value, Ordering::Release);
         Ok(())
     }
 
+    #[inline]
     fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
         let word = self.u64_at(addr)?;
         Ok(match word.compare_exchange(compare, swap, Ordering::AcqRel, Ordering::Acquire) {
@@ -249,10 +267,12 @@ impl HostMemory for Mapping {
         })
     }
 
+    #[inline]
     fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
         Ok(self.u64_at(addr)?.fetch_add(add, Ordering::AcqRel))
     }
 
+    #[inline]
     fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
         self.u64_at(addr)?.store(value, Ordering::Release);
         Ok(())
@@ -347,6 +367,7 @@ impl SharedMemory {
     }
 
     /// Whether `addr` is one of this memory's device addresses.
+    #[inline]
     pub fn contains(&self, addr: u64) -> bool {
         addr.checked_sub(self.map.addr_base).is_some_and(|o| o < self.map.pages * PAGE)
     }
@@ -371,24 +392,31 @@ impl SharedMemory {
 macro_rules! host_memory_through_map {
     ($($owner:ty),+) => {$(
         impl HostMemory for $owner {
+            #[inline]
             fn read(&self, addr: u64, dst: &mut [u8]) -> Result<(), MemFault> {
                 self.map.read(addr, dst)
             }
+            #[inline]
             fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
                 self.map.write(addr, src)
             }
+            #[inline]
             fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
                 self.map.load_acquire_u32(addr)
             }
+            #[inline]
             fn store_release_u32(&self, addr: u64, value: u32) -> Result<(), MemFault> {
                 self.map.store_release_u32(addr, value)
             }
+            #[inline]
             fn compare_swap_u64(&self, addr: u64, compare: u64, swap: u64) -> Result<u64, MemFault> {
                 self.map.compare_swap_u64(addr, compare, swap)
             }
+            #[inline]
             fn fetch_add_u64(&self, addr: u64, add: u64) -> Result<u64, MemFault> {
                 self.map.fetch_add_u64(addr, add)
             }
+            #[inline]
             fn store_u64(&self, addr: u64, value: u64) -> Result<(), MemFault> {
                 self.map.store_u64(addr, value)
             }
