@@ -8,6 +8,7 @@ use super::{Op, Params, Test};
 use crate::app::{bring_up, default_tuning, Node, ALL_ACCESS};
 use crate::perftest::engine::{self, BwPlan, QpCompletion, Requester};
 use crate::perftest::report::Measured;
+use std::cell::{RefCell, RefMut};
 use std::time::{Duration, Instant};
 use uroce_device::ring::{recv_ring_shape, send_ring_shape};
 use uroce_verbs::{
@@ -134,6 +135,12 @@ pub(crate) struct Side {
     rss_before: Option<u64>,
     /// How long without progress is a failure.
     pub timeout: Duration,
+    /// The latency loops' buffer of completions, kept between polls (no
+    /// allocation per poll).
+    completions: RefCell<Vec<WorkCompletion>>,
+    /// The receive WRs last posted, kept to post again (perftest builds
+    /// its receive WRs once, too).
+    recv_wrs: RefCell<Vec<RecvWr>>,
     /// The device (last: dropped after the verbs objects).
     pub node: Node,
 }
@@ -221,7 +228,20 @@ impl Side {
             context_bytes: std::mem::size_of::<uroce_hca::qp::QpContext>() as u64,
             rss_per_qp: None,
         };
-        Ok(Side { qps: list, psns, mr, tx_offset, cq, rx_depth, memory, rss_before, timeout, node })
+        Ok(Side {
+            qps: list,
+            psns,
+            mr,
+            tx_offset,
+            cq,
+            rx_depth,
+            memory,
+            rss_before,
+            timeout,
+            completions: RefCell::new(Vec::new()),
+            recv_wrs: RefCell::new(Vec::new()),
+            node,
+        })
     }
 
     /// This side's connection data.
@@ -267,16 +287,16 @@ impl Side {
     /// completion.
     fn poll(&self) -> Result<Vec<WorkCompletion>, String> {
         let wcs = self.cq.poll(POLL_BATCH).map_err(|e| format!("poll_cq: {e}"))?;
-        if let Some(bad) = wcs.iter().find(|wc| wc.status != WcStatus::Success) {
-            return Err(format!(
-                "completion with error: status {:?} ({}) on QP {} (wr_id {:#x}, vendor_err {:#x})",
-                bad.status,
-                bad.status.raw(),
-                bad.qp_num,
-                bad.wr_id,
-                bad.vendor_err
-            ));
-        }
+        check_statuses(&wcs)?;
+        Ok(wcs)
+    }
+
+    /// [`Side::poll`] into the kept buffer (the latency loops).
+    fn poll_kept(&self) -> Result<RefMut<'_, Vec<WorkCompletion>>, String> {
+        let mut wcs = self.completions.borrow_mut();
+        wcs.clear();
+        self.cq.poll_into(POLL_BATCH, &mut wcs).map_err(|e| format!("poll_cq: {e}"))?;
+        check_statuses(&wcs)?;
         Ok(wcs)
     }
 
@@ -317,9 +337,18 @@ impl Side {
         if count == 0 {
             return Ok(());
         }
+        let count = count as usize;
         let wr = RecvWr { wr_id: (q as u64) << 32, sg_list: vec![self.mr.sge(0, size)] };
-        let wrs = vec![wr; count as usize];
-        self.qps[q].post_recv(&wrs).map_err(|(i, e)| format!("post_recv #{i} on QP #{q}: {e}"))
+        let mut wrs = self.recv_wrs.borrow_mut();
+        if wrs.first() != Some(&wr) {
+            wrs.clear();
+        }
+        if wrs.len() < count {
+            wrs.resize(count, wr);
+        }
+        self.qps[q]
+            .post_recv(&wrs[..count])
+            .map_err(|(i, e)| format!("post_recv #{i} on QP #{q}: {e}"))
     }
 
     /// The bandwidth loop of the requester ([`engine::bandwidth`]): every
@@ -475,6 +504,21 @@ impl Requester for ClientBw<'_> {
         } else {
             Err(format!("unexpected completion wr_id {:#x}", wc.wr_id))
         }
+    }
+}
+
+/// The first completion with an error, as the benchmark's error.
+fn check_statuses(wcs: &[WorkCompletion]) -> Result<(), String> {
+    match wcs.iter().find(|wc| wc.status != WcStatus::Success) {
+        Some(bad) => Err(format!(
+            "completion with error: status {:?} ({}) on QP {} (wr_id {:#x}, vendor_err {:#x})",
+            bad.status,
+            bad.status.raw(),
+            bad.qp_num,
+            bad.wr_id,
+            bad.vendor_err
+        )),
+        None => Ok(()),
     }
 }
 

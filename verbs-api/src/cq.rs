@@ -75,13 +75,22 @@ impl Cq {
     /// CQ, then the receive CQ) does not make the runtime send the ACKs a
     /// receive left before the request it posts in reaction.
     pub fn poll(&self, max: usize) -> Result<Vec<WorkCompletion>> {
+        let mut done = Vec::new();
+        self.poll_into(max, &mut done)?;
+        Ok(done)
+    }
+
+    /// [`Cq::poll`] into a buffer the caller keeps (no allocation once it
+    /// has room): up to `max` completions appended to `out`, oldest first;
+    /// returns how many. On an error `out` is as it was.
+    pub fn poll_into(&self, max: usize, out: &mut Vec<WorkCompletion>) -> Result<usize> {
         self.ctx.check_open()?;
-        let done = self.ring.poll(self.ctx.host().as_ref(), max)?;
-        if !done.is_empty() {
-            return Ok(done);
+        let taken = self.ring.poll_into(self.ctx.host().as_ref(), max, out)?;
+        if taken > 0 {
+            return Ok(taken);
         }
         self.ctx.progress();
-        self.ring.poll(self.ctx.host().as_ref(), max)
+        self.ring.poll_into(self.ctx.host().as_ref(), max, out)
     }
 
     /// Removes the completions of QP `qpn` not yet polled, keeping the
@@ -119,7 +128,10 @@ impl Cq {
             return Poll::Ready(Err(e));
         }
         let host = self.ctx.host().as_ref();
-        let take = || self.ring.poll(host, 1).map(|mut done| done.pop()).transpose();
+        let take = || {
+            let mut one = Vec::with_capacity(1);
+            self.ring.poll_into(host, 1, &mut one).map(|_| one.pop()).transpose()
+        };
         if let Some(done) = take() {
             return Poll::Ready(done);
         }

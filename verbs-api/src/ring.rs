@@ -210,27 +210,42 @@ impl CqRing {
         Ok(old)
     }
 
-    /// Up to `max` completions, oldest first; their slots are handed back
-    /// (one release of the consumer index). A CQE that does not decode
-    /// fails the poll, and nothing is consumed.
-    pub(crate) fn poll(&self, host: &dyn HostMemory, max: usize) -> Result<Vec<Cqe>> {
+    /// Up to `max` completions, oldest first, appended to `out`; their
+    /// slots are handed back (one release of the consumer index). Returns
+    /// how many. A CQE that does not decode fails the poll: nothing is
+    /// consumed, and `out` is as it was.
+    pub(crate) fn poll_into(
+        &self,
+        host: &dyn HostMemory,
+        max: usize,
+        out: &mut Vec<Cqe>,
+    ) -> Result<usize> {
         let mut state = self.state();
         let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
-        let mut out = Vec::new();
+        let before = out.len();
         let mut consumer = state.consumer;
-        while consumer != producer && out.len() < max {
+        while consumer != producer && out.len() - before < max {
             let mut bytes = [0u8; CQE_LEN];
-            host.read(desc.entry_addr(consumer), &mut bytes)?;
-            let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
-            out.push(cqe);
+            let read = host.read(desc.entry_addr(consumer), &mut bytes).map_err(Error::from);
+            match read.and_then(|()| Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))) {
+                Ok(cqe) => out.push(cqe),
+                Err(e) => {
+                    out.truncate(before);
+                    return Err(e);
+                }
+            }
             consumer = consumer.wrapping_add(1);
         }
-        if !out.is_empty() {
+        let taken = out.len() - before;
+        if taken > 0 {
+            if let Err(fault) = publish(host, desc, CONSUMER_OFFSET, consumer) {
+                out.truncate(before);
+                return Err(fault.into());
+            }
             state.consumer = consumer;
-            publish(host, desc, CONSUMER_OFFSET, consumer)?;
         }
-        Ok(out)
+        Ok(taken)
     }
 
     /// Removes the completions of QP `qpn` not yet polled, keeping the
@@ -342,20 +357,45 @@ mod tests {
         }
     }
 
+    /// What one poll of up to `max` takes.
+    fn polled(cq: &CqRing, host: &SimMemory, max: usize) -> Vec<Cqe> {
+        let mut out = Vec::new();
+        let taken = cq.poll_into(host, max, &mut out).unwrap();
+        assert_eq!(taken, out.len());
+        out
+    }
+
+    #[test]
+    fn a_poll_appends_and_a_corrupt_cqe_leaves_the_buffer_and_the_ring_as_they_were() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        let cqe = Cqe::new(7, WcStatus::Success, WcOpcode::Send, Qpn::new(16));
+        host.write(cq.desc().entry_addr(0), &cqe.encode()).unwrap();
+        host.write(cq.desc().entry_addr(1), &[0xff; CQE_LEN]).unwrap();
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 2).unwrap();
+        let mut out = vec![Cqe::new(1, WcStatus::Success, WcOpcode::Recv, Qpn::new(16))];
+        assert!(cq.poll_into(&host, 4, &mut out).is_err(), "the second CQE does not decode");
+        assert_eq!(out.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1], "as it was");
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 0, "nothing consumed");
+        assert_eq!(cq.poll_into(&host, 1, &mut out).unwrap(), 1);
+        assert_eq!(out.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 7], "appended");
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 1);
+    }
+
     #[test]
     fn completions_are_read_in_order_and_handed_back() {
         let host = SimMemory::strict(1 << 20);
         let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
-        assert!(cq.poll(&host, 4).unwrap().is_empty());
+        assert!(polled(&cq, &host, 4).is_empty());
         for n in 0..3u32 {
             let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Send, Qpn::new(16));
             host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
         }
         publish(&host, cq.desc(), PRODUCER_OFFSET, 3).unwrap();
-        let got = cq.poll(&host, 2).unwrap();
+        let got = polled(&cq, &host, 2);
         assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [0, 1]);
         assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 2);
-        assert_eq!(cq.poll(&host, 4).unwrap()[0].wr_id, 2);
+        assert_eq!(polled(&cq, &host, 4)[0].wr_id, 2);
         assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 3);
     }
 
@@ -370,7 +410,7 @@ mod tests {
         publish(&host, cq.desc(), PRODUCER_OFFSET, 500).unwrap();
         let take = || {
             let mut got = Vec::new();
-            while let Some(cqe) = cq.poll(&host, 1).unwrap().pop() {
+            while let Some(cqe) = polled(&cq, &host, 1).pop() {
                 got.push(cqe.wr_id);
             }
             got
@@ -409,7 +449,7 @@ mod tests {
         // The HCA goes on writing above its producer index.
         write(6, 16);
         publish(&host, cq.desc(), PRODUCER_OFFSET, 7).unwrap();
-        let got = cq.poll(&host, 8).unwrap();
+        let got = polled(&cq, &host, 8);
         assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 5, 6]);
     }
 }

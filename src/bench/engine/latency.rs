@@ -106,7 +106,7 @@ impl Side {
                     return Ok(());
                 }
                 Err((_, Error::NoMemory(_))) => {
-                    let wcs = self.poll()?;
+                    let wcs = self.poll_kept()?;
                     if wcs.is_empty() {
                         self.stalled(last_progress, "waiting for send queue room")?;
                     } else {
@@ -125,7 +125,7 @@ impl Side {
         let mut byte = [0u8];
         let started = Instant::now();
         loop {
-            let wcs = self.poll()?;
+            let wcs = self.poll_kept()?;
             *outstanding -= count_sends(&wcs).min(*outstanding);
             self.mr.read(last, &mut byte).map_err(|e| e.to_string())?;
             if byte[0] == tag {
@@ -139,7 +139,7 @@ impl Side {
     pub(super) fn drain(&self, outstanding: &mut u64) -> Result<(), String> {
         let mut last_progress = Instant::now();
         while *outstanding > 0 {
-            let wcs = self.poll()?;
+            let wcs = self.poll_kept()?;
             if wcs.is_empty() {
                 self.stalled(last_progress, "waiting for the last completions")?;
             } else {
@@ -206,7 +206,7 @@ impl Side {
     ) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            let wcs = self.poll()?;
+            let wcs = self.poll_kept()?;
             *outstanding -= count_sends(&wcs).min(*outstanding);
             let got = wcs.iter().filter(|wc| wc.opcode == WcOpcode::Recv).count() as u64;
             if got > 0 {

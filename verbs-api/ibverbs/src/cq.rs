@@ -81,8 +81,9 @@ pub struct Cq {
     pub c: ibv_cq_ex,
     pub cq: Mutex<Option<uroce_verbs::Cq>>,
     pub index: u32,
-    /// Serialises pollers and event acknowledgements.
-    events: Mutex<()>,
+    /// Serialises pollers and event acknowledgements; holds the pollers'
+    /// buffer of completions (kept, so that a poll does not allocate).
+    events: Mutex<Vec<uroce_verbs::WorkCompletion>>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` made current.
     pub current: Mutex<ibv_wc>,
 }
@@ -147,7 +148,7 @@ impl Cq {
             c,
             cq: Mutex::new(Some(cq)),
             index,
-            events: Mutex::new(()),
+            events: Mutex::new(Vec::new()),
             current: Mutex::new(ibv_wc::default()),
         });
         let ptr = Box::into_raw(boxed);
@@ -247,11 +248,12 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -
         if wc.is_null() {
             return -EINVAL;
         }
-        let _one_poller = locked(&q.events);
+        let mut done = locked(&q.events);
+        done.clear();
         let guard = locked(&q.cq);
         let Some(inner) = guard.as_ref() else { return -EINVAL };
-        match inner.poll(max) {
-            Ok(done) => {
+        match inner.poll_into(max, &mut done) {
+            Ok(_) => {
                 for (i, w) in done.iter().enumerate() {
                     // SAFETY: the caller's array holds `num` entries; the
                     // ring gave at most that many.
