@@ -12,6 +12,7 @@
 //! outstanding together (`--max-inflight`), and then starts each pass at
 //! the QP after the last one that posted, so that every QP gets its turn.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 use uroce_verbs::{Error, Qp, SendWr, WorkCompletion};
 
@@ -96,8 +97,7 @@ pub(crate) struct QpCompletion {
 /// Runs the loop until every QP's `iters` WRs completed.
 pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, String> {
     let nq = r.qps().len();
-    let (iters, tx, cap) = (plan.iters, plan.tx_depth, plan.max_inflight);
-    let total = nq as u64 * iters;
+    let total = nq as u64 * plan.iters;
     let mut run = BwRun::default();
     if plan.record_posts {
         run.posted.reserve(total as usize);
@@ -106,59 +106,53 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
     if plan.record_qps > 0 {
         run.qp_first_post = vec![u64::MAX; nq];
     }
-    let mut scnt = vec![0u64; nq];
-    let mut ccnt = vec![0u64; nq];
-    let mut inflight = 0u64;
-    let mut next_q = 0usize;
+    let mut posting = Posting {
+        scnt: vec![0u64; nq],
+        ccnt: vec![0u64; nq],
+        inflight: 0,
+        batch: Vec::with_capacity(plan.tx_depth as usize),
+        start: Instant::now(),
+        first: true,
+    };
+    // Rotating: the QPs that may have room, in the order they get their
+    // turn (each goes to the back once it has posted): a pass costs what it
+    // posts, not a look at every QP (10,000 QPs of 5 WRs each would
+    // otherwise spend more time looking than posting).
+    let mut turns: VecDeque<usize> = if plan.rotate { (0..nq).collect() } else { VecDeque::new() };
+    let mut waiting_turn = vec![plan.rotate; nq];
     let mut done = 0u64;
-    let mut batch: Vec<SendWr> = Vec::with_capacity(tx as usize);
-    let start = Instant::now();
-    let mut last_progress = start;
-    let mut first = true;
+    let mut last_progress = posting.start;
     while done < total {
-        for k in 0..nq {
-            if inflight >= cap {
-                break;
+        if plan.rotate {
+            // One turn per QP and pass: a QP whose ring is full waits for
+            // the poll below, not for itself.
+            for _ in 0..turns.len() {
+                if posting.inflight >= plan.max_inflight {
+                    break;
+                }
+                let Some(q) = turns.pop_front() else { break };
+                waiting_turn[q] = false;
+                if posting.turn(r, plan, &mut run, q)? {
+                    turns.push_back(q);
+                    waiting_turn[q] = true;
+                }
             }
-            let q = if plan.rotate { (next_q + k) % nq } else { k };
-            let window = (tx - (scnt[q] - ccnt[q])).min(iters - scnt[q]);
-            let room = window.min(cap - inflight);
-            if room == 0 {
-                continue;
+        } else {
+            for q in 0..nq {
+                if posting.inflight >= plan.max_inflight {
+                    break;
+                }
+                posting.turn(r, plan, &mut run, q)?;
             }
-            let cut = room < window;
-            next_q = (q + 1) % nq;
-            batch.clear();
-            for j in 1..=room {
-                batch.push(r.work_request(q, scnt[q] + j, cut && j == room));
-            }
-            let now = start.elapsed().as_nanos() as u64;
-            if first {
-                run.first_post = now;
-                first = false;
-            }
-            let posted = match r.qps()[q].post_send(&batch) {
-                Ok(()) => room,
-                // The ring is full until the device catches up.
-                Err((i, Error::NoMemory(_))) => i as u64,
-                Err((i, e)) => return Err(r.post_error(q, i, scnt[q] + i as u64, e)),
-            };
-            if plan.record_posts {
-                run.posted.extend(std::iter::repeat_n(now, posted as usize));
-            }
-            if let Some(first_post) = run.qp_first_post.get_mut(q) {
-                *first_post = (*first_post).min(now);
-            }
-            scnt[q] += posted;
-            inflight += posted;
         }
         let wcs = r.poll()?;
         if wcs.is_empty() {
             r.stalled(last_progress, done, total)?;
             continue;
         }
-        let now = start.elapsed().as_nanos() as u64;
+        let now = posting.start.elapsed().as_nanos() as u64;
         last_progress = Instant::now();
+        let Posting { scnt, ccnt, inflight, .. } = &mut posting;
         for wc in &wcs {
             let q = (wc.wr_id >> 32) as usize;
             let n = wc.wr_id & 0xffff_ffff;
@@ -168,15 +162,78 @@ pub(crate) fn bandwidth(r: &mut impl Requester, plan: &BwPlan) -> Result<BwRun, 
                 return Err(format!("unexpected completion wr_id {:#x}", wc.wr_id));
             }
             done += n - ccnt[q];
-            inflight -= (n - ccnt[q]).min(inflight);
+            *inflight -= (n - ccnt[q]).min(*inflight);
             if plan.record_qps > 0 {
                 let wrs = (n - ccnt[q]) as u32;
                 run.per_qp.push(QpCompletion { qp: q as u32, wrs, ns: now });
             }
             ccnt[q] = n;
             run.completed.push((done, now));
+            if plan.rotate && !waiting_turn[q] && scnt[q] < plan.iters {
+                turns.push_back(q);
+                waiting_turn[q] = true;
+            }
         }
         run.last_completion = now;
     }
     Ok(run)
+}
+
+/// The posting side of [`bandwidth`]'s loop.
+struct Posting {
+    /// WRs posted, per QP.
+    scnt: Vec<u64>,
+    /// WRs completed, per QP.
+    ccnt: Vec<u64>,
+    /// WRs outstanding over all QPs.
+    inflight: u64,
+    /// The chain being posted (kept: no allocation per post).
+    batch: Vec<SendWr>,
+    start: Instant,
+    first: bool,
+}
+
+impl Posting {
+    /// QP `q`'s turn: posts what its window and the cap allow, as one
+    /// chain. Returns whether it may have room left after this (the cap cut
+    /// its chain, or its ring was full): it wants another turn without
+    /// waiting for a completion.
+    fn turn(
+        &mut self,
+        r: &mut impl Requester,
+        plan: &BwPlan,
+        run: &mut BwRun,
+        q: usize,
+    ) -> Result<bool, String> {
+        let window = (plan.tx_depth - (self.scnt[q] - self.ccnt[q])).min(plan.iters - self.scnt[q]);
+        let room = window.min(plan.max_inflight - self.inflight);
+        if room == 0 {
+            return Ok(false);
+        }
+        let cut = room < window;
+        self.batch.clear();
+        for j in 1..=room {
+            self.batch.push(r.work_request(q, self.scnt[q] + j, cut && j == room));
+        }
+        let now = self.start.elapsed().as_nanos() as u64;
+        if self.first {
+            run.first_post = now;
+            self.first = false;
+        }
+        let posted = match r.qps()[q].post_send(&self.batch) {
+            Ok(()) => room,
+            // The ring is full until the device catches up.
+            Err((i, Error::NoMemory(_))) => i as u64,
+            Err((i, e)) => return Err(r.post_error(q, i, self.scnt[q] + i as u64, e)),
+        };
+        if plan.record_posts {
+            run.posted.extend(std::iter::repeat_n(now, posted as usize));
+        }
+        if let Some(first_post) = run.qp_first_post.get_mut(q) {
+            *first_post = (*first_post).min(now);
+        }
+        self.scnt[q] += posted;
+        self.inflight += posted;
+        Ok(posted < window)
+    }
 }
