@@ -49,9 +49,10 @@ pub(crate) struct WorkRing {
     /// one is never behind this copy: the ring is read again only when the
     /// copy says it is full.
     consumer_seen: Cell<u32>,
-    /// One slot, where each WQE is built before it is copied into the ring
-    /// (reused: nothing is allocated per WR).
-    slot: RefCell<Vec<u8>>,
+    /// The WQEs of a post built and not yet copied into the ring, a slot
+    /// each: a run of them, up to the ring's end, goes in one write
+    /// (reused: nothing is allocated per post once it has grown).
+    staged: RefCell<Vec<u8>>,
 }
 
 impl WorkRing {
@@ -63,7 +64,7 @@ impl WorkRing {
             full,
             producer: Cell::new(0),
             consumer_seen: Cell::new(0),
-            slot: RefCell::new(vec![0; desc.stride as usize]),
+            staged: RefCell::new(Vec::new()),
         }
     }
 
@@ -78,6 +79,11 @@ impl WorkRing {
     /// written. Returns how many WQEs were posted and, if an item failed,
     /// its index and why: the items before it are posted, it and the ones
     /// after it are not (libibverbs' `bad_wr`).
+    ///
+    /// The slots of a run of items, up to the ring's end, are copied in one
+    /// write: a ring lies in one allocation, so a write that faults would
+    /// have faulted at the run's first WQE, which is reported (the faulting
+    /// access is the run's, not one slot's).
     pub(crate) fn post_chain<T>(
         &self,
         host: &dyn HostMemory,
@@ -85,19 +91,40 @@ impl WorkRing {
         mut fill: impl FnMut(&T, &mut [u8]) -> Result<()>,
     ) -> (usize, PostResult) {
         let start = self.producer.get();
+        let stride = self.desc.stride as usize;
+        let mut staged = self.staged.borrow_mut();
+        staged.clear();
+        // The staged run starts at ring index `run.0`, with chain item `run.1`.
+        let mut run = (start, 0);
         let mut producer = start;
         let mut failed = None;
-        let mut slot = self.slot.borrow_mut();
         for (i, item) in chain.iter().enumerate() {
-            slot.fill(0);
-            let written = fill(item, &mut slot)
-                .and_then(|()| self.check_room(host, producer))
-                .and_then(|()| Ok(host.write(self.desc.entry_addr(producer), &slot)?));
-            if let Err(e) = written {
+            let at = staged.len();
+            staged.resize(at + stride, 0);
+            let checked =
+                fill(item, &mut staged[at..]).and_then(|()| self.check_room(host, producer));
+            if let Err(e) = checked {
+                staged.truncate(at);
                 failed = Some((i, e));
                 break;
             }
             producer = producer.wrapping_add(1);
+            if producer & (self.desc.entries - 1) == 0 {
+                // The ring wraps: the run ends here.
+                if let Err(fault) = host.write(self.desc.entry_addr(run.0), &staged) {
+                    (producer, failed) = (run.0, Some((run.1, fault.into())));
+                    staged.clear();
+                    break;
+                }
+                staged.clear();
+                run = (producer, i + 1);
+            }
+        }
+        if !staged.is_empty() {
+            if let Err(fault) = host.write(self.desc.entry_addr(run.0), &staged) {
+                // The run's WQEs come before the item that failed, if one did.
+                (producer, failed) = (run.0, Some((run.1, fault.into())));
+            }
         }
         let posted = producer.wrapping_sub(start) as usize;
         if posted > 0 {
@@ -340,6 +367,43 @@ mod tests {
             assert!(entry[used..].iter().all(|&b| b == 0), "the rest of the slot is zero");
             publish(&host, srq.desc, CONSUMER_OFFSET, u32::from(round) + 1).unwrap();
         }
+    }
+
+    #[test]
+    fn a_chain_across_the_ring_end_lands_in_order() {
+        let host = SimMemory::strict(1 << 20);
+        let sq = WorkRing::new(ring(&host, 4, 16), 4, "full");
+        let fill = |item: &u8, slot: &mut [u8]| {
+            if *item == 0 {
+                return Err(Error::Invalid("zero"));
+            }
+            slot[0] = *item;
+            Ok(())
+        };
+        assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
+        publish(&host, sq.desc, CONSUMER_OFFSET, 2).unwrap();
+        // Slots 2 and 3, then 0 after the wrap; the fourth item is refused,
+        // and slot 1 keeps the first post's WQE.
+        let (posted, result) = sq.post_chain(&host, &[3, 4, 5, 0, 6], fill);
+        assert_eq!((posted, result), (3, Err((3, Error::Invalid("zero")))));
+        assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 5);
+        for (slot, expected) in [(2u32, 3u8), (3, 4), (0, 5), (1, 2)] {
+            let mut entry = [0xffu8; 16];
+            host.read(sq.desc.entry_addr(slot), &mut entry).unwrap();
+            assert_eq!(entry[0], expected, "slot {slot}");
+            assert!(entry[1..].iter().all(|&b| b == 0), "slot {slot} zeroed");
+        }
+    }
+
+    #[test]
+    fn a_write_that_faults_posts_nothing_from_its_run() {
+        let host = SimMemory::new(1 << 20);
+        // No memory behind the ring: its first WQE's write faults.
+        let sq = WorkRing::new(RingDesc { base: 0x40, entries: 4, stride: 16 }, 4, "full");
+        let (posted, result) = sq.post_chain(&host, &[1u8, 2], |_, _| Ok(()));
+        let fault = MemFault { addr: sq.desc.entry_addr(0), len: 32 };
+        assert_eq!((posted, result), (0, Err((0, fault.into()))));
+        assert_eq!(host.faults(), 1, "one write, nothing published");
     }
 
     #[test]
