@@ -194,6 +194,9 @@ struct CqState {
     consumer: u32,
 }
 
+/// The most CQEs a poll reads in one access.
+const CQES_PER_READ: usize = 16;
+
 impl CqRing {
     /// The driver's side of the new, empty ring `desc`.
     pub(crate) fn new(desc: RingDesc) -> CqRing {
@@ -239,19 +242,30 @@ impl CqRing {
 
     /// Up to `max` completions, oldest first; their slots are handed back
     /// (one release of the consumer index). A CQE that does not decode
-    /// fails the poll, and nothing is consumed.
+    /// fails the poll, and nothing is consumed. Up to [`CQES_PER_READ`]
+    /// CQEs before the ring's end are read in one access.
     pub(crate) fn poll(&self, host: &dyn HostMemory, max: usize) -> Result<Vec<Cqe>> {
         let mut state = self.state();
         let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
+        let stride = desc.stride as usize;
         let mut out = Vec::new();
         let mut consumer = state.consumer;
+        let mut buf = [0u8; CQES_PER_READ * CQE_LEN];
+        let per_read = ((buf.len() - CQE_LEN) / stride.max(1) + 1).min(CQES_PER_READ);
         while consumer != producer && out.len() < max {
-            let mut bytes = [0u8; CQE_LEN];
-            host.read(desc.entry_addr(consumer), &mut bytes)?;
-            let cqe = Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))?;
-            out.push(cqe);
-            consumer = consumer.wrapping_add(1);
+            let to_end = desc.entries - (consumer & (desc.entries - 1));
+            let run = (producer.wrapping_sub(consumer).min(to_end) as usize)
+                .min(max - out.len())
+                .min(per_read);
+            // The bytes each CQE's own read would have covered, at once.
+            let entries = &mut buf[..(run - 1) * stride + CQE_LEN];
+            host.read(desc.entry_addr(consumer), entries)?;
+            for k in 0..run {
+                let bytes = entries[k * stride..][..CQE_LEN].try_into().expect("a CQE's bytes");
+                out.push(Cqe::decode(bytes).ok_or(Error::Invalid("corrupt CQE"))?);
+            }
+            consumer = consumer.wrapping_add(run as u32);
         }
         if !out.is_empty() {
             state.consumer = consumer;
@@ -404,6 +418,22 @@ mod tests {
         let fault = MemFault { addr: sq.desc.entry_addr(0), len: 32 };
         assert_eq!((posted, result), (0, Err((0, fault.into()))));
         assert_eq!(host.faults(), 1, "one write, nothing published");
+    }
+
+    #[test]
+    fn completions_across_the_ring_end_are_read_in_order() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 3).unwrap();
+        cq.state().consumer = 3;
+        for n in 3..6u32 {
+            let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Recv, Qpn::new(16));
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
+        }
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 6).unwrap();
+        let got = cq.poll(&host, 8).unwrap();
+        assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 4, 5]);
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 6);
     }
 
     #[test]
