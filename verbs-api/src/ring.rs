@@ -324,17 +324,20 @@ mod tests {
         load(host, ring, offset).unwrap()
     }
 
+    /// Writes the item into its slot's first byte; a zero is refused.
+    fn fill_nonzero(item: &u8, slot: &mut [u8]) -> Result<()> {
+        if *item == 0 {
+            return Err(Error::Invalid("zero"));
+        }
+        slot[0] = *item;
+        Ok(())
+    }
+
     #[test]
     fn a_chain_is_published_once_up_to_the_failing_item() {
         let host = SimMemory::strict(1 << 20);
         let sq = WorkRing::new(ring(&host, 8, 32), 8, "full");
-        let fill = |item: &u8, slot: &mut [u8]| {
-            if *item == 0 {
-                return Err(Error::Invalid("zero"));
-            }
-            slot[0] = *item;
-            Ok(())
-        };
+        let fill = fill_nonzero;
         assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
         assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 2);
         let (posted, result) = sq.post_chain(&host, &[3, 0, 4], fill);
@@ -387,13 +390,7 @@ mod tests {
     fn a_chain_across_the_ring_end_lands_in_order() {
         let host = SimMemory::strict(1 << 20);
         let sq = WorkRing::new(ring(&host, 4, 16), 4, "full");
-        let fill = |item: &u8, slot: &mut [u8]| {
-            if *item == 0 {
-                return Err(Error::Invalid("zero"));
-            }
-            slot[0] = *item;
-            Ok(())
-        };
+        let fill = fill_nonzero;
         assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
         publish(&host, sq.desc, CONSUMER_OFFSET, 2).unwrap();
         // Slots 2 and 3, then 0 after the wrap; the fourth item is refused,
