@@ -49,9 +49,10 @@ pub(crate) struct WorkRing {
     /// one is never behind this copy: the ring is read again only when the
     /// copy says it is full.
     consumer_seen: Cell<u32>,
-    /// One slot, where each WQE is built before it is copied into the ring
-    /// (reused: nothing is allocated per WR).
-    slot: RefCell<Vec<u8>>,
+    /// The WQEs of a post built and not yet copied into the ring, a slot
+    /// each: a run of them, up to the ring's end, goes in one write
+    /// (reused: nothing is allocated per post once it has grown).
+    staged: RefCell<Vec<u8>>,
 }
 
 impl WorkRing {
@@ -63,7 +64,7 @@ impl WorkRing {
             full,
             producer: Cell::new(0),
             consumer_seen: Cell::new(0),
-            slot: RefCell::new(vec![0; desc.stride as usize]),
+            staged: RefCell::new(Vec::new()),
         }
     }
 
@@ -78,6 +79,11 @@ impl WorkRing {
     /// written. Returns how many WQEs were posted and, if an item failed,
     /// its index and why: the items before it are posted, it and the ones
     /// after it are not (libibverbs' `bad_wr`).
+    ///
+    /// The slots of a run of items, up to the ring's end, are copied in one
+    /// write: a ring lies in one allocation, so a write that faults would
+    /// have faulted at the run's first WQE, which is reported (the faulting
+    /// access is the run's, not one slot's).
     pub(crate) fn post_chain<T>(
         &self,
         host: &dyn HostMemory,
@@ -85,19 +91,40 @@ impl WorkRing {
         mut fill: impl FnMut(&T, &mut [u8]) -> Result<()>,
     ) -> (usize, PostResult) {
         let start = self.producer.get();
+        let stride = self.desc.stride as usize;
+        let mut staged = self.staged.borrow_mut();
+        staged.clear();
+        // The staged run starts at ring index `run.0`, with chain item `run.1`.
+        let mut run = (start, 0);
         let mut producer = start;
         let mut failed = None;
-        let mut slot = self.slot.borrow_mut();
         for (i, item) in chain.iter().enumerate() {
-            slot.fill(0);
-            let written = fill(item, &mut slot)
-                .and_then(|()| self.check_room(host, producer))
-                .and_then(|()| Ok(host.write(self.desc.entry_addr(producer), &slot)?));
-            if let Err(e) = written {
+            let at = staged.len();
+            staged.resize(at + stride, 0);
+            let checked =
+                fill(item, &mut staged[at..]).and_then(|()| self.check_room(host, producer));
+            if let Err(e) = checked {
+                staged.truncate(at);
                 failed = Some((i, e));
                 break;
             }
             producer = producer.wrapping_add(1);
+            if producer & (self.desc.entries - 1) == 0 {
+                // The ring wraps: the run ends here.
+                if let Err(fault) = host.write(self.desc.entry_addr(run.0), &staged) {
+                    (producer, failed) = (run.0, Some((run.1, fault.into())));
+                    staged.clear();
+                    break;
+                }
+                staged.clear();
+                run = (producer, i + 1);
+            }
+        }
+        if !staged.is_empty() {
+            if let Err(fault) = host.write(self.desc.entry_addr(run.0), &staged) {
+                // The run's WQEs come before the item that failed, if one did.
+                (producer, failed) = (run.0, Some((run.1, fault.into())));
+            }
         }
         let posted = producer.wrapping_sub(start) as usize;
         if posted > 0 {
@@ -167,6 +194,9 @@ struct CqState {
     consumer: u32,
 }
 
+/// The most CQEs a poll reads in one access.
+const CQES_PER_READ: usize = 16;
+
 impl CqRing {
     /// The driver's side of the new, empty ring `desc`.
     pub(crate) fn new(desc: RingDesc) -> CqRing {
@@ -213,7 +243,8 @@ impl CqRing {
     /// Up to `max` completions, oldest first, appended to `out`; their
     /// slots are handed back (one release of the consumer index). Returns
     /// how many. A CQE that does not decode fails the poll: nothing is
-    /// consumed, and `out` is as it was.
+    /// consumed, and `out` is as it was. Up to [`CQES_PER_READ`] CQEs
+    /// before the ring's end are read in one access.
     pub(crate) fn poll_into(
         &self,
         host: &dyn HostMemory,
@@ -223,19 +254,33 @@ impl CqRing {
         let mut state = self.state();
         let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
+        let stride = desc.stride as usize;
         let before = out.len();
         let mut consumer = state.consumer;
+        let mut buf = [0u8; CQES_PER_READ * CQE_LEN];
+        let per_read = ((buf.len() - CQE_LEN) / stride.max(1) + 1).min(CQES_PER_READ);
         while consumer != producer && out.len() - before < max {
-            let mut bytes = [0u8; CQE_LEN];
-            let read = host.read(desc.entry_addr(consumer), &mut bytes).map_err(Error::from);
-            match read.and_then(|()| Cqe::decode(&bytes).ok_or(Error::Invalid("corrupt CQE"))) {
-                Ok(cqe) => out.push(cqe),
-                Err(e) => {
-                    out.truncate(before);
-                    return Err(e);
+            let to_end = desc.entries - (consumer & (desc.entries - 1));
+            let run = (producer.wrapping_sub(consumer).min(to_end) as usize)
+                .min(max - (out.len() - before))
+                .min(per_read);
+            // The bytes each CQE's own read would have covered, at once.
+            let entries = &mut buf[..(run - 1) * stride + CQE_LEN];
+            if let Err(fault) = host.read(desc.entry_addr(consumer), entries) {
+                out.truncate(before);
+                return Err(fault.into());
+            }
+            for k in 0..run {
+                let bytes = entries[k * stride..][..CQE_LEN].try_into().expect("a CQE's bytes");
+                match Cqe::decode(bytes) {
+                    Some(cqe) => out.push(cqe),
+                    None => {
+                        out.truncate(before);
+                        return Err(Error::Invalid("corrupt CQE"));
+                    }
                 }
             }
-            consumer = consumer.wrapping_add(1);
+            consumer = consumer.wrapping_add(run as u32);
         }
         let taken = out.len() - before;
         if taken > 0 {
@@ -298,17 +343,20 @@ mod tests {
         load(host, ring, offset).unwrap()
     }
 
+    /// Writes the item into its slot's first byte; a zero is refused.
+    fn fill_nonzero(item: &u8, slot: &mut [u8]) -> Result<()> {
+        if *item == 0 {
+            return Err(Error::Invalid("zero"));
+        }
+        slot[0] = *item;
+        Ok(())
+    }
+
     #[test]
     fn a_chain_is_published_once_up_to_the_failing_item() {
         let host = SimMemory::strict(1 << 20);
         let sq = WorkRing::new(ring(&host, 8, 32), 8, "full");
-        let fill = |item: &u8, slot: &mut [u8]| {
-            if *item == 0 {
-                return Err(Error::Invalid("zero"));
-            }
-            slot[0] = *item;
-            Ok(())
-        };
+        let fill = fill_nonzero;
         assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
         assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 2);
         let (posted, result) = sq.post_chain(&host, &[3, 0, 4], fill);
@@ -380,6 +428,53 @@ mod tests {
         assert_eq!(cq.poll_into(&host, 1, &mut out).unwrap(), 1);
         assert_eq!(out.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [1, 7], "appended");
         assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 1);
+    }
+
+    #[test]
+    fn a_chain_across_the_ring_end_lands_in_order() {
+        let host = SimMemory::strict(1 << 20);
+        let sq = WorkRing::new(ring(&host, 4, 16), 4, "full");
+        let fill = fill_nonzero;
+        assert_eq!(sq.post_chain(&host, &[1, 2], fill), (2, Ok(())));
+        publish(&host, sq.desc, CONSUMER_OFFSET, 2).unwrap();
+        // Slots 2 and 3, then 0 after the wrap; the fourth item is refused,
+        // and slot 1 keeps the first post's WQE.
+        let (posted, result) = sq.post_chain(&host, &[3, 4, 5, 0, 6], fill);
+        assert_eq!((posted, result), (3, Err((3, Error::Invalid("zero")))));
+        assert_eq!(index(&host, sq.desc, PRODUCER_OFFSET), 5);
+        for (slot, expected) in [(2u32, 3u8), (3, 4), (0, 5), (1, 2)] {
+            let mut entry = [0xffu8; 16];
+            host.read(sq.desc.entry_addr(slot), &mut entry).unwrap();
+            assert_eq!(entry[0], expected, "slot {slot}");
+            assert!(entry[1..].iter().all(|&b| b == 0), "slot {slot} zeroed");
+        }
+    }
+
+    #[test]
+    fn a_write_that_faults_posts_nothing_from_its_run() {
+        let host = SimMemory::new(1 << 20);
+        // No memory behind the ring: its first WQE's write faults.
+        let sq = WorkRing::new(RingDesc { base: 0x40, entries: 4, stride: 16 }, 4, "full");
+        let (posted, result) = sq.post_chain(&host, &[1u8, 2], |_, _| Ok(()));
+        let fault = MemFault { addr: sq.desc.entry_addr(0), len: 32 };
+        assert_eq!((posted, result), (0, Err((0, fault.into()))));
+        assert_eq!(host.faults(), 1, "one write, nothing published");
+    }
+
+    #[test]
+    fn completions_across_the_ring_end_are_read_in_order() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 3).unwrap();
+        cq.state().consumer = 3;
+        for n in 3..6u32 {
+            let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Recv, Qpn::new(16));
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
+        }
+        publish(&host, cq.desc(), PRODUCER_OFFSET, 6).unwrap();
+        let got = polled(&cq, &host, 8);
+        assert_eq!(got.iter().map(|c| c.wr_id).collect::<Vec<_>>(), [3, 4, 5]);
+        assert_eq!(index(&host, cq.desc(), CONSUMER_OFFSET), 6);
     }
 
     #[test]

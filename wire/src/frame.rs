@@ -19,7 +19,9 @@
 //! [`RoceFrame`] then gives the transport packet, checks the ICRC (and the
 //! IPv4 and UDP checksums, which the ICRC leaves out) and turns back into a
 //! [`FrameRepr`] that emits the same bytes. [`FrameRepr::ipv4`] and
-//! [`FrameRepr::ipv6`] build new frames the way rxe does.
+//! [`FrameRepr::ipv6`] build new frames the way rxe does. A receiving
+//! HCA reads an IP packet with [`RoceDatagram::parse`] instead: the same
+//! decision and checks, with the headers left in the packet's bytes.
 
 use crate::ethernet::{self, ETHERTYPE_ARP, ETHERTYPE_IPV4, ETHERTYPE_IPV6, ETHERTYPE_QINQ};
 use crate::icrc::{self, ICRC_LEN};
@@ -28,8 +30,10 @@ use crate::{checksum, ip, ipv4, ipv6, roce, udp, Error, Result, ROCEV2_UDP_PORT}
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use crate::ip::IpHeader;
+pub use datagram::RoceDatagram;
 pub use emit::emit_ipv4;
 
+mod datagram;
 mod emit;
 
 /// What a captured frame starts with (a pcap link type).
@@ -256,27 +260,16 @@ fn classify_ip(ethernet: Option<EthernetInfo>, data: &[u8]) -> Classified<'_> {
             dst_port: udp.destination_port,
         });
     }
-    let transport_start = header_len + UDP_HEADER_LEN;
-    let framing_error = if ip_packet_len < transport_start {
-        Some(Error::Malformed("IP length shorter than the IP and UDP headers"))
-    } else if ip_packet_len > data.len() {
-        Some(Error::Truncated)
-    } else if usize::from(udp.length) != ip_packet_len - header_len {
-        Some(Error::Malformed("UDP length disagrees with the IP length"))
-    } else {
-        None
-    };
-    // The packet ends where the IP header says, within what was captured.
-    let end = ip_packet_len.clamp(transport_start, data.len());
+    let datagram = RoceDatagram::framed(data, header_len, ip_packet_len, udp.length);
     Classified::Roce(RoceFrame {
         ethernet,
         ip,
         udp,
         ip_bytes,
-        udp_bytes: &data[header_len..transport_start],
-        transport: &data[transport_start..end],
-        trailer: &data[end..],
-        framing_error,
+        udp_bytes: datagram.udp_header_bytes(),
+        transport: datagram.transport(),
+        trailer: datagram.trailer(),
+        framing_error: datagram.framing_error(),
     })
 }
 
@@ -314,31 +307,23 @@ impl<'a> RoceFrame<'a> {
 
     /// The transport packet, checked against the opcode table.
     pub fn packet(&self) -> Result<roce::Packet<&'a [u8]>> {
-        if let Some(error) = self.framing_error {
-            return Err(error);
-        }
-        roce::Packet::new_checked(self.transport)
+        self.datagram().packet()
     }
 
     /// The ICRC computed over this frame, or `None` when the frame is too
     /// short to hold one.
     pub fn computed_icrc(&self) -> Option<u32> {
-        if self.framing_error.is_some() || self.transport.len() < roce::MIN_LEN {
-            return None;
-        }
-        let covered = &self.transport[..self.transport.len() - ICRC_LEN];
-        icrc::compute(self.ip_bytes, self.udp_bytes, covered)
+        self.datagram().computed_icrc()
     }
 
     /// The ICRC stored in the frame.
     pub fn stored_icrc(&self) -> Option<u32> {
-        let at = self.transport.len().checked_sub(ICRC_LEN)?;
-        icrc::read(&self.transport[at..])
+        self.datagram().stored_icrc()
     }
 
     /// Whether the stored ICRC matches the computed one.
     pub fn icrc_ok(&self) -> bool {
-        matches!((self.computed_icrc(), self.stored_icrc()), (Some(a), Some(b)) if a == b)
+        self.datagram().icrc_ok()
     }
 
     /// Whether the IPv4 header checksum is right (always true for IPv6,

@@ -252,7 +252,9 @@ impl SimMemory {
     }
 
     /// Counts a fault, releases the lock, and reports it (panics in strict
-    /// mode).
+    /// mode). Cold: kept out of the accesses that succeed.
+    #[cold]
+    #[inline(never)]
     fn fault<R>(
         &self,
         mut arena: std::sync::MutexGuard<'_, Arena>,

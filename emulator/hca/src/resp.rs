@@ -20,7 +20,7 @@ use crate::time::Instant;
 use crate::trace::{RequestVerdict, Step};
 use uroce_device::types::{QpState, QpType};
 use uroce_wire::aeth::{NakCode, Syndrome};
-use uroce_wire::frame::RoceFrame;
+use uroce_wire::frame::RoceDatagram;
 use uroce_wire::opcode::OpcodeInfo;
 use uroce_wire::{Mask, Psn};
 
@@ -48,7 +48,7 @@ impl QpStep<'_> {
     pub(crate) fn responder_receive(
         &mut self,
         now: Instant,
-        frame: &RoceFrame<'_>,
+        frame: &RoceDatagram<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let qp = &*self.qp;

@@ -60,6 +60,28 @@ impl ConsumerRing {
         host.read(self.desc.entry_addr(index), buf)
     }
 
+    /// Copies the entries from `index` on (which must be available) into
+    /// `buf`, a whole number of strides that ends at the ring's end or
+    /// before: a run of entries in one read.
+    pub fn read_run(
+        &self,
+        host: &dyn HostMemory,
+        index: u32,
+        buf: &mut [u8],
+    ) -> Result<(), MemFault> {
+        let stride = self.desc.stride as usize;
+        debug_assert!(buf.len() % stride == 0);
+        debug_assert!(buf.len() / stride <= self.run_from(index) as usize);
+        host.read(self.desc.entry_addr(index), buf)
+    }
+
+    /// How many available entries from `index` on lie before the ring's
+    /// end (a run [`ConsumerRing::read_run`] reads at once).
+    pub fn run_from(&self, index: u32) -> u32 {
+        let to_end = self.desc.entries - (index & (self.desc.entries - 1));
+        self.producer_seen.wrapping_sub(index).min(to_end)
+    }
+
     /// Consumes `count` entries and publishes the new consumer index.
     pub fn consume(&mut self, host: &dyn HostMemory, count: u32) -> Result<(), MemFault> {
         self.advance(count);
@@ -163,6 +185,28 @@ mod tests {
             hca.consume(&host, 2).unwrap();
             assert_eq!(host.load_acquire_u32(desc.base + CONSUMER_OFFSET).unwrap(), app_producer);
         }
+    }
+
+    #[test]
+    fn a_run_ends_at_the_ring_end_or_the_producer() {
+        let host = SimMemory::strict(1 << 20);
+        let desc = ring(&host, 4, 8);
+        let mut hca = ConsumerRing::new(desc);
+        // Six entries, 0 to 5: slots 0..3, then 4 and 5 again in 0 and 1.
+        for n in 0..6u32 {
+            host.write(desc.entry_addr(n), &[n as u8; 8]).unwrap();
+            host.store_release_u32(desc.base, n + 1).unwrap();
+            if n == 3 {
+                assert_eq!(hca.refresh(&host).unwrap(), 4);
+                assert_eq!((hca.run_from(0), hca.run_from(2)), (4, 2));
+                hca.consume(&host, 4).unwrap();
+            }
+        }
+        assert_eq!(hca.refresh(&host).unwrap(), 2);
+        assert_eq!((hca.run_from(4), hca.run_from(5), hca.run_from(6)), (2, 1, 0));
+        let mut buf = [0u8; 16];
+        hca.read_run(&host, 4, &mut buf).unwrap();
+        assert_eq!(buf, [[4u8; 8], [5; 8]].concat()[..]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::time::Instant;
 use crate::trace::{DropReason, Step};
 use uroce_device::command::Gid;
 use uroce_device::types::{QpState, QpType, Qpn};
-use uroce_wire::frame::{classify, Classified, Link, RoceFrame};
+use uroce_wire::frame::RoceDatagram;
 use uroce_wire::opcode::Transport;
 use uroce_wire::roce::Packet;
 use uroce_wire::{bth, Mask};
@@ -21,9 +21,8 @@ use uroce_wire::{bth, Mask};
 impl Hca {
     /// Takes one received IP packet.
     pub(crate) fn receive_packet(&mut self, now: Instant, data: &[u8]) {
-        // Bound where it lies: moving the frame out of its enum is a copy.
-        let classified = classify(data, Link::RawIp);
-        let Classified::Roce(frame) = &classified else {
+        // The headers are read where they lie in `data`.
+        let Some(frame) = RoceDatagram::parse(data) else {
             return self.drop_packet(now, None, DropReason::Malformed);
         };
         if !frame.integrity_ok() {
@@ -34,7 +33,7 @@ impl Hca {
         };
         let bth = packet.bth();
         let qpn = bth.dest_qpn();
-        let destination = frame.ip.destination();
+        let destination = frame.destination();
         // A group's packets go to the multicast QPN (and the multicast
         // QPN's to a group: `receive_mcast` finds none for a unicast
         // address).
@@ -50,10 +49,10 @@ impl Hca {
             return self.drop_packet(now, Some(qpn), DropReason::BadPkey);
         }
         if qpn == Qpn::MULTICAST {
-            return self.receive_mcast(now, frame, &packet);
+            return self.receive_mcast(now, &frame, &packet);
         }
         if qpn == Qpn::GSI {
-            return self.receive_gsi(now, (frame.ip.source(), frame.ip.destination()), &packet);
+            return self.receive_gsi(now, (frame.source(), frame.destination()), &packet);
         }
         let Some(index) = self.qp_slot(qpn) else {
             return self.drop_packet(now, Some(qpn), DropReason::UnknownQp);
@@ -70,9 +69,9 @@ impl Hca {
             return step.dev.drop_packet(now, Some(qpn), DropReason::QpCannotTakeIt);
         }
         if qp.qp_type != QpType::Ud {
-            let from_peer = qp.path.is_some_and(|p| {
-                p.remote == frame.ip.source() && p.local == frame.ip.destination()
-            });
+            let from_peer = qp
+                .path
+                .is_some_and(|p| p.remote == frame.source() && p.local == frame.destination());
             if !from_peer {
                 return step.dev.drop_packet(now, Some(qpn), DropReason::NotFromPeer);
             }
@@ -86,7 +85,7 @@ impl Hca {
         if info.is(Mask::RESP) {
             step.completer_receive(now, &packet);
         } else if step.qp.state != QpState::Err {
-            step.responder_receive(now, frame, &packet);
+            step.responder_receive(now, &frame, &packet);
         }
     }
 
@@ -94,8 +93,8 @@ impl Hca {
     /// its destination address names, each checking it as its own (type,
     /// state, Q_Key), as rxe's `rxe_rcv_mcast_pkt` does. Counted once in
     /// `rcvd_pkts` however many QPs it reaches.
-    fn receive_mcast(&mut self, now: Instant, frame: &RoceFrame<'_>, packet: &Packet<&[u8]>) {
-        let group = Gid::from_ip(frame.ip.destination());
+    fn receive_mcast(&mut self, now: Instant, frame: &RoceDatagram<'_>, packet: &Packet<&[u8]>) {
+        let group = Gid::from_ip(frame.destination());
         let attached = self.mcast.members(&group).len();
         if attached == 0 {
             return self.drop_packet(now, Some(Qpn::MULTICAST), DropReason::NoMulticastGroup);

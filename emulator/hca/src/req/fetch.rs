@@ -10,6 +10,10 @@ use uroce_device::ring::RingError;
 use uroce_device::types::{QpState, QpType, SendFlags, WcStatus};
 use uroce_device::wqe::{SendWqe, WqeLimits};
 
+/// The most send WQEs a fetch reads in one access (what the slot buffer
+/// grows to: this many strides).
+const WQES_PER_READ: usize = 32;
+
 impl QpStep<'_> {
     /// Copies newly posted send WQEs into the shadow, validating each once.
     /// A producer index that jumps past the ring is a fatal QP error.
@@ -37,47 +41,56 @@ impl QpStep<'_> {
             max_inline: qp.cap.max_inline_data,
             max_msg_size,
         };
-        // The WQEs are read into the HCA's slot buffer (zeroed first, as a
-        // fresh one would be).
-        let slot = &mut *self.dev.wqe_slot;
-        slot.clear();
-        slot.resize(qp.sq.desc.stride as usize, 0);
+        // The WQEs are read into the HCA's slot buffer, a run of up to
+        // `WQES_PER_READ` of them (before the ring's end) at a time; the read
+        // fills all of it, so its old bytes need no zeroing. A WQE whose read faults is refused with
+        // the wr_id of the last one read, 0 before any (what a slot buffer
+        // zeroed for the fetch and filled one WQE at a time would hold).
+        let stride = qp.sq.desc.stride as usize;
+        let slots = &mut *self.dev.wqe_slot;
+        let mut last_wr_id = 0;
         while qp.fetched != qp.sq.producer_seen {
-            let s = qp.slot(qp.fetched);
-            let shadow = &mut qp.sq_shadow[s];
-            shadow.clear();
-            let read = qp.sq.read_entry(host.as_ref(), qp.fetched, slot);
-            let decoded = match read {
-                Ok(()) => {
-                    // The WQE's data goes into the slot's spare buffers.
-                    let (sges, inline) = (&mut shadow.spare_sges, &mut shadow.spare_inline);
-                    SendWqe::decode_reusing(slot, &limits, sges, inline).map_err(|e| e.status)
+            let run = (qp.sq.run_from(qp.fetched) as usize).min(WQES_PER_READ);
+            slots.resize(run * stride, 0);
+            let read = qp.sq.read_run(host.as_ref(), qp.fetched, &mut slots[..run * stride]);
+            for slot in slots[..run * stride].chunks_exact(stride) {
+                let s = qp.slot(qp.fetched);
+                let shadow = &mut qp.sq_shadow[s];
+                shadow.clear();
+                let decoded = match read {
+                    Ok(()) => {
+                        last_wr_id = uroce_device::wqe::slot_wr_id(slot);
+                        // The WQE's data goes into the slot's spare buffers.
+                        let (sges, inline) = (&mut shadow.spare_sges, &mut shadow.spare_inline);
+                        SendWqe::decode_reusing(slot, &limits, sges, inline)
+                            .map_err(|e| (last_wr_id, e.status))
+                    }
+                    Err(_) => Err((last_wr_id, WcStatus::LocQpOpErr)),
+                };
+                let entry = match decoded {
+                    Ok(wqe) => {
+                        let legal = wqe.opcode.allowed_on(qp.qp_type);
+                        let signaled = qp.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
+                        let ud_too_long = qp.qp_type == QpType::Ud
+                            && wqe.length() > u64::from(self.dev.config.active_mtu.bytes());
+                        let fetch_error = if !legal {
+                            Some(WcStatus::LocQpOpErr)
+                        } else if ud_too_long {
+                            Some(WcStatus::LocLenErr)
+                        } else {
+                            None
+                        };
+                        SqEntry::new(wqe, signaled, fetch_error)
+                    }
+                    Err((wr_id, status)) => SqEntry::refused(wr_id, status),
+                };
+                if let Some(status) = entry.fetch_error {
+                    self.dev.counters.bad_wqe += 1;
+                    self.dev.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
                 }
-                Err(_) => Err(WcStatus::LocQpOpErr),
-            };
-            let entry = match decoded {
-                Ok(wqe) => {
-                    let legal = wqe.opcode.allowed_on(qp.qp_type);
-                    let signaled = qp.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
-                    let ud_too_long = qp.qp_type == QpType::Ud
-                        && wqe.length() > u64::from(self.dev.config.active_mtu.bytes());
-                    let fetch_error = if !legal {
-                        Some(WcStatus::LocQpOpErr)
-                    } else if ud_too_long {
-                        Some(WcStatus::LocLenErr)
-                    } else {
-                        None
-                    };
-                    SqEntry::new(wqe, signaled, fetch_error)
-                }
-                Err(status) => SqEntry::refused(uroce_device::wqe::slot_wr_id(slot), status),
-            };
-            if let Some(status) = entry.fetch_error {
-                self.dev.counters.bad_wqe += 1;
-                self.dev.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
+                qp.sq_shadow[s].entry = Some(entry);
+                qp.fetched = qp.fetched.wrapping_add(1);
             }
-            qp.sq_shadow[s].entry = Some(entry);
-            qp.fetched = qp.fetched.wrapping_add(1);
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::qp::{InMessage, QpContext, Resource, Responder, Response};
 use crate::time::Instant;
 use uroce_device::types::{Access, QpType, WcFlags, WcOpcode, WcStatus};
 use uroce_wire::aeth::{self, Syndrome};
-use uroce_wire::frame::RoceFrame;
+use uroce_wire::frame::RoceDatagram;
 use uroce_wire::{Mask, Opcode, Psn};
 
 impl QpStep<'_> {
@@ -19,7 +19,7 @@ impl QpStep<'_> {
     pub(super) fn execute(
         &mut self,
         now: Instant,
-        frame: &RoceFrame<'_>,
+        frame: &RoceDatagram<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) -> Result<(), Refusal> {
         let _ = frame;

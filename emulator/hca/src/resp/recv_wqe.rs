@@ -8,7 +8,7 @@ use crate::time::Instant;
 use crate::trace::{DropReason, RequestVerdict, Step};
 use uroce_device::cqe::Cqe;
 use uroce_device::types::{Qkey, QpState, QpType, WcFlags, WcOpcode, WcStatus};
-use uroce_wire::frame::RoceFrame;
+use uroce_wire::frame::RoceDatagram;
 
 impl QpStep<'_> {
     /// Takes the receive WQE a SEND (or WRITE with immediate) goes into,
@@ -133,7 +133,7 @@ impl QpStep<'_> {
     pub(super) fn receive_ud(
         &mut self,
         now: Instant,
-        frame: &RoceFrame<'_>,
+        frame: &RoceDatagram<'_>,
         packet: &uroce_wire::roce::Packet<&[u8]>,
     ) {
         let Some(deth) = packet.deth() else { return };
