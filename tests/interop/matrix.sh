@@ -165,6 +165,13 @@ c lib_rc_pingpong_loss 1500 13 60 "ibv_rc_pingpong -d rxe0 -g 1 -n 50 -s 4096 -c
 # scenario that sends that REQ 500 ms late, as a slower client would (scenarios/slow-test-req.toml)
 declare -A USCEN
 USCEN[lib_send_bw_rdmacm/u2r]="$HERE/scenarios/slow-test-req.toml"
+# The ibv_rc_pingpong loss rows: their random loss spares the last exchanges, where a lost final ACK would
+# leave one side retransmitting to a peer that already exited (scenarios/pingpong-loss.toml); a row with a
+# scenario and a loss seed runs the scenario with that seed instead of the plain loss=0.05 fault spec
+for d in u2r r2u; do
+  USCEN[rc_pingpong_loss/$d]="$HERE/scenarios/pingpong-loss.toml"
+  USCEN[lib_rc_pingpong_loss/$d]="$HERE/scenarios/pingpong-loss.toml"
+done
 c lib_rping        1500 -    20   "rping -s -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v | rping -c -a @SRV@ -p @PORT@ -C 10 -S 64 -V -v" cm  "ping data: rdma-ping-9: " "<=1024" "REQ REP RTU"
 c lib_ucmatose     1500 -    20   "ucmatose -b @SRV@ -p @PORT@ -c 2 | ucmatose -s @SRV@ -p @PORT@ -c 2"   cm                     "data transfers complete"  "<=1024" "REQ REP RTU"
 c lib_udaddy       1500 -    20   "udaddy -b @SRV@ | udaddy -s @SRV@"                                     cm                     "data transfers complete"  "<=1024" "SIDR_REQ SIDR_REP"
@@ -623,7 +630,12 @@ run_boot() {
       # the VM's tool on uroce's library; a client connects to 127.0.0.1 (oob-relay.py, then the VM's hostfwd)
       local host=; [ "$dir" = u2r ] && host=127.0.0.1
       local run=(run --link "127.0.0.1:$rport,127.0.0.1:$lport" --addr "$UROCE_IP/16" --mtu "$link")
-      [ "${R_LOSS[r]}" != - ] && run+=(--faults "loss=0.05,seed=${R_LOSS[r]}")
+      if [ -n "${USCEN[$id]:-}" ]; then
+        run+=(--scenario "${USCEN[$id]}")
+        [ "${R_LOSS[r]}" != - ] && run+=(--scenario-seed "${R_LOSS[r]}")
+      elif [ "${R_LOSS[r]}" != - ]; then
+        run+=(--faults "loss=0.05,seed=${R_LOSS[r]}")
+      fi
       echo "+ uroce ${run[*]} -- ${R_U[r]} -p ${R_PORT[r]}${host:+ $host}" > "$rlog.uroce.log"
       ut0=$(now)
       timeout -k 5 $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE -u UROCE_LINK -u UROCE_TAP \
@@ -632,7 +644,12 @@ run_boot() {
     elif [ "$SELF" = 0 ]; then
       local host=; [ "$dir" = u2r ] && host=$VM_IP
       local env=(UROCE_LINK=127.0.0.1:$rport,127.0.0.1:$lport UROCE_ADDR=$UROCE_IP/16 UROCE_MTU=$link)
-      [ "${R_LOSS[r]}" != - ] && env+=(UROCE_FAULTS=loss=0.05,seed=${R_LOSS[r]})
+      if [ -n "${USCEN[$id]:-}" ]; then
+        env+=(UROCE_SCENARIO="${USCEN[$id]}")
+        [ "${R_LOSS[r]}" != - ] && env+=(UROCE_SCENARIO_SEED="${R_LOSS[r]}")
+      elif [ "${R_LOSS[r]}" != - ]; then
+        env+=(UROCE_FAULTS=loss=0.05,seed=${R_LOSS[r]})
+      fi
       echo "+ ${env[*]} uroce ${R_U[r]} -p ${R_PORT[r]} --timeout 20${host:+ $host}" > "$rlog.uroce.log"
       ut0=$(now)
       timeout -k 5 $((R_SECS[r] + 10)) env -u UROCE_FAULTS -u UROCE_CAPTURE "${env[@]}" \
