@@ -83,7 +83,7 @@ pub struct Cq {
     pub index: u32,
     /// Serialises pollers and event acknowledgements; holds the pollers'
     /// buffer of completions (kept, so that a poll does not allocate).
-    events: Mutex<Vec<uroce_verbs::WorkCompletion>>,
+    polling: Mutex<Vec<uroce_verbs::WorkCompletion>>,
     /// The completion `ibv_start_poll`/`ibv_next_poll` made current.
     pub current: Mutex<ibv_wc>,
 }
@@ -101,7 +101,7 @@ impl Cq {
     /// Removes the completions of QP `qpn` not yet polled (a QP moved to
     /// RESET), locked as a poller is.
     pub fn discard_completions_of(&self, qpn: uroce_verbs::Qpn) {
-        let _one_poller = locked(&self.events);
+        let _one_poller = locked(&self.polling);
         if let Some(cq) = locked(&self.cq).as_ref() {
             // A ring that cannot be read keeps what it has: polling it
             // reports that.
@@ -148,7 +148,7 @@ impl Cq {
             c,
             cq: Mutex::new(Some(cq)),
             index,
-            events: Mutex::new(Vec::new()),
+            polling: Mutex::new(Vec::new()),
             current: Mutex::new(ibv_wc::default()),
         });
         let ptr = Box::into_raw(boxed);
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         let depth = {
             // SAFETY: the caller passes a live CQ.
             let q = unsafe { Cq::from_ptr(cq) }?;
-            let _one_poller = locked(&q.events);
+            let _one_poller = locked(&q.polling);
             let guard = locked(&q.cq);
             guard.as_ref().ok_or(EINVAL)?.resize(depth).map_err(errno)?
         };
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -
         if wc.is_null() {
             return -EINVAL;
         }
-        let mut done = locked(&q.events);
+        let mut done = locked(&q.polling);
         done.clear();
         let guard = locked(&q.cq);
         let Some(inner) = guard.as_ref() else { return -EINVAL };
@@ -330,7 +330,7 @@ pub unsafe extern "C" fn get_cq_event(
 pub unsafe extern "C" fn ack_cq_events(cq: *mut ibv_cq, nevents: u32) {
     // SAFETY: the caller passes a live CQ.
     if let Ok(q) = unsafe { Cq::from_ptr(cq) } {
-        let _lock = locked(&q.events);
+        let _lock = locked(&q.polling);
         // SAFETY: the counter is only written here, under the CQ's lock,
         // through the pointer create_cq handed out.
         unsafe { (*cq).comp_events_completed = (*cq).comp_events_completed.wrapping_add(nevents) };
