@@ -338,13 +338,13 @@ impl Side {
             return Ok(());
         }
         let count = count as usize;
-        let wr = RecvWr { wr_id: (q as u64) << 32, sg_list: vec![self.mr.sge(0, size)] };
+        let (wr_id, sge) = ((q as u64) << 32, self.mr.sge(0, size));
         let mut wrs = self.recv_wrs.borrow_mut();
-        if wrs.first() != Some(&wr) {
+        if wrs.first().is_some_and(|wr| wr.wr_id != wr_id || wr.sg_list != [sge]) {
             wrs.clear();
         }
         if wrs.len() < count {
-            wrs.resize(count, wr);
+            wrs.resize(count, RecvWr { wr_id, sg_list: vec![sge] });
         }
         self.qps[q]
             .post_recv(&wrs[..count])
