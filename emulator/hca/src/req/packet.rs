@@ -96,8 +96,8 @@ impl QpStep<'_> {
         bth.solicited = last && plan.flags.contains(SendFlags::SOLICITED);
         // Built where it stays: the repr has room for every extension
         // header, and moving it is a copy.
-        let ext = extension_headers(wire_opcode.info()?, &plan);
-        let mut roce = Repr { bth, ext, payload: &[] };
+        let mut roce = Repr { bth, ext: ExtHeaders::default(), payload: &[] };
+        set_extension_headers(wire_opcode.info()?, &plan, &mut roce.ext);
         let (path, dest_qpn) = if qp.qp_type == QpType::Ud {
             let ud = plan.op.ud().unwrap_or_default();
             let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
@@ -232,10 +232,19 @@ fn plan_packet(qp: &QpContext, req_index: u32, mtu: u32) -> Option<PacketPlan> {
     })
 }
 
-/// The extension headers (all but the DETH) a request packet with opcode
-/// `info` carries, from its operation.
-fn extension_headers(info: &OpcodeInfo, plan: &PacketPlan) -> ExtHeaders {
-    let mut ext = ExtHeaders::default();
+/// The extension headers a request packet builds from its operation:
+/// all but the DETH (set from the QP and address handle).
+const FROM_OPERATION: Mask =
+    Mask::RETH.union(Mask::IMMDT).union(Mask::IETH).union(Mask::ATOMIC_ETH).union(Mask::FETH);
+
+/// Sets in `ext` (all unset) the extension headers (all but the DETH) a
+/// request packet with opcode `info` carries, from its operation. An
+/// opcode without any (a SEND, a WRITE's middle or last packet) leaves
+/// `ext` as it is, without looking at the operation.
+fn set_extension_headers(info: &OpcodeInfo, plan: &PacketPlan, ext: &mut ExtHeaders) {
+    if !info.mask.intersects(FROM_OPERATION) {
+        return;
+    }
     let op = plan.op;
     if let (true, Some(remote)) = (info.is(Mask::RETH), op.remote()) {
         let (va, dma_len) = match op {
@@ -267,7 +276,6 @@ fn extension_headers(info: &OpcodeInfo, plan: &PacketPlan) -> ExtHeaders {
     {
         ext.feth = Some(feth::Repr { selectivity_level, placement_type, reserved: 0 });
     }
-    ext
 }
 
 /// The wire opcode of a packet.
