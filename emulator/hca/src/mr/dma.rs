@@ -65,6 +65,13 @@ impl MemoryTables {
         // inside the MTT.
         let page = 1u64 << self.page_shift;
         let mut offset_in_region = mtt.first_page_offset + (range.va - region.iova);
+        let in_page = offset_in_region & (page - 1);
+        if range.len <= page - in_page {
+            // Inside one page (a small message, a ring entry): one piece.
+            let page_index = (offset_in_region >> self.page_shift) as usize;
+            let host_addr = mtt.pages.get(page_index).ok_or(AccessError::OutOfBounds)? + in_page;
+            return step(host_addr, 0, range.len as usize).map_err(|f| self.dma_fault(f));
+        }
         let mut done = 0u64;
         while done < range.len {
             let page_index = (offset_in_region >> self.page_shift) as usize;
@@ -72,14 +79,17 @@ impl MemoryTables {
             let piece = (page - in_page).min(range.len - done);
             let host_addr = mtt.pages.get(page_index).ok_or(AccessError::OutOfBounds)? + in_page;
             // The walk stops at the first fault: one access, one count.
-            step(host_addr, done as usize, piece as usize).map_err(|fault| {
-                self.dma_faults.fetch_add(1, Ordering::Relaxed);
-                AccessError::Fault(fault)
-            })?;
+            step(host_addr, done as usize, piece as usize).map_err(|f| self.dma_fault(f))?;
             done += piece;
             offset_in_region += piece;
         }
         Ok(())
+    }
+
+    /// Counts a fault of the walk's access (one access, one count).
+    fn dma_fault(&self, fault: MemFault) -> AccessError {
+        self.dma_faults.fetch_add(1, Ordering::Relaxed);
+        AccessError::Fault(fault)
     }
 
     /// Reads a checked range into `dst` (`dst.len()` must equal its length).
