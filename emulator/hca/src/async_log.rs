@@ -77,7 +77,7 @@ impl AsyncLog {
 impl crate::hca::Hca {
     /// The asynchronous events raised so far.
     pub fn async_log(&self) -> &AsyncLog {
-        &self.async_log
+        &self.dev.async_log
     }
 }
 

@@ -154,7 +154,7 @@ impl Hca {
             Some(qpn) => vec![self.qp_slot(qpn).ok_or(CmdError::NotFound("no such QP"))?],
             None => self.qps.iter().map(|(index, _)| index).collect(),
         };
-        self.steps.record(now, Step::FaultInjected { fault });
+        self.dev.steps.record(now, Step::FaultInjected { fault });
         if self.crashed {
             return Ok(());
         }

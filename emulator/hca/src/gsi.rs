@@ -122,13 +122,13 @@ impl Hca {
         if !is_mad {
             return self.drop_packet(now, Some(Qpn::GSI), DropReason::NotAMad);
         }
-        self.counters.rcvd_pkts += 1;
-        self.counters.rcvd_mads += 1;
+        self.dev.counters.rcvd_pkts += 1;
+        self.dev.counters.rcvd_mads += 1;
         let mad_bytes = packet.payload();
         self.gsi.set_route(Gid::from_ip(source), destination);
         let peer = Peer { gid: mad::Gid(Gid::from_ip(source).0), pkey_index: 0 };
         let attribute = attribute_of(mad_bytes);
-        self.steps.record(now, Step::Mad { sent: false, attribute, peer: source });
+        self.dev.steps.record(now, Step::Mad { sent: false, attribute, peer: source });
         self.gsi.cm.receive(now.as_nanos(), peer, mad_bytes);
     }
 
@@ -142,18 +142,18 @@ impl Hca {
             let route =
                 self.gsi.routes.get(&t.peer.gid.0).filter(|a| a.is_ipv4() == remote.is_ipv4());
             let Some(&local) = route.or_else(same_version) else {
-                self.counters.mad_send_err += 1;
+                self.dev.counters.mad_send_err += 1;
                 continue;
             };
-            let sport = match self.config.source_ports {
+            let sport = match self.dev.config.source_ports {
                 SourcePortPolicy::PerQp => udp_port::datagram_sport(Qpn::GSI),
                 SourcePortPolicy::Shared => udp_port::SPORT_BASE,
             };
             if !self.gsi.port_taken {
                 self.gsi.port_taken = true;
-                self.source_ports.take(sport);
+                self.dev.source_ports.take(sport);
             }
-            let sport = self.source_ports.settle(sport);
+            let sport = self.dev.source_ports.settle(sport);
             let mut bth = bth::Repr::new(Opcode::UD_SEND_ONLY, t.dest_qpn, self.gsi.psn, MAD_LEN);
             bth.ack_req = true;
             let ext = ExtHeaders {
@@ -161,19 +161,19 @@ impl Hca {
                 ..ExtHeaders::default()
             };
             let roce = Repr { bth, ext, payload: &t.mad[..] };
-            let ip_id = self.ip_ids.next();
+            let ip_id = self.dev.ip_ids.next();
             let path = Path { local, remote };
             let Some(transmit) =
                 crate::req::emit_frame(path, ip_id, (PacketKind::Request, sport), roce, buf)
             else {
-                self.counters.mad_send_err += 1;
+                self.dev.counters.mad_send_err += 1;
                 continue;
             };
             self.gsi.psn = self.gsi.psn + 1;
-            self.counters.sent_pkts += 1;
-            self.counters.sent_mads += 1;
+            self.dev.counters.sent_pkts += 1;
+            self.dev.counters.sent_mads += 1;
             let attribute = attribute_of(&t.mad[..]);
-            self.steps.record(now, Step::Mad { sent: true, attribute, peer: remote });
+            self.dev.steps.record(now, Step::Mad { sent: true, attribute, peer: remote });
             return Some(transmit);
         }
         None

@@ -13,9 +13,9 @@
 
 use crate::config::{HcaConfig, FIRST_QPN};
 use crate::counters::Counters;
-use crate::cq::{Arm, CqContext};
+use crate::cq::Arm;
 use crate::endpoint::{Endpoint, Transmit};
-use crate::handles::{AhIndex, CqIndex, PdIndex, QpIndex, SrqIndex, TableIndex};
+use crate::handles::{CqIndex, PdIndex, QpIndex, TableIndex};
 use crate::mr::MemoryTables;
 use crate::qp::{Path, QpContext};
 use crate::ring::{ConsumerRing, SCHEDULED_OFFSET};
@@ -36,7 +36,7 @@ mod completion;
 mod qp_command;
 mod step;
 
-pub(crate) use step::{CqeWrite, QpStep};
+pub(crate) use step::{CqeWrite, Device, QpStep};
 
 /// A protection domain.
 #[derive(Debug, Default)]
@@ -178,36 +178,15 @@ pub(crate) fn node_guid(gids: &[Gid]) -> u64 {
 
 /// The HCA.
 pub struct Hca {
-    pub(crate) config: HcaConfig,
     gids: Vec<Gid>,
     pub(crate) addresses: Vec<IpAddr>,
-    pub(crate) mem: MemoryTables,
     pds: Table<PdContext, PdIndex>,
-    pub(crate) cqs: Table<CqContext, CqIndex>,
     pub(crate) qps: Table<QpContext, QpIndex>,
-    pub(crate) srqs: Table<SrqContext, SrqIndex>,
-    pub(crate) ahs: Table<AhContext, AhIndex>,
+    /// The device state beside the QP table (what a step reaches).
+    pub(crate) dev: Device,
     /// How many times each QP table slot has been used: a slot's next QP
     /// gets a QPN it has not had for a long time (see [`Hca::qpn_of_slot`]).
     qp_slot_generation: Vec<u32>,
-    /// QPs (table indices) that may have packets to send, in turn order.
-    pub(crate) sched: VecDeque<QpIndex>,
-    /// Armed timers.
-    pub(crate) timers: Timers,
-    events: VecDeque<Event>,
-    pub(crate) counters: Counters,
-    /// The decisions kept for the driver (off unless asked for).
-    pub(crate) steps: StepLog,
-    pub(crate) ip_ids: Ipv4Ids,
-    /// The latest time the HCA was given.
-    last_now: Instant,
-    /// Gather buffer for one packet's payload (path MTU bytes).
-    pub(crate) scratch: Vec<u8>,
-    /// One WQE's bytes as read from a ring (grown to the largest stride
-    /// seen, then reused).
-    pub(crate) wqe_slot: Vec<u8>,
-    /// UDP source ports the runtime cannot send from.
-    pub(crate) source_ports: crate::ports::SourcePorts,
     /// QP1 and the CM behind it.
     pub(crate) gsi: crate::gsi::Gsi,
     /// Multicast groups and their QPs.
@@ -215,10 +194,6 @@ pub struct Hca {
     /// The device crashed ([`crate::fault::DeviceFault::Crash`]): it takes
     /// no packet, doorbell or timer and sends nothing.
     pub(crate) crashed: bool,
-    /// The completions written, by status ([`Hca::completion_tally`]).
-    pub(crate) tally: crate::tally::CompletionTally,
-    /// The asynchronous events raised ([`Hca::async_log`]).
-    pub(crate) async_log: crate::async_log::AsyncLog,
 }
 
 impl Hca {
@@ -240,30 +215,32 @@ impl Hca {
             MemoryTables::new(host, config.max_mr as usize, config.page_shift, config.max_mr_size);
         let mut hca = Hca {
             pds: Table::new(config.max_pd as usize),
-            cqs: Table::new(config.max_cq as usize),
             qps: Table::new(config.max_qp as usize),
-            srqs: Table::new(config.max_srq as usize),
-            ahs: Table::new(config.max_ah as usize),
             qp_slot_generation: vec![0; config.max_qp as usize],
-            sched: VecDeque::new(),
-            timers: Timers::default(),
-            events: VecDeque::new(),
-            counters: Counters::default(),
-            steps: StepLog::default(),
-            ip_ids: Ipv4Ids { policy: config.ipv4_id, last: 0 },
-            last_now: Instant::ZERO,
-            scratch: vec![0; config.active_mtu.bytes() as usize],
-            wqe_slot: Vec::new(),
-            source_ports: crate::ports::SourcePorts::default(),
             gsi,
             mcast: crate::mcast::McastGroups::default(),
             crashed: false,
-            tally: crate::tally::CompletionTally::default(),
-            async_log: crate::async_log::AsyncLog::default(),
             gids,
             addresses,
-            mem,
-            config,
+            dev: Device {
+                cqs: Table::new(config.max_cq as usize),
+                srqs: Table::new(config.max_srq as usize),
+                ahs: Table::new(config.max_ah as usize),
+                sched: VecDeque::new(),
+                timers: Timers::default(),
+                events: VecDeque::new(),
+                counters: Counters::default(),
+                steps: StepLog::default(),
+                ip_ids: Ipv4Ids { policy: config.ipv4_id, last: 0 },
+                last_now: Instant::ZERO,
+                scratch: vec![0; config.active_mtu.bytes() as usize],
+                wqe_slot: Vec::new(),
+                source_ports: crate::ports::SourcePorts::default(),
+                tally: crate::tally::CompletionTally::default(),
+                async_log: crate::async_log::AsyncLog::default(),
+                mem,
+                config,
+            },
         };
         hca.push_event(Event::Async { event: EventType::PortActive, element: 1 });
         Ok(hca)
@@ -272,27 +249,27 @@ impl Hca {
     /// The latest time any call handed the HCA: what a same-thread driver
     /// (the simulated fabric's application side) uses as "now".
     pub fn now(&self) -> Instant {
-        self.last_now
+        self.dev.last_now
     }
 
     pub(crate) fn saw(&mut self, now: Instant) {
-        self.last_now = self.last_now.max(now);
+        self.dev.last_now = self.dev.last_now.max(now);
     }
 
     /// The configuration.
     pub fn config(&self) -> &HcaConfig {
-        &self.config
+        &self.dev.config
     }
 
     /// The counters (`dma_faults` is kept by the memory tables, where
     /// every DMA meets host memory).
     pub fn counters(&self) -> Counters {
-        Counters { dma_faults: self.mem.dma_faults(), ..self.counters.clone() }
+        Counters { dma_faults: self.dev.mem.dma_faults(), ..self.dev.counters.clone() }
     }
 
     /// The memory tables (MPT, MTT), for dumps.
     pub fn memory(&self) -> &MemoryTables {
-        &self.mem
+        &self.dev.mem
     }
 
     /// A QP's context, for dumps and tests.
@@ -305,7 +282,7 @@ impl Hca {
     /// even once its slot holds a new QP.
     pub(crate) fn qp_slot(&self, qpn: Qpn) -> Option<QpIndex> {
         let offset = qpn.value().checked_sub(FIRST_QPN)?;
-        let slot = QpIndex(offset % self.config.max_qp);
+        let slot = QpIndex(offset % self.dev.config.max_qp);
         self.qps.get(slot).filter(|qp| qp.qpn == qpn).map(|_| slot)
     }
 
@@ -316,7 +293,7 @@ impl Hca {
     /// instead of the new one (rxe allocates QPNs cyclically for the same
     /// reason).
     fn qpn_of_slot(&self, slot: QpIndex) -> Qpn {
-        let max_qp = self.config.max_qp;
+        let max_qp = self.dev.config.max_qp;
         let generations = (0x0100_0000 - FIRST_QPN) / max_qp;
         let generation = self.qp_slot_generation[slot.slot()] % generations;
         Qpn::new(FIRST_QPN + slot.value() + generation * max_qp)
@@ -326,37 +303,37 @@ impl Hca {
     /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
     /// back without waiting for a timer.
     pub fn has_transmit_ready(&self) -> bool {
-        !self.crashed && (!self.sched.is_empty() || self.gsi_has_transmit())
+        !self.crashed && (!self.dev.sched.is_empty() || self.gsi_has_transmit())
     }
 
     /// Whether events are waiting for [`Hca::poll_event`].
     pub fn has_events(&self) -> bool {
-        !self.events.is_empty()
+        !self.dev.events.is_empty()
     }
 
     /// The next asynchronous event.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.dev.events.pop_front()
     }
 
     /// Keeps up to `capacity` of the HCA's decisions for [`Hca::poll_step`]
     /// (0, the default, turns tracing off). See [`crate::trace`].
     pub fn trace_steps(&mut self, capacity: usize) {
-        self.steps.set_capacity(capacity);
+        self.dev.steps.set_capacity(capacity);
     }
 
     /// The oldest decision kept, and when it was made.
     pub fn poll_step(&mut self) -> Option<(Instant, Step)> {
-        self.steps.pop()
+        self.dev.steps.pop()
     }
 
     /// Decisions dropped because nobody took them in time.
     pub fn steps_lost(&self) -> u64 {
-        self.steps.lost
+        self.dev.steps.lost
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
-        push_event(&mut self.events, &mut self.async_log, self.last_now, event);
+        push_event(&mut self.dev.events, &mut self.dev.async_log, self.dev.last_now, event);
     }
 
     /// The GID table.
@@ -384,7 +361,7 @@ impl Hca {
             }
             Doorbell::Srq(_) => {}
             Doorbell::ArmCq { cq, solicited_only } => {
-                if let Some(ctx) = self.cqs.get_mut(CqIndex(cq)) {
+                if let Some(ctx) = self.dev.cqs.get_mut(CqIndex(cq)) {
                     ctx.arm = if solicited_only { Arm::SolicitedOnly } else { Arm::Next };
                 }
             }
@@ -414,9 +391,9 @@ impl Endpoint for Hca {
         if let Some(transmit) = self.gsi_transmit(now, buf) {
             return Some(transmit);
         }
-        let turns = self.sched.len();
+        let turns = self.dev.sched.len();
         for _ in 0..turns {
-            let index = self.sched.pop_front()?;
+            let index = self.dev.sched.pop_front()?;
             let Some(mut step) = self.qp_step(index) else { continue };
             if let Some(transmit) = step.transmit(now, buf) {
                 // A step never destroys its QP: it stays in turn.
@@ -433,7 +410,7 @@ impl Endpoint for Hca {
         if self.crashed {
             return None;
         }
-        let qps = self.timers.0.first().map(|&(at, _, _)| at);
+        let qps = self.dev.timers.0.first().map(|&(at, _, _)| at);
         let cm = self.gsi.cm.poll_timeout().map(Instant::from_nanos);
         match (qps, cm) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -447,11 +424,11 @@ impl Endpoint for Hca {
             return;
         }
         self.gsi.cm.handle_timeout(now.as_nanos());
-        while let Some(&(at, index, kind)) = self.timers.0.first() {
+        while let Some(&(at, index, kind)) = self.dev.timers.0.first() {
             if at > now {
                 break;
             }
-            self.timers.0.pop_first();
+            self.dev.timers.0.pop_first();
             let Some(mut step) = self.qp_step(index) else { continue };
             match kind {
                 TimerKind::Retransmit => {

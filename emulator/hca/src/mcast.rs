@@ -135,7 +135,7 @@ impl Hca {
         if !gid.is_multicast() {
             return Err(CmdError::Invalid("not a multicast GID"));
         }
-        self.mcast.attach(&self.config, qpn, gid)?;
+        self.mcast.attach(&self.dev.config, qpn, gid)?;
         Ok(Reply::Done)
     }
 

@@ -60,7 +60,7 @@ impl Hca {
     /// packet from `port`.
     pub fn refuse_source_port(&mut self, port: u16, packet: &mut [u8]) -> bool {
         if port != ROCEV2_UDP_PORT {
-            self.source_ports.refused.insert(port);
+            self.dev.source_ports.refused.insert(port);
         }
         let original = packet.to_vec();
         let Classified::Roce(frame) = classify(&original, Link::RawIp) else { return false };
@@ -75,7 +75,7 @@ impl Hca {
     /// The runtime can send from `port` again: its QPs' packets leave from
     /// it.
     pub fn allow_source_port(&mut self, port: u16) {
-        self.source_ports.refused.remove(&port);
+        self.dev.source_ports.refused.remove(&port);
     }
 
     /// A source port a QP took for the first time since the last call
@@ -84,12 +84,12 @@ impl Hca {
     /// than on the first packet, where it would cost a few system calls on
     /// the data path.
     pub fn poll_new_source_port(&mut self) -> Option<u16> {
-        self.source_ports.new.pop_front()
+        self.dev.source_ports.new.pop_front()
     }
 
     /// The ports the runtime refused, in order.
     pub fn refused_source_ports(&self) -> impl Iterator<Item = u16> + '_ {
-        self.source_ports.refused.iter().copied()
+        self.dev.source_ports.refused.iter().copied()
     }
 }
 
@@ -108,7 +108,7 @@ mod tests {
         let ip = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
         let memory = Arc::new(SimMemory::new(1 << 20));
         let mut hca = Hca::new(Default::default(), vec![Gid::from_ip(ip)], memory).unwrap();
-        assert_eq!(hca.source_ports.settle(0xc123), 0xc123);
+        assert_eq!(hca.dev.source_ports.settle(0xc123), 0xc123);
 
         let bth = bth::Repr::new(Opcode::RC_SEND_ONLY, Qpn::new(17), Psn::new(5), 3);
         let roce = roce::Repr { bth, ext: roce::ExtHeaders::default(), payload: b"abc" };
@@ -124,10 +124,10 @@ mod tests {
         let mut bytes = vec![0u8; expected.buffer_len()];
         expected.emit(&mut bytes).unwrap();
         assert_eq!(packet, bytes, "the same packet from 4791, ICRC and all");
-        assert_eq!(hca.source_ports.settle(0xc123), ROCEV2_UDP_PORT);
+        assert_eq!(hca.dev.source_ports.settle(0xc123), ROCEV2_UDP_PORT);
         assert_eq!(hca.refused_source_ports().collect::<Vec<_>>(), [0xc123, 0xc124]);
         hca.allow_source_port(0xc123);
-        assert_eq!(hca.source_ports.settle(0xc123), 0xc123);
+        assert_eq!(hca.dev.source_ports.settle(0xc123), 0xc123);
         assert!(!hca.refuse_source_port(0xc123, &mut [0x45; 10]), "not a RoCEv2 packet");
     }
 }

@@ -95,7 +95,7 @@ impl QpStep<'_> {
     fn check_psn(&mut self, psn: Psn, info: &OpcodeInfo) -> PsnCheck {
         let qp = &mut *self.qp;
         if qp.qp_type == QpType::Uc {
-            return check_uc_psn(self.dev.counters, &mut qp.resp, psn, info);
+            return check_uc_psn(&mut self.dev.counters, &mut qp.resp, psn, info);
         }
         let epsn = qp.resp.epsn;
         if psn == epsn {
@@ -113,7 +113,7 @@ impl QpStep<'_> {
             let msn = qp.resp.msn;
             let syndrome = Syndrome::Nak(NakCode::PsnSequenceError);
             if qp.resp.owe(Response::Ack { psn: epsn, syndrome, msn }) {
-                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+                schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
             }
             self.dev.counters.send_nak += 1;
         }
@@ -182,7 +182,7 @@ impl QpStep<'_> {
             // must not draw a PSN sequence NAK on top of the RNR NAK.
             qp.resp.nak_sent = true;
             if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
-                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+                schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
             }
             return;
         }

@@ -99,8 +99,8 @@ impl Hca {
         if attached == 0 {
             return self.drop_packet(now, Some(Qpn::MULTICAST), DropReason::NoMulticastGroup);
         }
-        self.counters.rcvd_pkts += 1;
-        self.counters.rcvd_mcast_pkts += 1;
+        self.dev.counters.rcvd_pkts += 1;
+        self.dev.counters.rcvd_mcast_pkts += 1;
         let ud = packet.bth().opcode().transport() == Transport::Ud;
         // Delivering changes no membership: the list is read by position,
         // not copied.
@@ -124,7 +124,7 @@ impl Hca {
 
     /// Drops a received packet: its counter, and the step.
     pub(crate) fn drop_packet(&mut self, now: Instant, qpn: Option<Qpn>, reason: DropReason) {
-        count_drop(&mut self.counters, &mut self.steps, now, qpn, reason);
+        count_drop(&mut self.dev.counters, &mut self.dev.steps, now, qpn, reason);
     }
 }
 

@@ -75,7 +75,7 @@ impl CompletionTally {
 impl crate::hca::Hca {
     /// The completions written so far, by status, and the first error.
     pub fn completion_tally(&self) -> &CompletionTally {
-        &self.tally
+        &self.dev.tally
     }
 }
 

@@ -137,7 +137,7 @@ impl QpStep<'_> {
             Some(WcStatus::BadRespErr)
         } else {
             match &entry.payload {
-                Payload::Sges(sges) => scatter(self.dev.mem, pd, sges, offset, payload).err(),
+                Payload::Sges(sges) => scatter(&self.dev.mem, pd, sges, offset, payload).err(),
                 Payload::Inline(_) => Some(WcStatus::LocQpOpErr),
             }
         };

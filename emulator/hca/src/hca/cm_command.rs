@@ -107,7 +107,10 @@ impl Hca {
     /// rounds a response timeout) and `CMA_MAX_CM_RETRIES`, from the
     /// configuration.
     fn cm_timing(&self) -> (u64, u8) {
-        (uroce_cm::iba_time_to_ms(self.config.cm_response_timeout), self.config.cm_max_retries)
+        (
+            uroce_cm::iba_time_to_ms(self.dev.config.cm_response_timeout),
+            self.dev.config.cm_max_retries,
+        )
     }
 
     /// The engine's parameters of a connect (the local GID from the GID
@@ -143,9 +146,9 @@ impl Hca {
             rnr_retry_count: p.rnr_retry_count,
             packet_life_time: p.packet_life_time,
             // The device's CM timing, not the command's (`HcaConfig`).
-            local_cm_response_timeout: self.config.cm_response_timeout,
-            remote_cm_response_timeout: self.config.cm_response_timeout,
-            max_cm_retries: self.config.cm_max_retries,
+            local_cm_response_timeout: self.dev.config.cm_response_timeout,
+            remote_cm_response_timeout: self.dev.config.cm_response_timeout,
+            max_cm_retries: self.dev.config.cm_max_retries,
             flow_label: p.flow_label,
             traffic_class: p.traffic_class,
             hop_limit: p.hop_limit,

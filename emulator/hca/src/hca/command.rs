@@ -70,7 +70,8 @@ impl Hca {
             Command::DestroySrq { srq } => self.destroy_srq(SrqIndex(srq)),
             Command::CreateAh { pd, attr } => self.create_ah(PdIndex(pd), &attr),
             Command::DestroyAh { ah } => {
-                let ctx = self.ahs.remove(AhIndex(ah)).ok_or(CmdError::NotFound("no such AH"))?;
+                let ctx =
+                    self.dev.ahs.remove(AhIndex(ah)).ok_or(CmdError::NotFound("no such AH"))?;
                 self.pd_use(ctx.pd, -1);
                 Ok(Reply::Done)
             }
@@ -110,7 +111,7 @@ impl Hca {
         access: Access,
     ) -> Result<Reply, CmdError> {
         self.pd_exists(pd)?;
-        let key = self.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
+        let key = self.dev.mem.register(pd, addr, length, iova, access).map_err(reg_error)?;
         self.pd_use(pd, 1);
         Ok(Reply::Mr { lkey: key, rkey: key })
     }
@@ -124,7 +125,7 @@ impl Hca {
         if let Some(pd) = change.pd {
             self.pd_exists(pd)?;
         }
-        let old_pd = self.mem.reregister(lkey, change).map_err(reg_error)?;
+        let old_pd = self.dev.mem.reregister(lkey, change).map_err(reg_error)?;
         if let Some(pd) = change.pd {
             self.pd_use(old_pd, -1);
             self.pd_use(pd, 1);
@@ -133,22 +134,22 @@ impl Hca {
     }
 
     fn dereg_mr(&mut self, lkey: u32) -> Result<Reply, CmdError> {
-        let pd = self.mem.pd_of(lkey).ok_or(CmdError::NotFound("no such MR"))?;
-        self.mem.deregister(lkey).map_err(reg_error)?;
+        let pd = self.dev.mem.pd_of(lkey).ok_or(CmdError::NotFound("no such MR"))?;
+        self.dev.mem.deregister(lkey).map_err(reg_error)?;
         self.pd_use(pd, -1);
         Ok(Reply::Done)
     }
 
     fn alloc_mw(&mut self, pd: PdIndex, mw_type: u8) -> Result<Reply, CmdError> {
         self.pd_exists(pd)?;
-        let rkey = self.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
+        let rkey = self.dev.mem.alloc_window(pd, mw_type).map_err(reg_error)?;
         self.pd_use(pd, 1);
         Ok(Reply::Mw { rkey })
     }
 
     fn dealloc_mw(&mut self, rkey: u32) -> Result<Reply, CmdError> {
-        let pd = self.mem.pd_of(rkey).ok_or(CmdError::NotFound("no such MW"))?;
-        self.mem.dealloc_window(rkey).map_err(reg_error)?;
+        let pd = self.dev.mem.pd_of(rkey).ok_or(CmdError::NotFound("no such MW"))?;
+        self.dev.mem.dealloc_window(rkey).map_err(reg_error)?;
         self.pd_use(pd, -1);
         Ok(Reply::Done)
     }
@@ -156,7 +157,7 @@ impl Hca {
     /// A CQ ring the driver offers (create or resize): a shape within the
     /// device's limits, one CQE per entry.
     fn check_cq_ring(&self, ring: &RingDesc) -> Result<(), CmdError> {
-        ring.validate(self.config.max_cqe + 1, CQE_LEN as u32)
+        ring.validate(self.dev.config.max_cqe + 1, CQE_LEN as u32)
             .map_err(|_| CmdError::Invalid("CQ ring shape"))?;
         if ring.stride != CQE_LEN as u32 {
             return Err(CmdError::Invalid("CQ stride must be the CQE size"));
@@ -166,7 +167,8 @@ impl Hca {
 
     fn create_cq(&mut self, ring: RingDesc) -> Result<Reply, CmdError> {
         self.check_cq_ring(&ring)?;
-        self.cqs
+        self.dev
+            .cqs
             .insert_with(|_| CqContext::new(ProducerRing::new(ring)))
             .map(|cq| Reply::Index(cq.value()))
             .map_err(|_| CmdError::NoResources("CQ table full"))
@@ -178,8 +180,8 @@ impl Hca {
     /// changes unless every copy succeeded.
     fn resize_cq(&mut self, cq: CqIndex, ring: RingDesc) -> Result<Reply, CmdError> {
         self.check_cq_ring(&ring)?;
-        let host = self.mem.host().clone();
-        let ctx = self.cqs.get_mut(cq).ok_or(CmdError::NotFound("no such CQ"))?;
+        let host = self.dev.mem.host().clone();
+        let ctx = self.dev.cqs.get_mut(cq).ok_or(CmdError::NotFound("no such CQ"))?;
         let old = ctx.ring;
         if old.desc.base == ring.base {
             return Err(CmdError::Invalid("CQ resized onto its own ring"));
@@ -208,11 +210,11 @@ impl Hca {
     }
 
     fn destroy_cq(&mut self, cq: CqIndex) -> Result<Reply, CmdError> {
-        let ctx = self.cqs.get(cq).ok_or(CmdError::NotFound("no such CQ"))?;
+        let ctx = self.dev.cqs.get(cq).ok_or(CmdError::NotFound("no such CQ"))?;
         if ctx.users > 0 {
             return Err(CmdError::Busy("CQ still used by QPs"));
         }
-        self.cqs.remove(cq);
+        self.dev.cqs.remove(cq);
         Ok(Reply::Done)
     }
 
@@ -224,20 +226,23 @@ impl Hca {
         limit: u32,
     ) -> Result<Reply, CmdError> {
         self.pd_exists(pd)?;
-        if max_sge == 0 || max_sge > self.config.max_srq_sge {
+        if max_sge == 0 || max_sge > self.dev.config.max_srq_sge {
             return Err(CmdError::Invalid("SRQ max_sge"));
         }
-        ring.validate(self.config.max_srq_wr, recv_stride(max_sge))
+        ring.validate(self.dev.config.max_srq_wr, recv_stride(max_sge))
             .map_err(|_| CmdError::Invalid("SRQ ring shape"))?;
         let srq = SrqContext { pd, ring: ConsumerRing::new(ring), max_sge, limit, users: 0 };
-        let index =
-            self.srqs.insert_with(|_| srq).map_err(|_| CmdError::NoResources("SRQ table full"))?;
+        let index = self
+            .dev
+            .srqs
+            .insert_with(|_| srq)
+            .map_err(|_| CmdError::NoResources("SRQ table full"))?;
         self.pd_use(pd, 1);
         Ok(Reply::Index(index.value()))
     }
 
     fn modify_srq(&mut self, srq: SrqIndex, limit: u32) -> Result<Reply, CmdError> {
-        let ctx = self.srqs.get_mut(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
+        let ctx = self.dev.srqs.get_mut(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
         if limit > ctx.ring.desc.entries {
             return Err(CmdError::Invalid("SRQ limit above its size"));
         }
@@ -246,12 +251,12 @@ impl Hca {
     }
 
     fn destroy_srq(&mut self, srq: SrqIndex) -> Result<Reply, CmdError> {
-        let ctx = self.srqs.get(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
+        let ctx = self.dev.srqs.get(srq).ok_or(CmdError::NotFound("no such SRQ"))?;
         if ctx.users > 0 {
             return Err(CmdError::Busy("SRQ still used by QPs"));
         }
         let pd = ctx.pd;
-        self.srqs.remove(srq);
+        self.dev.srqs.remove(srq);
         self.pd_use(pd, -1);
         Ok(Reply::Done)
     }
@@ -260,6 +265,7 @@ impl Hca {
         self.pd_exists(pd)?;
         let path = self.resolve_path(attr)?;
         let index = self
+            .dev
             .ahs
             .insert_with(|_| AhContext { pd, path })
             .map_err(|_| CmdError::NoResources("AH table full"))?;
@@ -291,7 +297,7 @@ impl Hca {
     }
 
     fn device_attr(&self) -> DeviceAttr {
-        let c = &self.config;
+        let c = &self.dev.config;
         DeviceAttr {
             fw_ver: format!("uroce {}", env!("CARGO_PKG_VERSION")),
             node_guid: self.node_guid(),
@@ -333,9 +339,9 @@ impl Hca {
         PortAttr {
             state: 4,
             max_mtu: Mtu::Mtu4096,
-            active_mtu: self.config.active_mtu,
+            active_mtu: self.dev.config.active_mtu,
             gid_tbl_len: self.gids.len() as u32,
-            max_msg_sz: self.config.max_msg_size,
+            max_msg_sz: self.dev.config.max_msg_size,
             pkey_tbl_len: 64,
             link_layer: 2,
         }
@@ -392,7 +398,7 @@ mod tests {
         hca.command(Instant::ZERO, Command::ResizeCq { cq, ring: old }).unwrap_err();
         for id in 0..3u64 {
             let cqe = Cqe::new(id, WcStatus::Success, WcOpcode::Send, Qpn::new(17));
-            let ctx = hca.cqs.get_mut(CqIndex(cq)).unwrap();
+            let ctx = hca.dev.cqs.get_mut(CqIndex(cq)).unwrap();
             assert!(matches!(
                 ctx.post(host.as_ref(), &cqe, false),
                 crate::cq::PostOutcome::Written { .. }

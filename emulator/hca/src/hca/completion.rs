@@ -67,8 +67,8 @@ impl QpStep<'_> {
         while rq.available() > 0 {
             // A WQE that decodes has its wr_id where one that does not is
             // looked for: the first 8 bytes of the slot.
-            let wr_id = match rq.read_entry(host.as_ref(), rq.consumer, self.dev.wqe_slot) {
-                Ok(()) => uroce_device::wqe::slot_wr_id(self.dev.wqe_slot),
+            let wr_id = match rq.read_entry(host.as_ref(), rq.consumer, &mut self.dev.wqe_slot) {
+                Ok(()) => uroce_device::wqe::slot_wr_id(&self.dev.wqe_slot),
                 Err(_) => break,
             };
             if rq.consume(host.as_ref(), 1).is_err() {

@@ -15,7 +15,7 @@ use uroce_wire::udp_port;
 
 impl Hca {
     pub(super) fn create_qp(&mut self, init: QpInit) -> Result<Reply, CmdError> {
-        let c = &self.config;
+        let c = &self.dev.config;
         // The handles the command names, typed.
         let pd = PdIndex(init.pd);
         let (send_cq, recv_cq) = (CqIndex(init.send_cq), CqIndex(init.recv_cq));
@@ -36,7 +36,7 @@ impl Hca {
             .map_err(|_| CmdError::Invalid("SQ ring shape"))?;
         let rq = match (srq, init.rq) {
             (Some(srq), None) => {
-                if self.srqs.get(srq).is_none_or(|s| s.pd != pd) {
+                if self.dev.srqs.get(srq).is_none_or(|s| s.pd != pd) {
                     return Err(CmdError::Invalid("no such SRQ in this PD"));
                 }
                 None
@@ -58,7 +58,7 @@ impl Hca {
             _ => return Err(CmdError::Invalid("a QP has an RQ or an SRQ, not both or neither")),
         };
         for cq in [send_cq, recv_cq] {
-            if self.cqs.get(cq).is_none() {
+            if self.dev.cqs.get(cq).is_none() {
                 return Err(CmdError::Invalid("no such CQ"));
             }
         }
@@ -93,22 +93,22 @@ impl Hca {
             .map_err(|_| CmdError::NoResources("QP table full"))?;
         self.pd_use(pd, 1);
         for cq in [send_cq, recv_cq] {
-            if let Some(ctx) = self.cqs.get_mut(cq) {
+            if let Some(ctx) = self.dev.cqs.get_mut(cq) {
                 ctx.users += 1;
             }
         }
-        if let Some(srq) = srq.and_then(|s| self.srqs.get_mut(s)) {
+        if let Some(srq) = srq.and_then(|s| self.dev.srqs.get_mut(s)) {
             srq.users += 1;
         }
         let qpn = self.qpn_of_slot(index);
         if let Some(qp) = self.qps.get_mut(index) {
             qp.qpn = qpn;
             if init.qp_type == QpType::Ud {
-                qp.sport = match self.config.source_ports {
+                qp.sport = match self.dev.config.source_ports {
                     SourcePortPolicy::PerQp => udp_port::datagram_sport(qpn),
                     SourcePortPolicy::Shared => udp_port::SPORT_BASE,
                 };
-                self.source_ports.take(qp.sport);
+                self.dev.source_ports.take(qp.sport);
             }
         }
         Ok(Reply::Qp { qpn })
@@ -123,16 +123,16 @@ impl Hca {
         // Its timers go with it: left in the set, they would fire on the
         // next QP given this slot.
         for kind in TimerKind::ALL {
-            self.timers.set(index, &mut qp, kind, None);
+            self.dev.timers.set(index, &mut qp, kind, None);
         }
-        self.sched.retain(|&i| i != index);
+        self.dev.sched.retain(|&i| i != index);
         self.pd_use(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
-            if let Some(ctx) = self.cqs.get_mut(cq) {
+            if let Some(ctx) = self.dev.cqs.get_mut(cq) {
                 ctx.users = ctx.users.saturating_sub(1);
             }
         }
-        if let Some(srq) = qp.srq.and_then(|s| self.srqs.get_mut(s)) {
+        if let Some(srq) = qp.srq.and_then(|s| self.dev.srqs.get_mut(s)) {
             srq.users = srq.users.saturating_sub(1);
         }
         Ok(Reply::Done)
@@ -152,7 +152,7 @@ impl Hca {
             None
         };
         let mut step = self.qp_step(index).ok_or(CmdError::NotFound("no such QP"))?;
-        let config = step.dev.config;
+        let config = &step.dev.config;
         let qp = &mut *step.qp;
         let from = qp.state;
         let to = if mask.contains(AttrMask::STATE) {
@@ -205,7 +205,7 @@ impl Hca {
             }
         }
         if let Some(port) = took_port {
-            self.source_ports.take(port);
+            self.dev.source_ports.take(port);
         }
         Ok(Reply::Done)
     }

@@ -20,37 +20,44 @@ use uroce_device::cqe::Cqe;
 use uroce_device::doorbell::Event;
 use uroce_device::types::{EventType, QpState};
 
-/// The device state beside the QP table, borrowed for one step.
-pub(crate) struct Device<'a> {
-    pub(crate) config: &'a HcaConfig,
-    pub(crate) mem: &'a mut MemoryTables,
-    pub(crate) cqs: &'a mut Table<CqContext, CqIndex>,
-    pub(crate) srqs: &'a mut Table<SrqContext, SrqIndex>,
-    pub(crate) sched: &'a mut VecDeque<QpIndex>,
-    pub(crate) timers: &'a mut Timers,
-    pub(crate) events: &'a mut VecDeque<Event>,
-    pub(crate) counters: &'a mut Counters,
-    pub(crate) steps: &'a mut StepLog,
-    /// One WQE's bytes as read from a ring.
-    pub(crate) wqe_slot: &'a mut Vec<u8>,
-    pub(crate) ahs: &'a Table<AhContext, AhIndex>,
-    /// Gather buffer for one packet's payload.
-    pub(crate) scratch: &'a mut Vec<u8>,
-    pub(crate) source_ports: &'a crate::ports::SourcePorts,
-    pub(crate) ip_ids: &'a mut Ipv4Ids,
+/// The device state beside the QP table: what a step reaches besides its
+/// QP's context. It lies in the HCA as one struct, so that a step borrows
+/// it with one reference, apart from the QP table.
+pub(crate) struct Device {
+    pub(crate) config: HcaConfig,
+    pub(crate) mem: MemoryTables,
+    pub(crate) cqs: Table<CqContext, CqIndex>,
+    pub(crate) srqs: Table<SrqContext, SrqIndex>,
+    /// QPs (table indices) that may have packets to send, in turn order.
+    pub(crate) sched: VecDeque<QpIndex>,
+    /// Armed timers.
+    pub(crate) timers: Timers,
+    pub(crate) events: VecDeque<Event>,
+    pub(crate) counters: Counters,
+    /// The decisions kept for the driver (off unless asked for).
+    pub(crate) steps: StepLog,
+    /// One WQE's bytes as read from a ring (grown to the largest stride
+    /// seen, then reused).
+    pub(crate) wqe_slot: Vec<u8>,
+    pub(crate) ahs: Table<AhContext, AhIndex>,
+    /// Gather buffer for one packet's payload (path MTU bytes).
+    pub(crate) scratch: Vec<u8>,
+    /// UDP source ports the runtime cannot send from.
+    pub(crate) source_ports: crate::ports::SourcePorts,
+    pub(crate) ip_ids: Ipv4Ids,
     /// The latest time the HCA was given.
     pub(crate) last_now: Instant,
-    /// The completions written, by status.
-    pub(crate) tally: &'a mut crate::tally::CompletionTally,
-    /// The asynchronous events raised.
-    pub(crate) async_log: &'a mut crate::async_log::AsyncLog,
+    /// The completions written, by status ([`Hca::completion_tally`]).
+    pub(crate) tally: crate::tally::CompletionTally,
+    /// The asynchronous events raised ([`Hca::async_log`]).
+    pub(crate) async_log: crate::async_log::AsyncLog,
 }
 
 /// The QP a step works on, with the device state it needs.
 pub(crate) struct QpStep<'a> {
     pub(crate) index: QpIndex,
     pub(crate) qp: &'a mut QpContext,
-    pub(crate) dev: Device<'a>,
+    pub(crate) dev: &'a mut Device,
 }
 
 /// What writing a CQE came to.
@@ -67,37 +74,18 @@ impl Hca {
     /// QP `index` and the rest of the device, borrowed apart for one step.
     pub(crate) fn qp_step(&mut self, index: QpIndex) -> Option<QpStep<'_>> {
         let qp = self.qps.get_mut(index)?;
-        let dev = Device {
-            config: &self.config,
-            mem: &mut self.mem,
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            sched: &mut self.sched,
-            timers: &mut self.timers,
-            events: &mut self.events,
-            counters: &mut self.counters,
-            steps: &mut self.steps,
-            wqe_slot: &mut self.wqe_slot,
-            ahs: &self.ahs,
-            scratch: &mut self.scratch,
-            source_ports: &self.source_ports,
-            ip_ids: &mut self.ip_ids,
-            last_now: self.last_now,
-            tally: &mut self.tally,
-            async_log: &mut self.async_log,
-        };
-        Some(QpStep { index, qp, dev })
+        Some(QpStep { index, qp, dev: &mut self.dev })
     }
 }
 
-impl Device<'_> {
+impl Device {
     /// Records a decision (when tracing is on).
     pub(crate) fn step(&mut self, now: Instant, step: Step) {
         self.steps.record(now, step);
     }
 
     pub(crate) fn push_event(&mut self, event: Event) {
-        push_event(self.events, self.async_log, self.last_now, event);
+        push_event(&mut self.events, &mut self.async_log, self.last_now, event);
     }
 
     /// Drops a received packet: its counter, and the step.
@@ -107,7 +95,7 @@ impl Device<'_> {
         qpn: Option<uroce_device::types::Qpn>,
         reason: crate::trace::DropReason,
     ) {
-        crate::rx::count_drop(self.counters, self.steps, now, qpn, reason);
+        crate::rx::count_drop(&mut self.counters, &mut self.steps, now, qpn, reason);
     }
 
     /// Writes a CQE to CQ `cq`, raising the events it calls for. An
@@ -160,7 +148,7 @@ impl QpStep<'_> {
     /// device-scheduled flag: until it comes down the driver may skip the
     /// kick after a post, since the HCA will look at the queue anyway.
     pub(crate) fn schedule(&mut self) {
-        schedule_qp(self.dev.sched, self.dev.mem, self.index, self.qp);
+        schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, self.qp);
     }
 }
 

@@ -47,7 +47,7 @@ impl QpStep<'_> {
         // the wr_id of the last one read, 0 before any (what a slot buffer
         // zeroed for the fetch and filled one WQE at a time would hold).
         let stride = qp.sq.desc.stride as usize;
-        let slots = &mut *self.dev.wqe_slot;
+        let slots = &mut self.dev.wqe_slot;
         let mut last_wr_id = 0;
         while qp.fetched != qp.sq.producer_seen {
             let run = (qp.sq.run_from(qp.fetched) as usize).min(WQES_PER_READ);

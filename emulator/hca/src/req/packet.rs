@@ -57,7 +57,8 @@ struct PacketPlan {
 impl QpStep<'_> {
     /// Builds the next packet of the current WQE (RC, UC, UD).
     pub(super) fn build_request(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        let config = self.dev.config;
+        let config = &self.dev.config;
+        let max_pkt_per_ack = config.max_pkt_per_ack;
         let qp = &mut *self.qp;
         let mtu = if qp.qp_type == QpType::Ud { config.active_mtu.bytes() } else { qp.mtu() };
         let req_index = qp.req.index;
@@ -72,24 +73,25 @@ impl QpStep<'_> {
             _ => (plan.offset, plan.len),
         };
         let payload = &qp.entry(req_index)?.payload;
-        let payload_len = match gather(self.dev.mem, qp.pd, payload, offset, len, self.dev.scratch)
-        {
-            Ok(n) => n,
-            Err(status) => {
-                // A local protection error ends the WQE (and the QP).
-                if plan.opcode.is_read_or_atomic() {
-                    qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
+        let payload_len =
+            match gather(&self.dev.mem, qp.pd, payload, offset, len, &mut self.dev.scratch) {
+                Ok(n) => n,
+                Err(status) => {
+                    // A local protection error ends the WQE (and the QP).
+                    if plan.opcode.is_read_or_atomic() {
+                        qp.req.rd_atomic_outstanding =
+                            qp.req.rd_atomic_outstanding.saturating_sub(1);
+                    }
+                    self.finish_without_packet(now, status);
+                    return None;
                 }
-                self.finish_without_packet(now, status);
-                return None;
-            }
-        };
+            };
         // The headers.
         let last = matches!(plan.position, Position::Last | Position::Only);
         let ack_req = qp.qp_type == QpType::Rc
             && (last
                 || plan.opcode.is_read_or_atomic()
-                || qp.req.noack_pkts + 1 >= config.max_pkt_per_ack);
+                || qp.req.noack_pkts + 1 >= max_pkt_per_ack);
         let wire_opcode = select_opcode(qp.qp_type, plan.opcode, plan.position)?;
         let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), plan.psn, payload_len);
         bth.ack_req = ack_req;

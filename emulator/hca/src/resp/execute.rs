@@ -73,7 +73,7 @@ impl QpStep<'_> {
             let msn = qp.resp.msn;
             qp.resp.unacked_pkts = 0;
             if qp.resp.owe(Response::ReadResponseAck { psn, msn }) {
-                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+                schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
             }
         } else if qp.qp_type == QpType::Rc
             && (bth.ack_req() || qp.resp.unacked_pkts >= coalesce_limit)
@@ -82,7 +82,7 @@ impl QpStep<'_> {
             qp.resp.unacked_pkts = 0;
             let syndrome = Syndrome::from_u8(aeth::SYNDROME_ACK_NO_CREDITS);
             if qp.resp.owe(Response::Ack { psn, syndrome, msn }) {
-                schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+                schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
             }
         }
         Ok(())
@@ -109,7 +109,7 @@ impl QpStep<'_> {
         let at = *offset;
         let fits = at + payload.len() as u64 <= wqe.capacity();
         let placed = if fits {
-            crate::comp::scatter(self.dev.mem, pd, &wqe.sges, at, payload)
+            crate::comp::scatter(&self.dev.mem, pd, &wqe.sges, at, payload)
         } else {
             Err(WcStatus::LocLenErr)
         };
@@ -263,7 +263,7 @@ impl QpStep<'_> {
         let slot = qp.resp.store_resource(resource).ok_or(Refusal::Drop)?;
         let msn = qp.resp.accept_request(psn + npkts, true, true);
         if qp.resp.owe(Response::Read { resource: slot, start: 0, next: 0, msn }) {
-            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+            schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
         }
         Ok(())
     }
@@ -289,7 +289,7 @@ impl QpStep<'_> {
         let slot = qp.resp.store_resource(Resource::Atomic { psn, orig }).ok_or(Refusal::Drop)?;
         let msn = qp.resp.accept_request(psn.next(), true, true);
         if qp.resp.owe(Response::AtomicAck { resource: slot, msn }) {
-            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+            schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
         }
         Ok(())
     }

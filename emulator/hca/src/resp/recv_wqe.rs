@@ -26,7 +26,7 @@ impl QpStep<'_> {
         let qp = &mut *self.qp;
         // The WQE is read into the HCA's slot buffer, sized to the stride:
         // the read fills all of it, so its old bytes need no zeroing.
-        let slot = &mut *self.dev.wqe_slot;
+        let slot = &mut self.dev.wqe_slot;
         let mut limit_reached = None;
         let max_sge = match qp.srq {
             Some(srq_index) => {
@@ -164,8 +164,8 @@ impl QpStep<'_> {
         let status = if total > wqe.capacity() {
             Err(WcStatus::LocLenErr)
         } else {
-            crate::comp::scatter(self.dev.mem, pd, sges, 0, &grh)
-                .and_then(|()| crate::comp::scatter(self.dev.mem, pd, sges, 40, payload))
+            crate::comp::scatter(&self.dev.mem, pd, sges, 0, &grh)
+                .and_then(|()| crate::comp::scatter(&self.dev.mem, pd, sges, 40, payload))
         };
         let qpn = qp.qpn;
         let cq = qp.recv_cq;

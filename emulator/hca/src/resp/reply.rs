@@ -47,7 +47,7 @@ impl QpStep<'_> {
         let qp = &mut *self.qp;
         let Some(response) = duplicate_response(&qp.resp, psn, packet) else { return };
         if qp.resp.owe(response) {
-            schedule_qp(self.dev.sched, self.dev.mem, self.index, qp);
+            schedule_qp(&mut self.dev.sched, &self.dev.mem, self.index, qp);
         }
     }
 
@@ -80,7 +80,7 @@ impl QpStep<'_> {
             }
             Response::Read { resource, start, next, msn } => {
                 let read = ReadResponse { resource, start, next, msn };
-                match read_response(self.dev.mem, self.dev.scratch, qp, read) {
+                match read_response(&self.dev.mem, &mut self.dev.scratch, qp, read) {
                     ReadStep::Packet(plan) => plan,
                     ReadStep::Gone => return None,
                     ReadStep::AccessError { psn } => {
