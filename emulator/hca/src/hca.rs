@@ -282,7 +282,9 @@ impl Hca {
     /// even once its slot holds a new QP.
     pub(crate) fn qp_slot(&self, qpn: Qpn) -> Option<QpIndex> {
         let offset = qpn.value().checked_sub(FIRST_QPN)?;
-        let slot = QpIndex(offset % self.dev.config.max_qp);
+        let max_qp = self.dev.config.max_qp;
+        // A QP of the first generation needs no division.
+        let slot = QpIndex(if offset < max_qp { offset } else { offset % max_qp });
         self.qps.get(slot).filter(|qp| qp.qpn == qpn).map(|_| slot)
     }
 
