@@ -61,7 +61,7 @@ pub fn compute(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Option<
     let rest = &transport[BTH_LEN..];
     let mut hasher = after_lrh_standin();
     if rest.len() <= HEAD_CAPACITY - n {
-        head[n..n + rest.len()].copy_from_slice(rest);
+        crate::copy::copy_short(&mut head[n..n + rest.len()], rest);
         hasher.update(&head[..n + rest.len()]);
     } else {
         hasher.update(&head[..n]);

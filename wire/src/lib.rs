@@ -25,6 +25,7 @@
 //! | [`ethernet`], [`ipv4`], [`ipv6`], [`udp`] | the outer headers: Ethernet II, IPv4, IPv6, UDP |
 //! | [`arp`], [`ndp`] | neighbour resolution: ARP, IPv6 neighbour solicitation and advertisement |
 //! | [`checksum`] | the internet checksum (IPv4 header, UDP, ICMPv6) |
+//! | [`copy`] | copying and zeroing short byte runs without a `memcpy` call |
 //! | [`ip`] | IP packets of either version: headers, a datagram's headers as rxe writes them |
 //! | [`frame`] | RoCEv2 framing: Ethernet (optional), IPv4/IPv6, UDP 4791 |
 //! | [`udp_port`] | the UDP source port rule rxe uses |
@@ -44,6 +45,7 @@ pub mod atomic_ack_eth;
 pub mod atomic_eth;
 pub mod bth;
 pub mod checksum;
+pub mod copy;
 pub mod deth;
 pub mod ethernet;
 pub mod feth;

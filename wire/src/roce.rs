@@ -333,8 +333,8 @@ impl<'a> Repr<'a> {
     /// The payload, zero pad bytes and a zero ICRC after the headers.
     fn emit_payload(&self, info: &OpcodeInfo, data: &mut [u8]) {
         let payload_end = info.length + self.payload.len();
-        data[info.length..payload_end].copy_from_slice(self.payload);
-        data[payload_end..].fill(0);
+        crate::copy::copy_short(&mut data[info.length..payload_end], self.payload);
+        crate::copy::zero_short(&mut data[payload_end..]);
     }
 }
 

@@ -17,6 +17,7 @@
 //! stores them little-endian, as on x86-64.
 
 use std::sync::Mutex;
+use uroce_wire::copy::copy_short;
 
 /// An access the memory map does not allow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -289,7 +290,7 @@ impl HostMemory for SimMemory {
     }
 
     fn write(&self, addr: u64, src: &[u8]) -> Result<(), MemFault> {
-        self.with_range(addr, src.len() as u64, |dst| dst.copy_from_slice(src))
+        self.with_range(addr, src.len() as u64, |dst| copy_short(dst, src))
     }
 
     fn load_acquire_u32(&self, addr: u64) -> Result<u32, MemFault> {
