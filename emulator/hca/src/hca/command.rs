@@ -364,8 +364,8 @@ fn reg_error(e: RegisterError) -> CmdError {
 impl Table<AhContext, AhIndex> {
     /// The path of address handle `ah`, if it is one of protection domain
     /// `pd`'s.
-    pub(crate) fn path(&self, ah: AhIndex, pd: PdIndex) -> Option<Path> {
-        self.get(ah).filter(|a| a.pd == pd).map(|a| a.path)
+    pub(crate) fn path(&self, ah: AhIndex, pd: PdIndex) -> Option<&Path> {
+        self.get(ah).filter(|a| a.pd == pd).map(|a| &a.path)
     }
 }
 

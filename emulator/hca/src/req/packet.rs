@@ -37,8 +37,6 @@ struct PacketPlan {
     opcode: WrOpcode,
     /// The WQE's flags.
     flags: SendFlags,
-    /// The operation.
-    op: SendOp,
     /// The packet's PSN.
     psn: Psn,
     /// Where it is in its message.
@@ -99,9 +97,11 @@ impl QpStep<'_> {
         // Built where it stays: the repr has room for every extension
         // header, and moving it is a copy.
         let mut roce = Repr { bth, ext: ExtHeaders::default(), payload: &[] };
-        set_extension_headers(wire_opcode.info()?, &plan, &mut roce.ext);
+        // The operation where it lies in the entry (a copy is 40 bytes).
+        let op = &qp.entry(req_index)?.op;
+        set_extension_headers(wire_opcode.info()?, &plan, op, &mut roce.ext);
         let (path, dest_qpn) = if qp.qp_type == QpType::Ud {
-            let ud = plan.op.ud().unwrap_or_default();
+            let ud = op.ud().unwrap_or_default();
             let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
                 Qkey(qp.attr.qkey)
             } else {
@@ -110,7 +110,7 @@ impl QpStep<'_> {
             roce.ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
             (self.dev.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
         } else {
-            (qp.path, Qpn::new(qp.attr.dest_qp_num))
+            (qp.path.as_ref(), Qpn::new(qp.attr.dest_qp_num))
         };
         let Some(path) = path else {
             // A UD WQE naming no address handle of this PD.
@@ -224,7 +224,6 @@ fn plan_packet(qp: &QpContext, req_index: u32, mtu: u32) -> Option<PacketPlan> {
     Some(PacketPlan {
         opcode: entry.opcode,
         flags: entry.flags,
-        op: entry.op,
         psn,
         position,
         offset,
@@ -243,11 +242,11 @@ const FROM_OPERATION: Mask =
 /// request packet with opcode `info` carries, from its operation. An
 /// opcode without any (a SEND, a WRITE's middle or last packet) leaves
 /// `ext` as it is, without looking at the operation.
-fn set_extension_headers(info: &OpcodeInfo, plan: &PacketPlan, ext: &mut ExtHeaders) {
+fn set_extension_headers(info: &OpcodeInfo, plan: &PacketPlan, op: &SendOp, ext: &mut ExtHeaders) {
     if !info.mask.intersects(FROM_OPERATION) {
         return;
     }
-    let op = plan.op;
+    let op = *op;
     if let (true, Some(remote)) = (info.is(Mask::RETH), op.remote()) {
         let (va, dma_len) = match op {
             SendOp::Read { .. } => (remote.va + plan.offset, (plan.total - plan.offset) as u32),
@@ -367,13 +366,13 @@ pub(crate) fn emit_frame(
     roce: Repr<'_>,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    emit_frame_ref(path, ip_id, kind_port, &roce, buf)
+    emit_frame_ref(&path, ip_id, kind_port, &roce, buf)
 }
 
 /// [`emit_frame`] of a transport repr where it lies (the repr, with room
 /// for every extension header, is not moved).
 fn emit_frame_ref(
-    path: Path,
+    path: &Path,
     ip_id: u16,
     (kind, sport): (PacketKind, u16),
     roce: &Repr<'_>,
