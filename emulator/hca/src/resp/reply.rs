@@ -23,8 +23,21 @@ impl Responder {
         let bound = self.resources.len() + MAX_QUEUED_ACKS;
         let is_plain_ack =
             |r: &Response| matches!(r, Response::Ack { syndrome: Syndrome::Ack { .. }, .. });
-        if is_plain_ack(&response) && self.queue.back().is_some_and(is_plain_ack) {
-            self.queue.pop_back();
+        if is_plain_ack(&response) {
+            // An ACK replaces the plain ACK last in the queue where it lies
+            // (what taking that one out, then queueing this one, comes to
+            // when the queue is within the bound).
+            let within_bound = self.queue.len() <= bound;
+            match self.queue.back_mut() {
+                Some(last) if is_plain_ack(last) && within_bound => {
+                    *last = response;
+                    return true;
+                }
+                Some(last) if is_plain_ack(last) => {
+                    self.queue.pop_back();
+                }
+                _ => {}
+            }
         }
         if self.queue.len() >= bound {
             // Full: the requester's retry will ask again.
