@@ -61,12 +61,16 @@ pub struct SqEntry {
     /// Why the WQE was refused when fetched, if it was (a malformed WQE
     /// completes with this status when the requester reaches it).
     pub fetch_error: Option<WcStatus>,
+    /// The payload's bytes, summed once when the WQE is fetched
+    /// ([`SqEntry::length`]).
+    length: u64,
 }
 
 impl SqEntry {
     /// A fetched WQE, decoded.
     pub fn new(wqe: SendWqe, signaled: bool, fetch_error: Option<WcStatus>) -> SqEntry {
         SqEntry {
+            length: wqe.length(),
             wr_id: wqe.wr_id,
             opcode: wqe.opcode,
             flags: wqe.flags,
@@ -98,15 +102,13 @@ impl SqEntry {
             read_placed: 0,
             signaled: true,
             fetch_error: Some(status),
+            length: 0,
         }
     }
 
     /// Total bytes of the message (sum of SGE lengths, or inline length).
     pub fn length(&self) -> u64 {
-        match &self.payload {
-            Payload::Sges(sges) => sges.iter().map(|s| u64::from(s.length)).sum(),
-            Payload::Inline(data) => data.len() as u64,
-        }
+        self.length
     }
 
     /// The last PSN of the WQE.
