@@ -51,7 +51,7 @@ mod tests {
         let src: Vec<u8> = (1..=80u8).collect();
         for n in 0..=70 {
             for at in [0, 1, 5] {
-                let mut dst = vec![0xeeu8; 80];
+                let mut dst = [0xeeu8; 80];
                 copy_short(&mut dst[at..at + n], &src[..n]);
                 assert_eq!(&dst[at..at + n], &src[..n], "copy of {n} at {at}");
                 assert!(dst[..at].iter().all(|&b| b == 0xee), "before, {n} at {at}");
