@@ -151,6 +151,10 @@ impl QpStep<'_> {
         packet: &uroce_wire::roce::Packet<&[u8]>,
         verdict: RequestVerdict,
     ) {
+        if !self.dev.steps.is_on() {
+            // Nothing to read out of the packet for a log that is off.
+            return;
+        }
         let qp = &*self.qp;
         let bth = packet.bth();
         let step = Step::Request { qpn: qp.qpn, psn: bth.psn(), opcode: bth.opcode(), verdict };

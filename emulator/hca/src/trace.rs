@@ -220,6 +220,12 @@ impl StepLog {
         }
     }
 
+    /// Whether steps are kept (a caller may skip building one when not).
+    #[inline]
+    pub(crate) fn is_on(&self) -> bool {
+        self.capacity != 0
+    }
+
     #[inline]
     pub(crate) fn record(&mut self, at: Instant, step: Step) {
         self.insert(self.recorded, at, step);

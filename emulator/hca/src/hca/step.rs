@@ -108,7 +108,9 @@ impl Device {
         solicited: bool,
     ) -> CqeWrite {
         let (qpn, wr_id, status, opcode) = (cqe.qp_num, cqe.wr_id, cqe.status, cqe.opcode);
-        self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        if self.steps.is_on() {
+            self.step(now, Step::Completion { qpn, cq: cq.value(), wr_id, status, opcode });
+        }
         self.tally.count(now, qpn, wr_id, status);
         let outcome = match self.cqs.get_mut(cq) {
             Some(ctx) => ctx.post(self.mem.host().as_ref(), cqe, solicited),
