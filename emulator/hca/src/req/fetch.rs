@@ -67,7 +67,9 @@ impl QpStep<'_> {
                     }
                     Err(_) => Err((last_wr_id, WcStatus::LocQpOpErr)),
                 };
-                let entry = match decoded {
+                // Each entry is built where it lies, in its slot (moving
+                // one is a copy of all of it).
+                let fetch_error = match decoded {
                     Ok(wqe) => {
                         let legal = wqe.opcode.allowed_on(qp.qp_type);
                         let signaled = qp.sq_sig_all || wqe.flags.contains(SendFlags::SIGNALED);
@@ -80,15 +82,18 @@ impl QpStep<'_> {
                         } else {
                             None
                         };
-                        SqEntry::new(wqe, signaled, fetch_error)
+                        shadow.entry = Some(SqEntry::new(wqe, signaled, fetch_error));
+                        fetch_error
                     }
-                    Err((wr_id, status)) => SqEntry::refused(wr_id, status),
+                    Err((wr_id, status)) => {
+                        shadow.entry = Some(SqEntry::refused(wr_id, status));
+                        Some(status)
+                    }
                 };
-                if let Some(status) = entry.fetch_error {
+                if let Some(status) = fetch_error {
                     self.dev.counters.bad_wqe += 1;
                     self.dev.steps.record(now, Step::WqeRefused { qpn: qp.qpn, status });
                 }
-                qp.sq_shadow[s].entry = Some(entry);
                 qp.fetched = qp.fetched.wrapping_add(1);
             }
         }
