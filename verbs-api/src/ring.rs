@@ -271,9 +271,13 @@ impl CqRing {
         let stride = desc.stride as usize;
         let before = out.len();
         let mut consumer = state.consumer;
-        let mut buf = [0u8; CQES_PER_READ * CQE_LEN];
-        let per_read = ((buf.len() - CQE_LEN) / stride.max(1) + 1).min(CQES_PER_READ);
+        // Zeroed when a CQE is there to read (a poll that finds none skips
+        // it).
+        let mut buf = None;
+        const BUF_LEN: usize = CQES_PER_READ * CQE_LEN;
+        let per_read = ((BUF_LEN - CQE_LEN) / stride.max(1) + 1).min(CQES_PER_READ);
         while consumer != producer && out.len() - before < max {
+            let buf = buf.get_or_insert([0u8; BUF_LEN]);
             let to_end = desc.entries - (consumer & (desc.entries - 1));
             let run = (producer.wrapping_sub(consumer).min(to_end) as usize)
                 .min(max - (out.len() - before))
