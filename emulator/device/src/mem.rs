@@ -192,6 +192,14 @@ impl Arena {
     }
 }
 
+/// Where `[addr, addr + len)` lies in the allocation of `size` bytes at
+/// `start`, if it lies inside it.
+fn within(start: u64, size: usize, addr: u64, len: u64) -> Option<core::ops::Range<usize>> {
+    let offset = addr.checked_sub(start)?;
+    let end = offset.checked_add(len)?;
+    (end <= size as u64).then_some(offset as usize..end as usize)
+}
+
 /// A deterministic host memory made of separate allocations.
 pub struct SimMemory {
     arena: Mutex<Arena>,
@@ -309,8 +317,28 @@ impl HostMemory for SimMemory {
         value: u32,
     ) -> Result<(), MemFault> {
         let mut arena = self.lock();
-        if arena.access(addr, src.len() as u64, |dst| dst.copy_from_slice(src)).is_none() {
-            return self.fault(arena, MemFault { addr, len: src.len() as u64 });
+        let len = src.len() as u64;
+        // The entry, then the index: in the allocation the entry was found
+        // in (a ring's index and entries lie in one) without looking it up
+        // again, else wherever it is.
+        let index_written = match arena.find(addr) {
+            Some((start, bytes)) => match within(start, bytes.len(), addr, len) {
+                Some(entry) => {
+                    bytes[entry].copy_from_slice(src);
+                    match within(start, bytes.len(), index_addr, 4) {
+                        Some(index) => {
+                            bytes[index].copy_from_slice(&value.to_le_bytes());
+                            true
+                        }
+                        None => false,
+                    }
+                }
+                None => return self.fault(arena, MemFault { addr, len }),
+            },
+            None => return self.fault(arena, MemFault { addr, len }),
+        };
+        if index_written {
+            return Ok(());
         }
         match arena.access(index_addr, 4, |b| b.copy_from_slice(&value.to_le_bytes())) {
             Some(()) => Ok(()),
