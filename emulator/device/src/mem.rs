@@ -321,23 +321,14 @@ impl HostMemory for SimMemory {
         // The entry, then the index: in the allocation the entry was found
         // in (a ring's index and entries lie in one) without looking it up
         // again, else wherever it is.
-        let index_written = match arena.find(addr) {
-            Some((start, bytes)) => match within(start, bytes.len(), addr, len) {
-                Some(entry) => {
-                    bytes[entry].copy_from_slice(src);
-                    match within(start, bytes.len(), index_addr, 4) {
-                        Some(index) => {
-                            bytes[index].copy_from_slice(&value.to_le_bytes());
-                            true
-                        }
-                        None => false,
-                    }
-                }
-                None => return self.fault(arena, MemFault { addr, len }),
-            },
-            None => return self.fault(arena, MemFault { addr, len }),
+        let entry_fault = MemFault { addr, len };
+        let Some((start, bytes)) = arena.find(addr) else { return self.fault(arena, entry_fault) };
+        let Some(entry) = within(start, bytes.len(), addr, len) else {
+            return self.fault(arena, entry_fault);
         };
-        if index_written {
+        bytes[entry].copy_from_slice(src);
+        if let Some(index) = within(start, bytes.len(), index_addr, 4) {
+            bytes[index].copy_from_slice(&value.to_le_bytes());
             return Ok(());
         }
         match arena.access(index_addr, 4, |b| b.copy_from_slice(&value.to_le_bytes())) {
