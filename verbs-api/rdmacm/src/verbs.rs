@@ -3,8 +3,10 @@
 //! uroce's directory first in `LD_LIBRARY_PATH`) that is uroce's, so that
 //! `id->verbs` is the same context a program's own verbs see. Nothing of the
 //! verbs is linked into this library: the declarations below are resolved
-//! by the dynamic linker at load time. The link names the system's
-//! `libibverbs.so.1` only for the `NEEDED` entry and the symbol versions
+//! by the dynamic linker at load time. The link reads a stub the build
+//! script makes from this block (`build.rs`), not the system's library, so
+//! building needs no rdma-core: the stub gives the `NEEDED` entry (its
+//! soname, `libibverbs.so.1`) and the symbol versions
 //! (`ibv_create_qp@IBVERBS_1.1`...), which uroce's library exports too.
 //!
 //! `ibv_create_qp_ex` and `ibv_create_srq_ex` are `static inline` in
@@ -15,7 +17,7 @@
 use crate::abi::*;
 use libc::{c_int, c_void};
 
-#[link(name = "libibverbs.so.1", kind = "dylib", modifiers = "+verbatim")]
+#[link(name = "uroce_libibverbs_link_stub", kind = "dylib")]
 extern "C" {
     pub fn ibv_get_device_list(num: *mut c_int) -> *mut *mut ibv_device;
     pub fn ibv_free_device_list(list: *mut *mut ibv_device);
