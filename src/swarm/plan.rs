@@ -150,8 +150,12 @@ pub struct Plan {
     /// HCA: the responder ACKs at least every this many packets
     /// (seed-chosen).
     pub max_pkt_per_ack: u32,
-    /// HCA: packets a QP builds per scheduling turn (seed-chosen).
+    /// HCA: local operations and refused WQEs a QP finishes per
+    /// scheduling turn (seed-chosen).
     pub max_packets_per_turn: u32,
+    /// HCA: packets a QP sends in a row before the next QP's turn
+    /// (seed-chosen).
+    pub max_burst_packets: u32,
     /// The adversary's rate: for each packet the fabric delivers, the
     /// chance that it injects one (never: no adversary node at all).
     pub adversary: Probability,
@@ -232,6 +236,8 @@ impl Plan {
         let (outages, partitions, pauses) = (r.below(4), r.below(3), r.below(5));
         let (outages, partitions, pauses) =
             if disrupted { (outages as u32, partitions as u32, pauses as u32) } else { (0, 0, 0) };
+        // Drawn after the disruptions, for the same reason.
+        let max_burst_packets = [1, 4, 64][r.below(3) as usize];
         let disruptions = |given: Option<u32>, drawn| given.unwrap_or(drawn).min(MAX_DISRUPTIONS);
         Plan {
             seed: config.seed,
@@ -251,6 +257,7 @@ impl Plan {
             max_unacked_psns,
             max_pkt_per_ack,
             max_packets_per_turn,
+            max_burst_packets,
             adversary: config.adversary.unwrap_or(adversary),
             outages: disruptions(config.outages, outages),
             partitions: disruptions(config.partitions, partitions),

@@ -51,9 +51,15 @@ pub struct HcaConfig {
     /// Page size of the MTT, as a power of two.
     pub page_shift: u32,
     /// Local operations and refused WQEs the requester finishes per QP in
-    /// one scheduling turn (each turn sends at most one packet per QP, so
-    /// one busy QP cannot starve the others).
+    /// one scheduling turn (a turn sends at most `max_burst_packets`
+    /// packets, so one busy QP cannot starve the others).
     pub max_packets_per_turn: u32,
+    /// Packets a QP sends in a row before the next runnable QP's turn
+    /// (an HCA's arbitration quantum; rxe's requester task runs up to 1024
+    /// iterations per QP). Sending a few in a row uses the QP's context
+    /// while it is in the caches: with thousands of busy QPs, one packet
+    /// per turn fetches every context cold for every packet.
+    pub max_burst_packets: u32,
     /// Packets a requester may have unacknowledged (rxe: 128).
     pub max_unacked_psns: u32,
     /// Coalesce: the responder ACKs at least every this many packets even
@@ -164,6 +170,7 @@ impl Default for HcaConfig {
             active_mtu: Mtu::Mtu4096,
             page_shift: 12,
             max_packets_per_turn: 64,
+            max_burst_packets: 4,
             max_unacked_psns: 128,
             max_pkt_per_ack: 64,
             ipv4_id: Ipv4IdPolicy::Counter,
@@ -178,7 +185,7 @@ impl Default for HcaConfig {
 impl HcaConfig {
     /// Checks the configuration for values the HCA cannot work with.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 10] = [
+        let checks: [(bool, &'static str); 11] = [
             (self.max_qp >= 1 && self.max_qp <= 0x00ff_ffff - FIRST_QPN, "max_qp"),
             (self.max_qp_wr >= 1, "max_qp_wr"),
             (self.max_sge >= 1 && self.max_sge <= 64, "max_sge"),
@@ -186,6 +193,7 @@ impl HcaConfig {
             (self.max_mr >= 1 && self.max_mr < (1 << 24), "max_mr (MPT index is 24 bits)"),
             ((9..=30).contains(&self.page_shift), "page_shift"),
             (self.max_packets_per_turn >= 1, "max_packets_per_turn"),
+            (self.max_burst_packets >= 1, "max_burst_packets"),
             (self.max_unacked_psns >= 1 && self.max_unacked_psns < (1 << 22), "max_unacked_psns"),
             (self.cm_response_timeout <= 31, "cm_response_timeout (an exponent, 0..=31)"),
             (self.cm_max_retries <= 15, "cm_max_retries (4 bits, 0..=15)"),

@@ -227,6 +227,7 @@ impl Hca {
                 srqs: Table::new(config.max_srq as usize),
                 ahs: Table::new(config.max_ah as usize),
                 sched: VecDeque::new(),
+                turn: (QpIndex::default(), 0),
                 timers: Timers::default(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
@@ -397,12 +398,22 @@ impl Endpoint for Hca {
         for _ in 0..turns {
             let index = self.dev.sched.pop_front()?;
             let Some(mut step) = self.qp_step(index) else { continue };
+            let sent = if step.dev.turn.0 == index { step.dev.turn.1 } else { 0 };
             if let Some(transmit) = step.transmit(now, buf) {
-                // A step never destroys its QP: it stays in turn.
-                step.dev.sched.push_back(index);
+                // A step never destroys its QP: it keeps its turn for up
+                // to `max_burst_packets` packets, then goes to the back.
+                let sent = sent + 1;
+                if sent < step.dev.config.max_burst_packets {
+                    step.dev.sched.push_front(index);
+                    step.dev.turn = (index, sent);
+                } else {
+                    step.dev.sched.push_back(index);
+                    step.dev.turn = (index, 0);
+                }
                 step.dev.counters.sent_pkts += 1;
                 return Some(transmit);
             }
+            step.dev.turn = (index, 0);
             step.unschedule(now);
         }
         None

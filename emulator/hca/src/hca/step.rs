@@ -30,6 +30,9 @@ pub(crate) struct Device {
     pub(crate) srqs: Table<SrqContext, SrqIndex>,
     /// QPs (table indices) that may have packets to send, in turn order.
     pub(crate) sched: VecDeque<QpIndex>,
+    /// The QP whose turn it is and the packets it has sent in it (see
+    /// `HcaConfig::max_burst_packets`).
+    pub(crate) turn: (QpIndex, u32),
     /// Armed timers.
     pub(crate) timers: Timers,
     pub(crate) events: VecDeque<Event>,
