@@ -9,15 +9,17 @@
 # Builds uroce (release: the `uroce` command, its libibverbs.so, `uroce-perf`)
 # and ../shared/baseline (in target/baseline); installs ucx-utils, perftest and
 # ibverbs-utils with apt when missing (needs root; without root it says so and
-# exits with status 3). Then, each measurement the median of three runs
-# (--quick: one run):
+# exits with status 3). Then, in three rounds that each run every measurement
+# once (so that a ratio's two figures come from the same minutes), each
+# measurement the median of its three runs (--quick: one round):
 #   baseline   udp-blast plain/mmsg32/gso_gro 64 B and 4124 B, open loop and
 #              flow-controlled; udp-pingpong (connected sockets)
 #   UCX 1.13   ucx_perftest server and client processes, UCX_TLS=tcp
 #              UCX_NET_DEVICES=lo: ucp_am_bw 64 KiB, tag_lat 64 B
 #   uroce      `uroce bench` as two processes (WRITE 64 KiB with the default
 #              segmentation offload and with --no-offload, SEND 64 B latency, 8 B WRITE message rate, 1 and
-#              10,000 QPs, with the slowest QP's share); Debian's ib_send_lat and ibv_rc_pingpong on uroce's
+#              10,000 QPs (20 WRITEs per QP: with 5 the run is mostly each QP's start,
+#              see docs/performance.md), with the slowest QP's share); Debian's ib_send_lat and ibv_rc_pingpong on uroce's
 #              libibverbs.so.1 (`uroce run`), two processes each
 #   raw UDP    `uroce-perf udp-pingpong`: unconnected sockets, one per source
 #              port, busy-polled recvmmsg (uroce's socket style), two processes
@@ -63,7 +65,7 @@ else
   pingpong_iters=20000
   ucx_bw_iters=20000; ucx_lat_iters=20000; ucx_warmup=1000
   write_iters=20000; lat_iters=20000; rate_iters=1000000; one_qp_iters=20000
-  many_qps=10000; many_iters=5; tool_iters=20000; engine_scale=20
+  many_qps=10000; many_iters=20; tool_iters=20000; engine_scale=20
 fi
 
 say() { echo "vs-peers: $*" >&2; }
@@ -202,7 +204,6 @@ run() {
     tail -5 "$tmp/$key.$n" | sed 's/^/  /' >&2
   fi
 }
-repeat() { local i; for i in $(seq "$runs"); do run "$@"; done; }
 
 # uroce bench ARGS as a server and a client process.
 uroce_bench() {
@@ -295,38 +296,45 @@ many_qps_shared_open() {
 }
 
 # --- measure ----------------------------------------------------------------
+# Rounds: each measurement once per round, so that a ratio's two figures
+# (uroce and its reference) come from the same minutes of every round: the
+# machine's speed drifts by tens of percent over minutes (docs/performance.md,
+# "The machine's two speeds"), and measuring all of one, then all of the other,
+# put that drift into the ratios.
 start=$(date +%s)
-say "baseline (../shared/baseline)"
-# The baseline waits for an idle machine (its guard): a longer bound.
-repeat blast timeout -k 5 900 "$baseline" udp-blast --sizes 64,4124 --modes plain,mmsg32,gso_gro "${blast_flags[@]}"
-repeat udp timeout -k 5 900 "$baseline" udp-pingpong --iters "$pingpong_iters" "${blast_flags[@]}"
-# Its busy-polling ping-pong spins two threads on this machine's cores: under
-# other load a run can end with no sample ("nan"). One more run then, so
-# that a reference goes missing only when it cannot be measured at all.
+one_round() {
+  say "round $1 of $runs: baseline (../shared/baseline)"
+  # The baseline waits for an idle machine (its guard): a longer bound.
+  run blast timeout -k 5 900 "$baseline" udp-blast --sizes 64,4124 --modes plain,mmsg32,gso_gro "${blast_flags[@]}"
+  run udp timeout -k 5 900 "$baseline" udp-pingpong --iters "$pingpong_iters" "${blast_flags[@]}"
+  say "round $1: raw UDP ping-pong in uroce's socket style (uroce-perf udp-pingpong)"
+  run rawudp udp_pingpong
+  say "round $1: UCX over TCP on loopback (ucx_perftest), and uroce bench, two processes"
+  run ucx_bw ucx ucp_am_bw 65536 "$ucx_bw_iters"
+  run write uroce_bench write bw -s 65536 -n "$write_iters"
+  run plain uroce_bench write bw -s 65536 -n "$write_iters" --no-offload
+  run ucx_lat ucx tag_lat 64 "$ucx_lat_iters"
+  run lat uroce_bench send lat -s 64 -n "$lat_iters"
+  run rate uroce_bench write bw -s 8 -n "$rate_iters"
+  run one_qp uroce_bench write bw -s 4096 -n "$one_qp_iters" --qps 1
+  run many many_qps
+  run many_shared many_qps_shared
+  run many_open many_qps_open
+  run many_shared_open many_qps_shared_open
+  say "round $1: Debian's perftest and ibv_rc_pingpong on uroce's libibverbs.so.1"
+  run ib_send_lat perftest_lat
+  run rc_pingpong rc_pingpong
+  say "round $1: engine on the simulated fabric (uroce-perf engine --scale $engine_scale)"
+  run engine bounded "$perf" engine --scale "$engine_scale"
+}
+for round in $(seq "$runs"); do one_round "$round"; done
+# The baseline's busy-polling ping-pong spins two threads on this machine's
+# cores: under other load a run can end with no sample ("nan"). One more run
+# then, so that a reference goes missing only when it cannot be measured at all.
 if [ -z "$(med udp udp_pingpong_busy_median_us)" ]; then
   say "udp-pingpong: no busy-polling figure (the machine is busy?): once more"
   run udp timeout -k 5 900 "$baseline" udp-pingpong --iters "$pingpong_iters" "${blast_flags[@]}"
 fi
-say "raw UDP ping-pong in uroce's socket style (uroce-perf udp-pingpong)"
-repeat rawudp udp_pingpong
-say "UCX over TCP on loopback (ucx_perftest)"
-repeat ucx_bw ucx ucp_am_bw 65536 "$ucx_bw_iters"
-repeat ucx_lat ucx tag_lat 64 "$ucx_lat_iters"
-say "uroce bench, two processes"
-repeat write uroce_bench write bw -s 65536 -n "$write_iters"
-repeat plain uroce_bench write bw -s 65536 -n "$write_iters" --no-offload
-repeat lat uroce_bench send lat -s 64 -n "$lat_iters"
-repeat rate uroce_bench write bw -s 8 -n "$rate_iters"
-repeat one_qp uroce_bench write bw -s 4096 -n "$one_qp_iters" --qps 1
-repeat many many_qps
-repeat many_open many_qps_open
-repeat many_shared many_qps_shared
-repeat many_shared_open many_qps_shared_open
-say "Debian's perftest and ibv_rc_pingpong on uroce's libibverbs.so.1"
-repeat ib_send_lat perftest_lat
-repeat rc_pingpong rc_pingpong
-say "engine on the simulated fabric (uroce-perf engine --scale $engine_scale)"
-repeat engine bounded "$perf" engine --scale "$engine_scale"
 
 # --- figures ----------------------------------------------------------------
 plain_4124=$(med blast udp_blast_plain_4124B_rx_GBps)
