@@ -31,9 +31,6 @@ pub const MAX_SIZE: u32 = 1 << 23;
 /// QPs: per-QP depths are clamped to this divided by the QP count, which
 /// also keeps every completion in one CQ (at most 32767 entries).
 pub const WR_BUDGET: u32 = 32_000;
-/// Default of `--max-inflight`: about what a 4 MiB socket receive buffer
-/// holds at MTU 4096.
-pub const DEFAULT_INFLIGHT: u32 = 1024;
 /// Largest inline payload (the HCA's `max_inline_data`).
 const MAX_INLINE: u32 = 400;
 /// QPs whose addresses are printed (perftest prints every QP).
@@ -188,10 +185,11 @@ pub struct BenchArgs {
           value_parser = clap::value_parser!(u32).range(0..=MAX_INLINE as i64))]
     pub inline_size: Option<u32>,
     /// bw tests: packets' worth of WRs all QPs together keep outstanding
-    /// (0: no limit, as perftest). A UDP socket has no flow control: many
-    /// QPs times the tx depth overflow the peer's receive buffer, and
-    /// go-back-N retries then run out.
-    #[arg(long, value_name = "PACKETS", default_value_t = DEFAULT_INFLIGHT)]
+    /// (0, the default: no limit, as perftest; the device itself keeps
+    /// its unacknowledged packets within a budget, `HcaConfig::
+    /// max_device_unacked_psns`, so that many QPs' windows do not overflow
+    /// the peer's socket buffer).
+    #[arg(long, value_name = "PACKETS", default_value_t = 0)]
     pub max_inflight: u32,
     /// Skip the peak bandwidth (perftest's -N).
     #[arg(short = 'N', long = "no-peak")]

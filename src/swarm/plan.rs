@@ -156,6 +156,8 @@ pub struct Plan {
     /// HCA: packets a QP sends in a row before the next QP's turn
     /// (seed-chosen).
     pub max_burst_packets: u32,
+    /// HCA: the device-wide budget of unacknowledged PSNs (seed-chosen).
+    pub max_device_unacked_psns: u32,
     /// The adversary's rate: for each packet the fabric delivers, the
     /// chance that it injects one (never: no adversary node at all).
     pub adversary: Probability,
@@ -238,6 +240,7 @@ impl Plan {
             if disrupted { (outages as u32, partitions as u32, pauses as u32) } else { (0, 0, 0) };
         // Drawn after the disruptions, for the same reason.
         let max_burst_packets = [1, 4, 64][r.below(3) as usize];
+        let max_device_unacked_psns = [16, 128, 1024][r.below(3) as usize];
         let disruptions = |given: Option<u32>, drawn| given.unwrap_or(drawn).min(MAX_DISRUPTIONS);
         Plan {
             seed: config.seed,
@@ -258,6 +261,7 @@ impl Plan {
             max_pkt_per_ack,
             max_packets_per_turn,
             max_burst_packets,
+            max_device_unacked_psns,
             adversary: config.adversary.unwrap_or(adversary),
             outages: disruptions(config.outages, outages),
             partitions: disruptions(config.partitions, partitions),

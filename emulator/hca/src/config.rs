@@ -62,6 +62,13 @@ pub struct HcaConfig {
     pub max_burst_packets: u32,
     /// Packets a requester may have unacknowledged (rxe: 128).
     pub max_unacked_psns: u32,
+    /// PSNs all the device's RC requesters together may have
+    /// unacknowledged (a device-wide transmit budget): past it, a QP starts
+    /// no new WQE until ACKs bring the total below it (a WQE already
+    /// started finishes). Ten thousand QPs that each start a window at
+    /// once would otherwise burst more than a receiver's socket buffer
+    /// holds, and recover only by retransmitting.
+    pub max_device_unacked_psns: u32,
     /// Coalesce: the responder ACKs at least every this many packets even
     /// without AckReq (rxe: `RXE_MAX_PKT_PER_ACK`).
     pub max_pkt_per_ack: u32,
@@ -172,6 +179,7 @@ impl Default for HcaConfig {
             max_packets_per_turn: 64,
             max_burst_packets: 4,
             max_unacked_psns: 128,
+            max_device_unacked_psns: 1024,
             max_pkt_per_ack: 64,
             ipv4_id: Ipv4IdPolicy::Counter,
             source_ports: SourcePortPolicy::PerQp,
@@ -185,7 +193,7 @@ impl Default for HcaConfig {
 impl HcaConfig {
     /// Checks the configuration for values the HCA cannot work with.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let checks: [(bool, &'static str); 11] = [
+        let checks: [(bool, &'static str); 12] = [
             (self.max_qp >= 1 && self.max_qp <= 0x00ff_ffff - FIRST_QPN, "max_qp"),
             (self.max_qp_wr >= 1, "max_qp_wr"),
             (self.max_sge >= 1 && self.max_sge <= 64, "max_sge"),
@@ -194,6 +202,7 @@ impl HcaConfig {
             ((9..=30).contains(&self.page_shift), "page_shift"),
             (self.max_packets_per_turn >= 1, "max_packets_per_turn"),
             (self.max_burst_packets >= 1, "max_burst_packets"),
+            (self.max_device_unacked_psns >= 1, "max_device_unacked_psns"),
             (self.max_unacked_psns >= 1 && self.max_unacked_psns < (1 << 22), "max_unacked_psns"),
             (self.cm_response_timeout <= 31, "cm_response_timeout (an exponent, 0..=31)"),
             (self.cm_max_retries <= 15, "cm_max_retries (4 bits, 0..=15)"),

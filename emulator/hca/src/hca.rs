@@ -228,6 +228,9 @@ impl Hca {
                 ahs: Table::new(config.max_ah as usize),
                 sched: VecDeque::new(),
                 turn: (QpIndex::default(), 0),
+                unacked_psns: 0,
+                budget_waiters: VecDeque::new(),
+                budget_blocked: false,
                 timers: Timers::default(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
@@ -305,8 +308,34 @@ impl Hca {
     /// Whether some QP may have a packet to send now: a driver that
     /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
     /// back without waiting for a timer.
+    /// Schedules the QPs that wait for the device's budget again, in
+    /// order: one per turn's worth of PSNs the budget has room for (a QP
+    /// let go into a budget it would spend after one packet is stepped
+    /// twice for nothing), at least one while there is any room. One that
+    /// still finds no room waits again, at the back.
+    fn release_budget_waiters(&mut self) {
+        let room = self.dev.config.max_device_unacked_psns.saturating_sub(self.dev.unacked_psns);
+        let per_qp = self.dev.config.max_burst_packets.max(1);
+        let count = (room.div_ceil(per_qp) as usize).min(self.dev.budget_waiters.len());
+        for _ in 0..count {
+            let Some(index) = self.dev.budget_waiters.pop_front() else { break };
+            // A QP destroyed while waiting has left its slot (or a new QP
+            // has it: scheduling that one only costs it a look).
+            let Some(qp) = self.qps.get_mut(index) else { continue };
+            qp.waiting_for_budget = false;
+            if !qp.scheduled {
+                // Its send queue's flag is still up (see `poll_transmit`).
+                qp.scheduled = true;
+                self.dev.sched.push_back(index);
+            }
+        }
+    }
+
     pub fn has_transmit_ready(&self) -> bool {
-        !self.crashed && (!self.dev.sched.is_empty() || self.gsi_has_transmit())
+        !self.crashed
+            && (!self.dev.sched.is_empty()
+                || (!self.dev.budget_waiters.is_empty() && self.dev.budget_left())
+                || self.gsi_has_transmit())
     }
 
     /// Whether events are waiting for [`Hca::poll_event`].
@@ -394,6 +423,7 @@ impl Endpoint for Hca {
         if let Some(transmit) = self.gsi_transmit(now, buf) {
             return Some(transmit);
         }
+        self.release_budget_waiters();
         let turns = self.dev.sched.len();
         for _ in 0..turns {
             let index = self.dev.sched.pop_front()?;
@@ -414,7 +444,16 @@ impl Endpoint for Hca {
                 return Some(transmit);
             }
             step.dev.turn = (index, 0);
-            step.unschedule(now);
+            if std::mem::take(&mut step.dev.budget_blocked) {
+                // It has a WQE to start: out of turn until the budget has
+                // room (its flag stays up: the driver need not ring).
+                step.qp.scheduled = false;
+                if !std::mem::replace(&mut step.qp.waiting_for_budget, true) {
+                    step.dev.budget_waiters.push_back(index);
+                }
+            } else {
+                step.unschedule(now);
+            }
         }
         None
     }

@@ -359,6 +359,11 @@ pub struct QpContext {
     /// In the HCA's transmit schedule (and the send queue's
     /// device-scheduled flag is up).
     pub scheduled: bool,
+    /// The unacknowledged PSNs this QP counts in the device's total
+    /// (`Device::unacked_psns`), as of the end of its last step.
+    pub charged_psns: u32,
+    /// In the device's `budget_waiters`.
+    pub waiting_for_budget: bool,
     /// The send queue's producer index when the HCA last took the
     /// QP out of its schedule: a post published after it was not seen.
     pub sq_doorbell_seen: u32,
@@ -416,6 +421,16 @@ impl QpContext {
         self.comp.retry_left = self.attr.retry_cnt;
         self.comp.rnr_retry_left = self.attr.rnr_retry;
         self.comp.started_retry = false;
+    }
+
+    /// The PSNs this QP's requester has assigned and not seen
+    /// acknowledged: an RC QP that can send (none otherwise: its window
+    /// is flushed or not open).
+    pub fn unacked_psns(&self) -> u32 {
+        if self.qp_type != QpType::Rc || !self.can_send() {
+            return 0;
+        }
+        self.comp.psn.distance_to(self.req.next_psn).max(0) as u32
     }
 
     /// Whether the QP can send requests.

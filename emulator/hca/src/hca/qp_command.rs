@@ -86,6 +86,8 @@ impl Hca {
                 comp: Completer::default(),
                 resp: Responder::default(),
                 scheduled: false,
+                charged_psns: 0,
+                waiting_for_budget: false,
                 sq_doorbell_seen: 0,
                 sent_pkts: 0,
                 injected: crate::fault::Injected::default(),
@@ -126,6 +128,7 @@ impl Hca {
             self.dev.timers.set(index, &mut qp, kind, None);
         }
         self.dev.sched.retain(|&i| i != index);
+        self.dev.unacked_psns = self.dev.unacked_psns.saturating_sub(qp.charged_psns);
         self.pd_use(qp.pd, -1);
         for cq in [qp.send_cq, qp.recv_cq] {
             if let Some(ctx) = self.dev.cqs.get_mut(cq) {
@@ -205,7 +208,7 @@ impl Hca {
             }
         }
         if let Some(port) = took_port {
-            self.dev.source_ports.take(port);
+            step.dev.source_ports.take(port);
         }
         Ok(Reply::Done)
     }

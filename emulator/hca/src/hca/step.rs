@@ -33,6 +33,17 @@ pub(crate) struct Device {
     /// The QP whose turn it is and the packets it has sent in it (see
     /// `HcaConfig::max_burst_packets`).
     pub(crate) turn: (QpIndex, u32),
+    /// The RC requesters' unacknowledged PSNs, all QPs together (each
+    /// QP's share is `QpContext::charged_psns`).
+    pub(crate) unacked_psns: u32,
+    /// QPs that would start a WQE but the device-wide budget
+    /// (`HcaConfig::max_device_unacked_psns`) is spent, in order: out of
+    /// `sched` (a response they owe schedules them as usual), their send
+    /// queue's flag left up, and scheduled again, as many as the budget
+    /// has room for, once ACKs free it (`Hca::poll_transmit`).
+    pub(crate) budget_waiters: VecDeque<QpIndex>,
+    /// Set by a requester that held a WQE back for the device's budget.
+    pub(crate) budget_blocked: bool,
     /// Armed timers.
     pub(crate) timers: Timers,
     pub(crate) events: VecDeque<Event>,
@@ -71,6 +82,27 @@ pub(crate) enum CqeWrite {
     Written,
     /// The CQ overflowed: CQ_ERR is raised, the QP that wrote goes fatal.
     Overrun,
+}
+
+impl Device {
+    /// Whether the device's unacknowledged PSNs leave room for a new WQE.
+    pub(crate) fn budget_left(&self) -> bool {
+        self.unacked_psns < self.config.max_device_unacked_psns
+    }
+}
+
+/// Every step ends by bringing its QP's share of the device's
+/// unacknowledged PSNs up to date, whatever it did (sent, was ACKed, went
+/// back, changed state): one place, so that no path can leak budget.
+impl Drop for QpStep<'_> {
+    fn drop(&mut self) {
+        let qp = &mut *self.qp;
+        let now = qp.unacked_psns();
+        if now != qp.charged_psns {
+            self.dev.unacked_psns = (self.dev.unacked_psns + now).saturating_sub(qp.charged_psns);
+            qp.charged_psns = now;
+        }
+    }
 }
 
 impl Hca {

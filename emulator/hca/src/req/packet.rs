@@ -55,6 +55,9 @@ struct PacketPlan {
 impl QpStep<'_> {
     /// Builds the next packet of the current WQE (RC, UC, UD).
     pub(super) fn build_request(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.waits_for_budget() {
+            return None;
+        }
         let config = &self.dev.config;
         let max_pkt_per_ack = config.max_pkt_per_ack;
         let qp = &mut *self.qp;

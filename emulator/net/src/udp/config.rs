@@ -277,7 +277,9 @@ impl UdpConfig {
     /// on-link, and `UROCE_MTU` (the link MTU). `UROCE_CM_RESPONSE_TIMEOUT`
     /// (0..=31, an IBA time exponent) and `UROCE_CM_RETRIES` (0..=15) set
     /// the CM's response timeout and retries (rdma_cm's 20 and 15 by
-    /// default: [`HcaConfig::cm_response_timeout`]). `UROCE_SCENARIO` (a
+    /// default: [`HcaConfig::cm_response_timeout`]). `UROCE_TX_BUDGET`
+    /// sets the device's budget of unacknowledged packets
+    /// ([`HcaConfig::max_device_unacked_psns`]). `UROCE_SCENARIO` (a
     /// library name or a file) runs a fault scenario at the device's port,
     /// with `UROCE_SCENARIO_SEED`, `UROCE_SCENARIO_PARAMS` (`k=v,...`),
     /// `UROCE_SCENARIO_ROLE` and `UROCE_SCENARIO_REPORT` (a file): see
@@ -376,6 +378,17 @@ impl UdpConfig {
         }
         if let Some(n) = number_var(&var, "UROCE_CM_RETRIES", 15, "CM retries")? {
             config.hca.cm_max_retries = n;
+        }
+        if let Some(text) = var("UROCE_TX_BUDGET").filter(|t| !t.trim().is_empty()) {
+            config.hca.max_device_unacked_psns = match text.trim().parse::<u32>() {
+                Ok(n) if (1..1 << 24).contains(&n) => n,
+                _ => {
+                    return Err(UdpError::Config(format!(
+                        "UROCE_TX_BUDGET=`{text}`: expected the device's unacknowledged \
+                         packets at most, 1 to 16777215"
+                    )))
+                }
+            };
         }
         if let Some(text) = var("UROCE_OFFLOAD") {
             config.offload = match text.trim() {

@@ -121,6 +121,23 @@ fn cm_timing_from_variables() {
 }
 
 #[test]
+fn the_devices_transmit_budget_comes_from_uroce_tx_budget() {
+    let c = UdpConfig::from_vars(|_: &str| None).unwrap();
+    assert_eq!(c.hca.max_device_unacked_psns, 1024);
+    let c = UdpConfig::from_vars(|n: &str| (n == "UROCE_TX_BUDGET").then(|| " 256 ".to_string()))
+        .unwrap();
+    assert_eq!(c.hca.max_device_unacked_psns, 256);
+    for value in ["0", "16777216", "-1", "lots"] {
+        let Err(UdpError::Config(e)) = UdpConfig::from_vars(move |n: &str| {
+            (n == "UROCE_TX_BUDGET").then(|| value.to_string())
+        }) else {
+            panic!("UROCE_TX_BUDGET={value} accepted")
+        };
+        assert!(e.contains(&format!("UROCE_TX_BUDGET=`{value}`")) && e.contains("1 to"), "{e}");
+    }
+}
+
+#[test]
 fn addresses_that_cannot_be_a_devices_are_refused_by_name() {
     let refused = |pairs: &[(&str, &str)]| {
         let var = |name: &str| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
