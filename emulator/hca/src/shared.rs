@@ -239,9 +239,15 @@ impl DeviceLink for SharedHca {
 
     fn kick(&self, doorbell: Doorbell) {
         let now = self.now();
-        self.lock().doorbell(now, doorbell);
+        let ready = {
+            let mut hca = self.lock();
+            hca.doorbell(now, doorbell);
+            hca.has_transmit_ready()
+        };
         self.notify_if_events();
-        if matches!(doorbell, Doorbell::SendQueue(_)) {
+        // A doorbell that left nothing to send (its QP waits for the
+        // device's transmit budget) needs no send round.
+        if matches!(doorbell, Doorbell::SendQueue(_)) && ready {
             if let Some(driver) = self.driver() {
                 driver.rang_send_doorbell();
             }

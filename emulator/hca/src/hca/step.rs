@@ -18,7 +18,7 @@ use crate::trace::{Step, StepLog};
 use std::collections::VecDeque;
 use uroce_device::cqe::Cqe;
 use uroce_device::doorbell::Event;
-use uroce_device::types::{EventType, QpState};
+use uroce_device::types::{EventType, QpState, QpType};
 
 /// The device state beside the QP table: what a step reaches besides its
 /// QP's context. It lies in the HCA as one struct, so that a step borrows
@@ -192,12 +192,36 @@ impl QpStep<'_> {
 impl QpStep<'_> {
     /// A doorbell for this QP's send queue (`send_queue`) or receive queue.
     pub(crate) fn doorbell(&mut self, now: Instant, send_queue: bool) {
+        if send_queue && self.waits_at_doorbell() {
+            return;
+        }
         match self.qp.state {
             QpState::Err => self.flush(now),
             // SQE: sends flush, receives go on.
             QpState::Sqe if send_queue => self.flush_send_queue(now),
             _ => self.schedule(),
         }
+    }
+
+    /// A send doorbell of an RC QP that is not sending while the device's
+    /// budget is spent: stepped now, it would only find that out. It joins
+    /// the budget's waiters with its flag up (the driver need not ring
+    /// again) and is stepped when the budget has room.
+    fn waits_at_doorbell(&mut self) -> bool {
+        let qp = &mut *self.qp;
+        let idle = !qp.scheduled && qp.req.sent_pkts == 0 && qp.can_send();
+        if !idle || qp.qp_type != QpType::Rc || self.dev.budget_left() {
+            return false;
+        }
+        if qp.entry(qp.req.index).is_some_and(|e| e.psn_assigned) {
+            // A WQE under way (resent after a go-back): not held back.
+            return false;
+        }
+        let _ = self.dev.mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
+        if !std::mem::replace(&mut qp.waiting_for_budget, true) {
+            self.dev.budget_waiters.push_back(self.index);
+        }
+        true
     }
 
     /// Takes a QP with nothing to send out of the schedule and lowers the
