@@ -30,6 +30,7 @@ pub use uroce_device::doorbell::{Doorbell, Event};
 use uroce_device::mem::HostMemory;
 use uroce_device::types::{EventType, Qpn};
 
+mod budget;
 mod cm_command;
 mod command;
 mod completion;
@@ -96,6 +97,12 @@ pub(crate) fn schedule_qp(
     }
     qp.scheduled = true;
     sched.push_back(index);
+    raise_scheduled_flag(mem, qp);
+}
+
+/// Raises QP `qp`'s send queue's device-scheduled flag: the driver may
+/// post without a doorbell until it comes down.
+pub(crate) fn raise_scheduled_flag(mem: &MemoryTables, qp: &QpContext) {
     // A fault here (the application freed its ring) is met again, and
     // reported, when the queue is read.
     let _ = mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
@@ -308,29 +315,6 @@ impl Hca {
     /// Whether some QP may have a packet to send now: a driver that
     /// stopped [`Endpoint::poll_transmit`] early (a burst limit) must come
     /// back without waiting for a timer.
-    /// Schedules the QPs that wait for the device's budget again, in
-    /// order: one per turn's worth of PSNs the budget has room for (a QP
-    /// let go into a budget it would spend after one packet is stepped
-    /// twice for nothing), at least one while there is any room. One that
-    /// still finds no room waits again, at the back.
-    fn release_budget_waiters(&mut self) {
-        let room = self.dev.config.max_device_unacked_psns.saturating_sub(self.dev.unacked_psns);
-        let per_qp = self.dev.config.max_burst_packets.max(1);
-        let count = (room.div_ceil(per_qp) as usize).min(self.dev.budget_waiters.len());
-        for _ in 0..count {
-            let Some(index) = self.dev.budget_waiters.pop_front() else { break };
-            // A QP destroyed while waiting has left its slot (or a new QP
-            // has it: scheduling that one only costs it a look).
-            let Some(qp) = self.qps.get_mut(index) else { continue };
-            qp.waiting_for_budget = false;
-            if !qp.scheduled {
-                // Its send queue's flag is still up (see `poll_transmit`).
-                qp.scheduled = true;
-                self.dev.sched.push_back(index);
-            }
-        }
-    }
-
     pub fn has_transmit_ready(&self) -> bool {
         !self.crashed
             && (!self.dev.sched.is_empty()
@@ -448,9 +432,7 @@ impl Endpoint for Hca {
                 // It has a WQE to start: out of turn until the budget has
                 // room (its flag stays up: the driver need not ring).
                 step.qp.scheduled = false;
-                if !std::mem::replace(&mut step.qp.waiting_for_budget, true) {
-                    step.dev.budget_waiters.push_back(index);
-                }
+                step.wait_for_budget();
             } else {
                 step.unschedule(now);
             }

@@ -433,6 +433,12 @@ impl QpContext {
         self.comp.psn.distance_to(self.req.next_psn).max(0) as u32
     }
 
+    /// Whether the requester is between WQEs: its next packet would start
+    /// the next one (or there is none yet).
+    pub fn between_wqes(&self) -> bool {
+        self.req.sent_pkts == 0 && !self.entry(self.req.index).is_some_and(|e| e.psn_assigned)
+    }
+
     /// Whether the QP can send requests.
     pub fn can_send(&self) -> bool {
         matches!(self.state, QpState::Rts | QpState::Sqd)

@@ -13,7 +13,7 @@ use crate::hca::QpStep;
 use crate::qp::EntryState;
 use crate::send_op::SendOp;
 use crate::time::Instant;
-use uroce_device::types::{QpState, QpType, SendFlags, WcStatus};
+use uroce_device::types::{QpState, SendFlags, WcStatus};
 
 mod fetch;
 mod packet;
@@ -71,18 +71,6 @@ impl QpStep<'_> {
         }
         // More local work remains: come back next turn.
         None
-    }
-
-    /// Whether the current WQE would start an RC request while the
-    /// device's budget of unacknowledged PSNs is spent: then the QP waits
-    /// (`Device::budget_blocked` tells `Hca::poll_transmit`).
-    pub(super) fn waits_for_budget(&mut self) -> bool {
-        let qp = &*self.qp;
-        let starts_wqe =
-            qp.req.sent_pkts == 0 && qp.entry(qp.req.index).is_some_and(|e| !e.psn_assigned);
-        let waits = starts_wqe && qp.qp_type == QpType::Rc && !self.dev.budget_left();
-        self.dev.budget_blocked |= waits;
-        waits
     }
 
     /// Completes the current WQE without sending anything.

@@ -18,7 +18,7 @@ use crate::trace::{Step, StepLog};
 use std::collections::VecDeque;
 use uroce_device::cqe::Cqe;
 use uroce_device::doorbell::Event;
-use uroce_device::types::{EventType, QpState, QpType};
+use uroce_device::types::{EventType, QpState};
 
 /// The device state beside the QP table: what a step reaches besides its
 /// QP's context. It lies in the HCA as one struct, so that a step borrows
@@ -82,27 +82,6 @@ pub(crate) enum CqeWrite {
     Written,
     /// The CQ overflowed: CQ_ERR is raised, the QP that wrote goes fatal.
     Overrun,
-}
-
-impl Device {
-    /// Whether the device's unacknowledged PSNs leave room for a new WQE.
-    pub(crate) fn budget_left(&self) -> bool {
-        self.unacked_psns < self.config.max_device_unacked_psns
-    }
-}
-
-/// Every step ends by bringing its QP's share of the device's
-/// unacknowledged PSNs up to date, whatever it did (sent, was ACKed, went
-/// back, changed state): one place, so that no path can leak budget.
-impl Drop for QpStep<'_> {
-    fn drop(&mut self) {
-        let qp = &mut *self.qp;
-        let now = qp.unacked_psns();
-        if now != qp.charged_psns {
-            self.dev.unacked_psns = (self.dev.unacked_psns + now).saturating_sub(qp.charged_psns);
-            qp.charged_psns = now;
-        }
-    }
 }
 
 impl Hca {
@@ -201,27 +180,6 @@ impl QpStep<'_> {
             QpState::Sqe if send_queue => self.flush_send_queue(now),
             _ => self.schedule(),
         }
-    }
-
-    /// A send doorbell of an RC QP that is not sending while the device's
-    /// budget is spent: stepped now, it would only find that out. It joins
-    /// the budget's waiters with its flag up (the driver need not ring
-    /// again) and is stepped when the budget has room.
-    fn waits_at_doorbell(&mut self) -> bool {
-        let qp = &mut *self.qp;
-        let idle = !qp.scheduled && qp.req.sent_pkts == 0 && qp.can_send();
-        if !idle || qp.qp_type != QpType::Rc || self.dev.budget_left() {
-            return false;
-        }
-        if qp.entry(qp.req.index).is_some_and(|e| e.psn_assigned) {
-            // A WQE under way (resent after a go-back): not held back.
-            return false;
-        }
-        let _ = self.dev.mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
-        if !std::mem::replace(&mut qp.waiting_for_budget, true) {
-            self.dev.budget_waiters.push_back(self.index);
-        }
-        true
     }
 
     /// Takes a QP with nothing to send out of the schedule and lowers the

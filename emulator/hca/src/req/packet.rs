@@ -166,10 +166,11 @@ fn may_send(qp: &QpContext, req_index: u32, max_unacked: u32) -> Option<bool> {
     }
     let outstanding = qp.req.rd_atomic_outstanding;
     let max_rd_atomic = u32::from(qp.attr.max_rd_atomic.max(1));
-    let window_used = qp.comp.psn.distance_to(qp.req.next_psn).max(0) as u32;
+    // RC only: the others count none.
+    let window_used = qp.unacked_psns();
     let fenced = entry.flags.contains(SendFlags::FENCE) && outstanding > 0;
     let no_rd_atomic_slot = entry.opcode.is_read_or_atomic() && outstanding >= max_rd_atomic;
-    let window_full = qp.qp_type == QpType::Rc && window_used >= max_unacked;
+    let window_full = window_used >= max_unacked;
     Some(!(fenced || no_rd_atomic_slot || window_full))
 }
 
