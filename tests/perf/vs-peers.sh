@@ -89,7 +89,15 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 3
   fi
 fi
+# ../shared beside the checkout, or beside the repository a local clone was
+# made from (a fresh clone elsewhere, as `git clone /work/main /tmp/x`).
 shared=${SHARED:-$root/../shared}
+if [ -z "${SHARED:-}" ] && [ ! -d "$shared" ]; then
+  origin=$(git -C "$root" config --get remote.origin.url 2> /dev/null || true)
+  case $origin in
+    /*) [ -d "$origin/../shared" ] && shared=$origin/../shared ;;
+  esac
+fi
 if [ ! -f "$shared/baseline/Cargo.toml" ]; then
   say "no $shared/baseline (the limits program beside the checkout; set SHARED)"
   exit 3
