@@ -22,7 +22,9 @@
 #              see docs/performance.md), with the slowest QP's share); Debian's ib_send_lat and ibv_rc_pingpong on uroce's
 #              libibverbs.so.1 (`uroce run`), two processes each
 #   raw UDP    `uroce-perf udp-pingpong`: unconnected sockets, one per source
-#              port, busy-polled recvmmsg (uroce's socket style), two processes
+#              port, busy-polled as uroce's runtime polls (recvmsg after an
+#              empty poll, recvmmsg after one that found something: uroce's
+#              socket style), two processes
 #   engine     `uroce-perf engine` (the cases of `cargo bench --bench engine`)
 # and prints `metric=ratio_<...> value=<x>` lines for P1-P5, then a table.
 #

@@ -73,7 +73,7 @@ pub use link_tcp::{LinkTcpListener, LinkTcpStream};
 pub mod raw {
     pub use super::sockets::SOCKET_BUFFER_BYTES;
     pub use super::sys::{
-        enable_gro, receive_batch, send_batch, set_dont_fragment, set_no_udp_checksum,
+        enable_gro, receive_batch, receive_one, send_batch, set_dont_fragment, set_no_udp_checksum,
         set_receive_buffer, set_send_buffer, ReceiveScratch, Received, SendScratch, RECEIVE_MAX,
         SEND_MAX,
     };

@@ -225,7 +225,7 @@ pub fn receive_batch(
 /// Receives one datagram (or GRO run) without blocking into `buffer` from
 /// byte `offset` on, with `recvmsg`: cheaper than `recvmmsg` for the polls
 /// of a waiting application, which mostly find nothing.
-pub(crate) fn receive_one(
+pub fn receive_one(
     socket: &UdpSocket,
     scratch: &mut ReceiveScratch,
     buffer: &mut [u8],

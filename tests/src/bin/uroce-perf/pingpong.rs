@@ -6,11 +6,12 @@
 //! bound to `addr:port` (where every datagram arrives; don't-fragment, UDP
 //! checksum off, 8 MiB buffers, UDP GRO on), and one more unconnected
 //! socket bound to a source port of its own for sending (don't-fragment,
-//! checksum off), sending with `sendmmsg` to `peer:port`. Receiving is a
-//! busy poll of `recvmmsg` (up to 64 datagrams, `MSG_DONTWAIT`, with
-//! source addresses and room for the GRO control message), as a
-//! busy-polling uroce application's receive path does. The socket options
-//! and the system calls are the runtime's own (`uroce_net::udp::raw`).
+//! checksum off), sending with `sendmmsg` to `peer:port`. Receiving
+//! is a busy poll as a busy-polling uroce application's is: after a poll
+//! that found nothing, one `recvmsg`; after one that found something, a
+//! `recvmmsg` of up to 64 datagrams (both `MSG_DONTWAIT`, with source
+//! addresses and room for the GRO control message). The socket options and
+//! the system calls are the runtime's own (`uroce_net::udp::raw`).
 //!
 //! The pinger (this process) starts the echo side as a child process
 //! (itself, `--echo`), waits for its `ready` line, then times each round
@@ -43,9 +44,9 @@ pub struct Options {
 pub fn usage() -> &'static str {
     "uroce-perf udp-pingpong [--addrs A,B] [--port P] [--size BYTES] [--iters N] [--warmup N]\n\
      \x20 A raw UDP ping-pong in uroce's socket style (unconnected sockets: one bound to\n\
-     \x20 addr:P that receives, one per source port that sends with sendmmsg; busy-polled\n\
-     \x20 recvmmsg). Starts the echo side at B as a child process; prints\n\
-     \x20 metric=udp_pingpong_uroce_style_{median,min,p99}_us lines.\n\
+     \x20 addr:P that receives, one per source port that sends with sendmmsg; busy-polled:\n\
+     \x20 recvmsg after an empty poll, else recvmmsg). Starts the echo side at B as a\n\
+     \x20 child process; prints metric=udp_pingpong_uroce_style_{median,min,p99}_us lines.\n\
      \x20 Defaults: --addrs 127.141.250.1,127.141.250.2 --port 4791 --size 64 --iters 20000\n\
      \x20 --warmup 1000"
 }
@@ -103,6 +104,8 @@ struct Side {
     main: UdpSocket,
     tx: UdpSocket,
     peer: SocketAddr,
+    /// The last poll found nothing: the next is one `recvmsg`.
+    last_poll_empty: bool,
     buffers: Vec<Vec<u8>>,
     received: Vec<raw::Received>,
     rx_scratch: raw::ReceiveScratch,
@@ -125,6 +128,7 @@ impl Side {
             main,
             tx,
             peer: SocketAddr::V4(SocketAddrV4::new(peer, port)),
+            last_poll_empty: true,
             buffers: vec![vec![0; BUFFER_BYTES]; raw::RECEIVE_MAX],
             received: Vec::with_capacity(raw::RECEIVE_MAX),
             rx_scratch: raw::ReceiveScratch::new(),
@@ -140,16 +144,29 @@ impl Side {
         }
     }
 
-    /// One non-blocking `recvmmsg` of up to `RECEIVE_MAX` datagrams;
-    /// returns how many arrived.
+    /// One non-blocking receive, as the runtime's for a polling
+    /// application: after an empty poll one `recvmsg`, else a `recvmmsg`
+    /// of up to `RECEIVE_MAX` datagrams; returns how many arrived.
     fn receive(&mut self) -> io::Result<usize> {
-        raw::receive_batch(
-            &self.main,
-            &mut self.rx_scratch,
-            &mut self.buffers,
-            0,
-            &mut self.received,
-        )
+        let n = if self.last_poll_empty {
+            raw::receive_one(
+                &self.main,
+                &mut self.rx_scratch,
+                &mut self.buffers[0],
+                0,
+                &mut self.received,
+            )?
+        } else {
+            raw::receive_batch(
+                &self.main,
+                &mut self.rx_scratch,
+                &mut self.buffers,
+                0,
+                &mut self.received,
+            )?
+        };
+        self.last_poll_empty = n == 0;
+        Ok(n)
     }
 
     fn received(&self, i: usize) -> &[u8] {
