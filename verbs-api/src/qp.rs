@@ -233,7 +233,11 @@ impl Qp {
             Ok(())
         });
         if posted > 0 {
-            self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
+            // Outside the error state the HCA reads the RQ when a SEND
+            // needs a WQE: no kick (device-interface.md §2.3).
+            if !rq.device_will_look(self.ctx.host().as_ref()) {
+                self.ctx.doorbell(Doorbell::RecvQueue(self.qpn));
+            }
             self.ctx.posted_receive();
         }
         result

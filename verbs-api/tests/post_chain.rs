@@ -1,16 +1,27 @@
-//! Posting a chain of work requests: the WQEs are published with one
-//! release of the producer index, and a WR that fails stops the chain with
-//! the WRs before it posted (libibverbs' `bad_wr`).
+//! Posting work requests: a chain's WQEs are published with one release
+//! of the producer index, and a WR that fails stops the chain with the WRs
+//! before it posted (libibverbs' `bad_wr`). A receive post kicks the HCA
+//! only in the error state: elsewhere the receive queue's
+//! device-scheduled flag is up (the HCA reads the RQ when a SEND needs a
+//! WQE), so `post_recv` publishes its producer index and nothing more; in
+//! the error state every post kicks and is flushed, and a reset QP skips
+//! the kick again (device-interface.md §2.3).
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use uroce_device::command::{CmdError, Command, Reply};
+use uroce_device::doorbell::{Doorbell, Event};
+use uroce_device::link::{DeviceLink, EventNotifier};
 use uroce_device::mem::{AllocError, DriverMemory, HostMemory, SimMemory};
 use uroce_hca::config::HcaConfig;
+use uroce_hca::endpoint::Endpoint;
+use uroce_hca::time::Instant;
 use uroce_hca::{Hca, SharedHca};
 use uroce_verbs::connect::{self, Remote, Tuning};
 use uroce_verbs::{
-    Access, Context, Error, Gid, MemFault, Mtu, QpCap, QpInitAttr, QpType, RecvWr, SendWr, WrOpcode,
+    Access, AttrMask, Context, Cq, Error, Gid, MemFault, Mtu, QpAttr, QpCap, QpInitAttr, QpState,
+    QpType, RecvWr, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
 /// Host memory that counts the driver's producer index publications (a
@@ -58,6 +69,35 @@ impl DriverMemory for Counting {
     }
 }
 
+/// An RC QP on `cq` with `depth` WRs a queue, one SGE each, not
+/// signalling every send.
+fn rc_init(cq: &Cq, depth: u32) -> QpInitAttr<'_> {
+    let cap = QpCap {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    QpInitAttr { qp_type: QpType::Rc, send_cq: cq, recv_cq: cq, srq: None, cap, sq_sig_all: false }
+}
+
+/// The connection's settings, its send PSN `sq_psn`.
+fn tuning(sq_psn: u32) -> Tuning {
+    Tuning {
+        mtu: Mtu::Mtu1024,
+        sq_psn,
+        timeout: 8,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        min_rnr_timer: 1,
+        rd_atomic: 1,
+        sgid_index: 1,
+        hop_limit: 64,
+        sl: 0,
+    }
+}
+
 #[test]
 fn a_chain_is_published_once_and_stops_at_the_bad_wr() {
     let host = Arc::new(Counting { inner: SimMemory::strict(1 << 24), releases: 0.into() });
@@ -68,38 +108,12 @@ fn a_chain_is_published_once_and_stops_at_the_bad_wr() {
     let ctx = Context::open(&hca);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
-    let cap = QpCap {
-        max_send_wr: 4,
-        max_recv_wr: 4,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let init = QpInitAttr {
-        qp_type: QpType::Rc,
-        send_cq: &cq,
-        recv_cq: &cq,
-        srq: None,
-        cap,
-        sq_sig_all: false,
-    };
+    let init = rc_init(&cq, 4);
     let qp = pd.create_qp(&init).unwrap();
     let mr = pd.alloc_mr(4096, Access(1)).unwrap();
     connect::to_init(&qp, Access(1), 0).unwrap();
-    let tuning = Tuning {
-        mtu: Mtu::Mtu1024,
-        sq_psn: 0,
-        timeout: 8,
-        retry_cnt: 7,
-        rnr_retry: 7,
-        min_rnr_timer: 1,
-        rd_atomic: 1,
-        sgid_index: 1,
-        hop_limit: 64,
-        sl: 0,
-    };
     let remote = Remote { gid: Gid::from(ip), qpn: qp.qpn(), psn: 0 };
-    connect::to_rts(&qp, Some(remote), &tuning).unwrap();
+    connect::to_rts(&qp, Some(remote), &tuning(0)).unwrap();
 
     let send = |wr_id| {
         let mut wr = SendWr::new(wr_id, WrOpcode::Send);
@@ -129,4 +143,126 @@ fn a_chain_is_published_once_and_stops_at_the_bad_wr() {
     let (index, err) = qp.post_recv(&[recv(1), recv(2), recv(3), recv(4), recv(5)]).unwrap_err();
     assert_eq!((index, err), (4, Error::NoMemory("receive queue full")));
     assert_eq!(releases() - before, 1, "four receive WQEs, one publication");
+}
+
+/// The in-process device, counting the receive queue kicks that reach it.
+#[derive(Clone)]
+struct CountingLink {
+    hca: SharedHca,
+    recv_kicks: Arc<AtomicUsize>,
+}
+
+impl DeviceLink for CountingLink {
+    fn command(&self, command: Command) -> Result<Reply, CmdError> {
+        DeviceLink::command(&self.hca, command)
+    }
+    fn kick(&self, doorbell: Doorbell) {
+        if matches!(doorbell, Doorbell::RecvQueue(_)) {
+            self.recv_kicks.fetch_add(1, Ordering::Relaxed);
+        }
+        DeviceLink::kick(&self.hca, doorbell);
+    }
+    fn poll_event(&self) -> Option<Event> {
+        DeviceLink::poll_event(&self.hca)
+    }
+    fn on_events(&self, notify: EventNotifier) {
+        DeviceLink::on_events(&self.hca, notify);
+    }
+    fn memory(&self) -> Arc<dyn DriverMemory> {
+        DeviceLink::memory(&self.hca)
+    }
+}
+
+/// Moves every packet the HCA has to send back into it (the QP is
+/// connected to itself), until none is left.
+fn loop_back(hca: &SharedHca) {
+    let mut buf = vec![0u8; 9000];
+    let now = Instant::from_nanos(1_000);
+    for _ in 0..64 {
+        let mut hca = hca.lock();
+        let Some(transmit) = hca.poll_transmit(now, &mut buf) else { return };
+        let packet = buf[..transmit.len].to_vec();
+        hca.receive(now, &packet);
+    }
+    panic!("the HCA kept sending");
+}
+
+fn poll_all(cq: &uroce_verbs::Cq) -> Vec<WorkCompletion> {
+    let mut out = Vec::new();
+    cq.poll_into(64, &mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_receive_post_kicks_only_in_the_error_state() {
+    let host = Arc::new(SimMemory::strict(1 << 24));
+    let ip = Ipv4Addr::new(10, 0, 0, 1);
+    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 1]), Gid::from(ip)];
+    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
+    let hca = SharedHca::new(hca, host);
+    let link = CountingLink { hca: hca.clone(), recv_kicks: Arc::new(AtomicUsize::new(0)) };
+    let kicks = || link.recv_kicks.load(Ordering::Relaxed);
+    let ctx = Context::open(&link);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let qp = pd.create_qp(&rc_init(&cq, 8)).unwrap();
+    let mr = pd.alloc_mr(4096, Access(1)).unwrap();
+    let recv = |wr_id| RecvWr { wr_id, sg_list: vec![mr.sge(0, 64)] };
+    let connect = |psn: u32| {
+        connect::to_init(&qp, Access(1), 0).unwrap();
+        let remote = Remote { gid: Gid::from(ip), qpn: qp.qpn(), psn };
+        connect::to_rts(&qp, Some(remote), &tuning(psn)).unwrap();
+    };
+
+    // In INIT and RTS, receives are posted without a kick, and a SEND
+    // still finds them: the HCA reads the RQ when it needs a WQE.
+    connect::to_init(&qp, Access(1), 0).unwrap();
+    qp.post_recv(&[recv(1)]).unwrap();
+    let remote = Remote { gid: Gid::from(ip), qpn: qp.qpn(), psn: 0 };
+    connect::to_rts(&qp, Some(remote), &tuning(0)).unwrap();
+    qp.post_recv(&[recv(2)]).unwrap();
+    assert_eq!(kicks(), 0, "no receive post kicked outside the error state");
+    // Signalled: its completion shows the SEND went round.
+    let mut send = SendWr::new(10, WrOpcode::Send);
+    send.sg_list = vec![mr.sge(64, 16)];
+    qp.post_send(&[send.clone()]).unwrap();
+    loop_back(&hca);
+    let wcs = poll_all(&cq);
+    let received: Vec<(u64, WcStatus)> = wcs
+        .iter()
+        .filter(|wc| wc.opcode == WcOpcode::Recv)
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(received, [(1, WcStatus::Success)], "{wcs:?}");
+
+    // The error state: the outstanding receive is flushed, and each new
+    // post kicks and is flushed at once.
+    let error = QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() };
+    qp.modify(&error, AttrMask::STATE).unwrap();
+    let flushed: Vec<u64> = poll_all(&cq)
+        .iter()
+        .filter(|wc| wc.status == WcStatus::WrFlushErr && wc.opcode == WcOpcode::Recv)
+        .map(|wc| wc.wr_id)
+        .collect();
+    assert_eq!(flushed, [2]);
+    qp.post_recv(&[recv(3)]).unwrap();
+    assert_eq!(kicks(), 1, "a post in the error state kicks");
+    let wcs = poll_all(&cq);
+    assert_eq!(wcs.len(), 1, "{wcs:?}");
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (3, WcStatus::WrFlushErr));
+
+    // Reset: the kick is skipped again, and the QP works as new.
+    let reset = QpAttr { qp_state: Some(QpState::Reset), ..QpAttr::default() };
+    qp.modify(&reset, AttrMask::STATE).unwrap();
+    connect(100);
+    qp.post_recv(&[recv(4)]).unwrap();
+    assert_eq!(kicks(), 1, "no kick after the reset");
+    qp.post_send(&[send]).unwrap();
+    loop_back(&hca);
+    let received: Vec<(u64, WcStatus)> = poll_all(&cq)
+        .iter()
+        .filter(|wc| wc.opcode == WcOpcode::Recv)
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(received, [(4, WcStatus::Success)]);
 }

@@ -30,8 +30,9 @@ pub trait DeviceLink: Send + Sync {
 
     /// Tells the device a queue has new work: the driver has written its
     /// entries and published the producer index (the doorbell record)
-    /// before calling this. A driver may skip the kick of a send queue
-    /// whose device-scheduled flag is set ([`crate::ring::SCHEDULED_OFFSET`]).
+    /// before calling this. A driver may skip the kick of a send or receive
+    /// queue whose device-scheduled flag is set
+    /// ([`crate::ring::SCHEDULED_OFFSET`]).
     fn kick(&self, doorbell: Doorbell);
 
     /// The next event the device raised, if any.

@@ -22,8 +22,11 @@
 //! the producer index once more. A driver publishes its producer index,
 //! fences, then reads the flag: if set, the device will see the new
 //! entries without being told ([`crate::mem::HostMemory::fence_seq_cst`]
-//! on both sides makes this the store-load pattern it must be). Only send
-//! queues use it today; the flag of other rings stays 0.
+//! on both sides makes this the store-load pattern it must be). A send
+//! queue's flag is up while the queue is in the device's transmit schedule;
+//! a receive queue's is up except in the error state (the device reads a
+//! receive queue when a SEND needs a WQE, and only in the error state must
+//! it be told, to flush new WQEs). SRQs and CQs leave it at 0.
 //!
 //! The HCA treats an index written by the application as hostile: it reads
 //! it once per look, and an advance past the ring's size is refused

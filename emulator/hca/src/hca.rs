@@ -108,6 +108,18 @@ pub(crate) fn raise_scheduled_flag(mem: &MemoryTables, qp: &QpContext) {
     let _ = mem.host().store_release_u32(qp.sq.desc.base + SCHEDULED_OFFSET, 1);
 }
 
+/// Sets QP `qp`'s receive queue's device-scheduled flag (a QP on an SRQ
+/// has none): up (1) while the HCA reads the queue whenever a SEND needs a
+/// WQE, so a `post_recv` needs no kick; down (0) in the error state, where
+/// new WQEs must be flushed and each post kicks (device-interface.md §2.3).
+pub(crate) fn set_recv_flag(mem: &MemoryTables, qp: &QpContext, up: bool) {
+    if let Some(rq) = &qp.rq {
+        // A fault (the application freed its ring) is met again, and
+        // reported, when the queue is read.
+        let _ = mem.host().store_release_u32(rq.desc.base + SCHEDULED_OFFSET, u32::from(up));
+    }
+}
+
 /// Armed timers, in firing order: (when, QP, which).
 #[derive(Debug, Default)]
 pub(crate) struct Timers(BTreeSet<(Instant, QpIndex, TimerKind)>);

@@ -58,6 +58,11 @@ impl QpStep<'_> {
         let (qpn, cq) = (self.qp.qpn, self.qp.recv_cq);
         let Some(mut rq) = self.qp.rq else { return };
         let host = self.dev.mem.host().clone();
+        // From now on every post kicks: the flag comes down, then (after
+        // the fence) the producer index is read, so a post the kick of
+        // which was skipped is flushed here (device-interface.md §2.3).
+        super::set_recv_flag(&self.dev.mem, self.qp, false);
+        host.fence_seq_cst();
         if rq.refresh(host.as_ref()).is_err() {
             // A bogus producer index: nothing can be trusted in this ring.
             return;

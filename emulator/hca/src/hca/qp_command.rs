@@ -105,6 +105,8 @@ impl Hca {
         let qpn = self.qpn_of_slot(index);
         if let Some(qp) = self.qps.get_mut(index) {
             qp.qpn = qpn;
+            // A receive posted before any SEND arrives is read then.
+            super::set_recv_flag(&self.dev.mem, qp, true);
             if init.qp_type == QpType::Ud {
                 qp.sport = match self.dev.config.source_ports {
                     SourcePortPolicy::PerQp => udp_port::datagram_sport(qpn),
@@ -174,7 +176,11 @@ impl Hca {
         qp.state = to;
         let mut took_port = None;
         match to {
-            QpState::Reset => reset_qp(qp),
+            QpState::Reset => {
+                reset_qp(qp);
+                // Out of the error state: posts need no kick again.
+                super::set_recv_flag(&step.dev.mem, qp, true);
+            }
             QpState::Rtr if from == QpState::Init => {
                 qp.resp.epsn = uroce_wire::Psn::new(qp.attr.rq_psn);
                 let slots = usize::from(qp.attr.max_dest_rd_atomic.max(1));
