@@ -142,6 +142,33 @@ int main(void)
 	CASE("dereg_one_of_two", "%d %d %d %s", rc, got,
 	     got == 2 ? wc[0].status | wc[1].status : -1, buf + 3712);
 
+	/* A chain whose second WR cannot be posted (an opcode that does not
+	 * exist): EINVAL, *bad_wr the second, the first posted and completed
+	 * (a SEND to itself). Then a receive chain whose second WR has a
+	 * negative SGE count: EINVAL, *bad_wr the second. */
+	struct ibv_send_wr c2[2] = { swr, swr };
+	c2[0].wr_id = 70;
+	c2[0].next = &c2[1];
+	c2[1].wr_id = 71;
+	c2[1].opcode = 0x7f;
+	c2[1].next = NULL;
+	trwr.wr_id = 72;
+	rsge.addr = (uintptr_t)buf + 3840;
+	rbad = NULL;
+	rc = ibv_post_recv(qp, &trwr, &rbad);
+	bad = NULL;
+	int rc2 = ibv_post_send(qp, c2, &bad);
+	got = poll_for(cq, 2, wc);
+	CASE("post_send_bad_opcode", "%d %d %ld %d %d %s", rc, rc2, bad ? (long)(bad - c2) : -1L,
+	     got, got == 2 ? wc[0].status | wc[1].status : -1, buf + 3840);
+	struct ibv_recv_wr r2[2] = { trwr, trwr };
+	r2[0].next = &r2[1];
+	r2[1].num_sge = -1;
+	r2[1].next = NULL;
+	rbad = NULL;
+	rc = ibv_post_recv(qp, r2, &rbad);
+	CASE("post_recv_bad_sge_count", "%d %ld", rc, rbad ? (long)(rbad - r2) : -1L);
+
 	/* A bad lkey: an error completion (local protection error). */
 	struct ibv_sge bad_sge = sge;
 	bad_sge.lkey = mr->lkey ^ 0x5500;

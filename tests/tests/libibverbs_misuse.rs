@@ -77,6 +77,10 @@ fn misuse_from_c_gets_the_documented_errors() {
     assert_eq!(case("reg_mr_twice"), "mr new_lkey");
     assert_eq!(case("send_through_both"), "0 2 0 twice");
     assert_eq!(case("dereg_one_of_two"), "0 2 0 again");
+    // A chain with a WR that cannot be converted (a bad opcode, a negative
+    // SGE count): EINVAL, *bad_wr that WR, the ones before it posted.
+    assert_eq!(case("post_send_bad_opcode"), "0 22 1 2 0 again");
+    assert_eq!(case("post_recv_bad_sge_count"), "22 1");
     // ibv_create_srq_ex: a basic SRQ; an XRC one is refused.
     assert_eq!(case("create_srq_ex"), "srq 0");
     assert_eq!(case("create_srq_ex_xrc"), "null 95");

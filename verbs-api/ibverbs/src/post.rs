@@ -7,62 +7,72 @@ use crate::device::locked;
 use crate::ffi::{errno, guard, EINVAL};
 use crate::pd::Ah;
 use crate::qp::{Qp, Srq};
+use std::cell::RefCell;
 use std::os::raw::c_int;
 use uroce_verbs::{Lkey, Qkey, Qpn, RecvWr, RemoteTarget, Rkey, SendFlags, SendWr, Sge, WrOpcode};
 
-/// The SGEs of a C WR.
+/// The SGEs of a C WR, into `out` (cleared first; its capacity is kept
+/// between posts).
 ///
 /// # Safety
 ///
 /// `list` holds `num` SGEs (or `num` is 0).
-unsafe fn sges(list: *const ibv_sge, num: c_int) -> Result<Vec<Sge>, c_int> {
+unsafe fn sges_into(list: *const ibv_sge, num: c_int, out: &mut Vec<Sge>) -> Result<(), c_int> {
+    out.clear();
     let num = usize::try_from(num).map_err(|_| EINVAL)?;
     if num == 0 {
-        return Ok(Vec::new());
+        return Ok(());
     }
     if list.is_null() {
         return Err(EINVAL);
     }
     // SAFETY: the caller's contract.
     let list = unsafe { std::slice::from_raw_parts(list, num) };
-    Ok(list.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: Lkey(s.lkey) }).collect())
+    out.extend(list.iter().map(|s| Sge { addr: s.addr, length: s.length, lkey: Lkey(s.lkey) }));
+    Ok(())
 }
 
-/// The bytes an inline send carries: its SGEs' memory, gathered now (the
-/// program may reuse it as soon as the post returns).
+/// The bytes an inline send carries, into `data` (cleared first): its
+/// SGEs' memory, gathered now (the program may reuse it as soon as the
+/// post returns).
 ///
 /// # Safety
 ///
 /// Each SGE names `length` readable bytes at `addr`, as an inline send
 /// promises.
-unsafe fn gather(sges: &[Sge]) -> Vec<u8> {
-    let mut data = Vec::with_capacity(sges.iter().map(|s| s.length as usize).sum());
+unsafe fn gather_into(sges: &[Sge], data: &mut Vec<u8>) {
+    data.clear();
+    data.reserve(sges.iter().map(|s| s.length as usize).sum());
     for s in sges {
         // SAFETY: the caller's contract.
         let bytes =
             unsafe { std::slice::from_raw_parts(s.addr as usize as *const u8, s.length as usize) };
         data.extend_from_slice(bytes);
     }
-    data
 }
 
-/// The driver's WR for a C send WR.
+/// The driver's WR for a C send WR, written over `out` (whose SGE list
+/// and inline bytes keep their capacity: no allocation once warm).
 ///
 /// # Safety
 ///
 /// `wr` is a valid C send WR (its SGE list, its AH, its inline memory).
-unsafe fn send_wr(wr: &ibv_send_wr) -> Result<SendWr, c_int> {
+unsafe fn send_wr_into(wr: &ibv_send_wr, out: &mut SendWr) -> Result<(), c_int> {
     let opcode = u8::try_from(wr.opcode).ok().and_then(WrOpcode::from_raw).ok_or(EINVAL)?;
-    let mut out = SendWr::new(wr.wr_id, opcode);
+    let mut list = std::mem::take(&mut out.sg_list);
+    let inline = out.inline_data.take();
+    *out = SendWr::new(wr.wr_id, opcode);
     out.flags = SendFlags(wr.send_flags & SendFlags::ALL.0);
     // SAFETY: the caller's contract.
-    let list = unsafe { sges(wr.sg_list, wr.num_sge) }?;
+    unsafe { sges_into(wr.sg_list, wr.num_sge, &mut list) }?;
     if out.flags.contains(SendFlags::INLINE) {
+        let mut data = inline.unwrap_or_default();
         // SAFETY: the caller's contract.
-        out.inline_data = Some(unsafe { gather(&list) });
-    } else {
-        out.sg_list = list;
+        unsafe { gather_into(&list, &mut data) };
+        out.inline_data = Some(data);
+        list.clear();
     }
+    out.sg_list = list;
     // SAFETY: the union member each opcode uses, as libibverbs reads it.
     unsafe {
         match opcode {
@@ -92,12 +102,12 @@ unsafe fn send_wr(wr: &ibv_send_wr) -> Result<SendWr, c_int> {
                 // this library. The new key is the 8 bits the WR names.
                 let b = wr.bind_mw;
                 let key = b.rkey as u8;
-                out = crate::mw::bind_wr(wr.wr_id, wr.send_flags, b.mw, &b.bind_info, key)?.0;
+                *out = crate::mw::bind_wr(wr.wr_id, wr.send_flags, b.mw, &b.bind_info, key)?.0;
             }
             _ => {}
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Fills the UD destination of `out` from `wr` (UD QPs only).
@@ -114,35 +124,101 @@ unsafe fn ud_dest(wr: &ibv_send_wr, out: &mut SendWr) -> Result<(), c_int> {
     Ok(())
 }
 
-/// Walks a C chain: the WRs as the driver's, each with its C pointer, up
-/// to the first that cannot be converted (and why).
-fn collect<C, T>(
+/// The driver's WRs a C chain became and the C pointers they came from,
+/// kept between posts (one per thread and kind): the WRs' vectors keep
+/// their capacity, so a post allocates nothing once its thread has posted
+/// a chain as long.
+struct Scratch<T> {
+    wrs: Vec<T>,
+    /// The C WRs, as addresses (a thread-local holds no raw pointer).
+    ptrs: Vec<usize>,
+}
+
+impl<T> Scratch<T> {
+    const fn new() -> Scratch<T> {
+        Scratch { wrs: Vec::new(), ptrs: Vec::new() }
+    }
+}
+
+/// Chains longer than this leave no more WRs behind in the scratch.
+const SCRATCH_KEPT: usize = 64;
+
+thread_local! {
+    static SENDS: RefCell<Scratch<SendWr>> = const { RefCell::new(Scratch::new()) };
+    static RECVS: RefCell<Scratch<RecvWr>> = const { RefCell::new(Scratch::new()) };
+}
+
+/// Runs `f` with this thread's scratch of `key` (a fresh one if it is in
+/// use further up the stack), then trims it.
+fn with_scratch<T: 'static, R>(
+    key: &'static std::thread::LocalKey<RefCell<Scratch<T>>>,
+    f: impl FnOnce(&mut Scratch<T>) -> R,
+) -> R {
+    let trimmed = |s: &mut Scratch<T>| {
+        s.wrs.truncate(SCRATCH_KEPT);
+        s.ptrs.clear();
+    };
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let r = f(&mut scratch);
+            trimmed(&mut scratch);
+            r
+        }
+        Err(_) => f(&mut Scratch::new()),
+    })
+}
+
+/// A C work request of a chain.
+trait Chained {
+    /// The next WR of the chain (NULL after the last).
+    fn next_wr(&self) -> *mut Self;
+}
+
+impl Chained for ibv_send_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+
+impl Chained for ibv_recv_wr {
+    fn next_wr(&self) -> *mut Self {
+        self.next
+    }
+}
+
+/// Walks a C chain into `scratch`: its first `n` WRs become the driver's
+/// (each converted over a kept one, or a `fresh` one), with their C
+/// pointers, up to the first that cannot be converted (and why). Returns
+/// `n`; the pointers then number `n`, or `n + 1` with the one refused.
+fn collect<C: Chained, T>(
     first: *mut C,
-    next: impl Fn(&C) -> *mut C,
-    mut convert: impl FnMut(&C) -> Result<T, c_int>,
-) -> (Vec<T>, Vec<*mut C>, Option<c_int>) {
-    let (mut wrs, mut ptrs) = (Vec::new(), Vec::new());
+    scratch: &mut Scratch<T>,
+    fresh: fn() -> T,
+    mut convert: impl FnMut(&C, &mut T) -> Result<(), c_int>,
+) -> (usize, Option<c_int>) {
+    scratch.ptrs.clear();
+    let mut n = 0;
     let mut at = first;
     // SAFETY: the program passes a NULL-terminated chain of valid WRs.
     while let Some(wr) = unsafe { at.as_ref() } {
-        match convert(wr) {
-            Ok(w) => wrs.push(w),
-            Err(e) => {
-                ptrs.push(at);
-                return (wrs, ptrs, Some(e));
-            }
+        if scratch.wrs.len() == n {
+            scratch.wrs.push(fresh());
         }
-        ptrs.push(at);
-        at = next(wr);
+        scratch.ptrs.push(at as usize);
+        if let Err(e) = convert(wr, &mut scratch.wrs[n]) {
+            return (n, Some(e));
+        }
+        n += 1;
+        at = wr.next_wr();
     }
-    (wrs, ptrs, None)
+    (n, None)
 }
 
 /// Posts what could be converted, then reports the first failure: the WR
 /// the driver refused, or the one that could not be converted.
 fn finish<C>(
     posted: uroce_verbs::PostResult,
-    ptrs: &[*mut C],
+    ptrs: &[usize],
     refused: Option<c_int>,
     bad: *mut *mut C,
 ) -> c_int {
@@ -154,8 +230,9 @@ fn finish<C>(
         None => 0,
         Some((index, e)) => {
             if !bad.is_null() {
-                // SAFETY: the program's out-pointer.
-                unsafe { *bad = ptrs[index] };
+                // SAFETY: the program's out-pointer; the WR is one of its
+                // chain.
+                unsafe { *bad = ptrs[index] as *mut C };
             }
             e
         }
@@ -173,48 +250,60 @@ pub unsafe extern "C" fn post_send(
         // SAFETY: the program passes a live QP.
         let Ok(q) = (unsafe { Qp::from_ptr(qp) }) else { return EINVAL };
         let ud = q.c.qp_base.qp_type == c_int::from(uroce_verbs::QpType::Ud.raw());
-        let (wrs, ptrs, refused) = collect(
-            wr,
-            |w| w.next,
-            |w| {
+        with_scratch(&SENDS, |scratch| {
+            let fresh = || SendWr::new(0, WrOpcode::Send);
+            let (count, refused) = collect(wr, scratch, fresh, |w, out| {
                 // SAFETY: the program's WR, valid as ibv_post_send(3) asks.
-                let mut out = unsafe { send_wr(w) }?;
+                unsafe { send_wr_into(w, out) }?;
                 if ud {
                     // SAFETY: as above.
-                    unsafe { ud_dest(w, &mut out) }?;
+                    unsafe { ud_dest(w, out) }?;
                 }
-                Ok(out)
-            },
-        );
-        let guard = locked(&q.qp);
-        let Some(inner) = guard.as_ref() else { return EINVAL };
-        let posted = if wrs.is_empty() { Ok(()) } else { inner.post_send(&wrs) };
-        let count = match &posted {
-            Ok(()) => wrs.len(),
-            Err((index, _)) => *index,
-        };
-        // A type-2 bind gives its window the R_Key the WR names (at once,
-        // as for a type-1 bind: the window's key is what later verbs use).
-        for (wr, &ptr) in wrs.iter().zip(&ptrs).take(count) {
-            if wr.opcode == WrOpcode::BindMw {
-                // SAFETY: the program's WR; its window is this library's.
-                unsafe { crate::mw::rekey((*ptr).bind_mw.mw, (*ptr).bind_mw.rkey) };
+                Ok(())
+            });
+            let wrs = &scratch.wrs[..count];
+            let guard = locked(&q.qp);
+            let Some(inner) = guard.as_ref() else { return EINVAL };
+            let posted = if wrs.is_empty() { Ok(()) } else { inner.post_send(wrs) };
+            let posted_count = match &posted {
+                Ok(()) => wrs.len(),
+                Err((index, _)) => *index,
+            };
+            // A type-2 bind gives its window the R_Key the WR names (at
+            // once, as for a type-1 bind: the window's key is what later
+            // verbs use).
+            for (wr, &ptr) in wrs.iter().zip(&scratch.ptrs).take(posted_count) {
+                if wr.opcode == WrOpcode::BindMw {
+                    let ptr = ptr as *mut ibv_send_wr;
+                    // SAFETY: the program's WR; its window is this library's.
+                    unsafe { crate::mw::rekey((*ptr).bind_mw.mw, (*ptr).bind_mw.rkey) };
+                }
             }
-        }
-        finish(posted, &ptrs, refused, bad)
+            finish(posted, &scratch.ptrs, refused, bad)
+        })
     })
 }
 
-fn recv_chain(wr: *mut ibv_recv_wr) -> (Vec<RecvWr>, Vec<*mut ibv_recv_wr>, Option<c_int>) {
-    collect(
-        wr,
-        |w| w.next,
-        |w| {
+/// Posts the C receive chain `wr` with `post` (a QP's or an SRQ's).
+fn post_recv_chain(
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    post: impl FnOnce(&[RecvWr]) -> Option<uroce_verbs::PostResult>,
+) -> c_int {
+    with_scratch(&RECVS, |scratch| {
+        let fresh = || RecvWr { wr_id: 0, sg_list: Vec::new() };
+        let (count, refused) = collect(wr, scratch, fresh, |w, out| {
+            out.wr_id = w.wr_id;
             // SAFETY: the program's WR, valid as ibv_post_recv(3) asks.
-            let sg_list = unsafe { sges(w.sg_list, w.num_sge) }?;
-            Ok(RecvWr { wr_id: w.wr_id, sg_list })
-        },
-    )
+            unsafe { sges_into(w.sg_list, w.num_sge, &mut out.sg_list) }
+        });
+        let wrs = &scratch.wrs[..count];
+        let posted = if wrs.is_empty() { Some(Ok(())) } else { post(wrs) };
+        match posted {
+            Some(posted) => finish(posted, &scratch.ptrs, refused, bad),
+            None => EINVAL,
+        }
+    })
 }
 
 /// `ops.post_recv` (the inline `ibv_post_recv`).
@@ -226,11 +315,7 @@ pub unsafe extern "C" fn post_recv(
     guard(libc::EIO, || {
         // SAFETY: the program passes a live QP.
         let Ok(q) = (unsafe { Qp::from_ptr(qp) }) else { return EINVAL };
-        let (wrs, ptrs, refused) = recv_chain(wr);
-        let guard = locked(&q.qp);
-        let Some(inner) = guard.as_ref() else { return EINVAL };
-        let posted = if wrs.is_empty() { Ok(()) } else { inner.post_recv(&wrs) };
-        finish(posted, &ptrs, refused, bad)
+        post_recv_chain(wr, bad, |wrs| locked(&q.qp).as_ref().map(|inner| inner.post_recv(wrs)))
     })
 }
 
@@ -243,10 +328,6 @@ pub unsafe extern "C" fn post_srq_recv(
     guard(libc::EIO, || {
         // SAFETY: the program passes a live SRQ.
         let Ok(s) = (unsafe { Srq::from_ptr(srq) }) else { return EINVAL };
-        let (wrs, ptrs, refused) = recv_chain(wr);
-        let guard = locked(&s.srq);
-        let Some(inner) = guard.as_ref() else { return EINVAL };
-        let posted = if wrs.is_empty() { Ok(()) } else { inner.post_recv(&wrs) };
-        finish(posted, &ptrs, refused, bad)
+        post_recv_chain(wr, bad, |wrs| locked(&s.srq).as_ref().map(|inner| inner.post_recv(wrs)))
     })
 }
