@@ -81,9 +81,13 @@
 //!   rates (the cut may outlast its retries; the connection is then
 //!   replaced), and a run with one is lossy (UC and UD delivery is not
 //!   exact). A paused application posts no receive, so a UC or UD message
-//!   sent to its node then may be lost; its RC peers meet RNR NAKs and
-//!   wait (RNR retries are infinite), and its CQs fill but never overrun
-//!   (each CQ has room for every WR of the queues attached to it).
+//!   sent to its node then may be lost; and since any receive of a UC or
+//!   UD QP takes any message, one that arrives all the same may take the
+//!   receive of another, which is then lost: a QP may lose as many
+//!   messages as it received of those sent while it was paused. Its RC
+//!   peers meet RNR NAKs and wait (RNR retries are infinite), and its CQs
+//!   fill but never overrun (each CQ has room for every WR of the queues
+//!   attached to it).
 //! * **Counters** — no CQ overrun, malformed WQE, DMA fault, malformed
 //!   packet, host memory fault, unexpected asynchronous event, or packet
 //!   above the path MTU.

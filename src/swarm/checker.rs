@@ -453,11 +453,17 @@ impl Sim {
             ));
         };
         let limit = if self.plan.dup.is_never() { 1 } else { 2 };
-        // Equal keys (empty messages): the likeliest one, a deliverable
-        // message delivered the fewest times.
+        // Equal keys (empty messages, equal payloads) cannot be told apart:
+        // credit a deliverable message delivered the fewest times, and of
+        // those one that had to arrive before one sent to a paused node
+        // (`may_lose`). When one of each was sent and one arrived, nothing
+        // shows which did, and only the first must be delivered.
         let id = *ids
             .iter()
-            .min_by_key(|&&id| (!self.msgs[id].deliverable, self.msgs[id].deliveries))
+            .min_by_key(|&&id| {
+                let m = &self.msgs[id];
+                (!m.deliverable, m.deliveries, m.may_lose)
+            })
             .expect("non-empty");
         let msg = &mut self.msgs[id];
         msg.deliveries += 1;
