@@ -149,9 +149,10 @@ impl WorkRing {
 
     /// Whether the device promised to read the producer index again (the
     /// device-scheduled flag: a send queue in its schedule, a receive queue
-    /// outside the error state), so a post may skip its kick. The fence orders the producer index
-    /// published before it against the flag read after it; the HCA fences
-    /// the other way (`uroce_device::ring`, `device-interface.md` §2.3).
+    /// outside the error state), so a post may skip its kick. The fence
+    /// orders the producer index published before it against the flag read
+    /// after it; the HCA fences the other way (`uroce_device::ring`,
+    /// `device-interface.md` §2.3).
     pub(crate) fn device_will_look(&self, host: &dyn HostMemory) -> bool {
         host.fence_seq_cst();
         load(host, self.desc, SCHEDULED_OFFSET).is_ok_and(|flag| flag != 0)

@@ -148,20 +148,21 @@ thread_local! {
     static RECVS: RefCell<Scratch<RecvWr>> = const { RefCell::new(Scratch::new()) };
 }
 
-/// Runs `f` with this thread's scratch of `key` (a fresh one if it is in
-/// use further up the stack), then trims it.
+/// Runs `f` with this thread's scratch of `key`, then trims it; with a
+/// fresh one if it is in use further up the stack, or if the thread is
+/// past destroying its thread-locals (a post from a TLS destructor).
 fn with_scratch<T: 'static, R>(
     key: &'static std::thread::LocalKey<RefCell<Scratch<T>>>,
     f: impl FnOnce(&mut Scratch<T>) -> R,
 ) -> R {
-    let trimmed = |s: &mut Scratch<T>| {
-        s.wrs.truncate(SCRATCH_KEPT);
-        s.ptrs.clear();
-    };
+    if key.try_with(|_| ()).is_err() {
+        return f(&mut Scratch::new());
+    }
     key.with(|cell| match cell.try_borrow_mut() {
         Ok(mut scratch) => {
             let r = f(&mut scratch);
-            trimmed(&mut scratch);
+            scratch.wrs.truncate(SCRATCH_KEPT);
+            scratch.ptrs.clear();
             r
         }
         Err(_) => f(&mut Scratch::new()),
