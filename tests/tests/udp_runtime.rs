@@ -386,3 +386,55 @@ fn every_fault_kind_on_the_real_path_is_applied_counted_and_survived() {
     assert!(ca.rcvd_icrc_err + cb.rcvd_icrc_err > 0, "{ca:?} {cb:?}");
     assert!(ca.completer_retry_err > 0, "{ca:?}");
 }
+
+#[test]
+fn acks_handed_over_after_the_next_send_complete_every_send() {
+    // A ping-pong in the test's thread: each reply comes with the ACK of
+    // the request it answers, in one GRO datagram. A's application waits
+    // for the reply, so the runtime hands that ACK to the HCA only after A's
+    // next send (`rx_acks_later`); every send still completes, in order.
+    const ROUNDS: u64 = 200;
+    let a = Node::open(config(10, 1, ProgressMode::HYBRID, None), 1024).unwrap();
+    let b = Node::open(config(10, 2, ProgressMode::HYBRID, None), 1024).unwrap();
+    let qa = a.qp(QpType::Rc, cap()).unwrap();
+    let qb = b.qp(QpType::Rc, cap()).unwrap();
+    connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    for i in 0..ROUNDS {
+        qa.post_recv(&[RecvWr { wr_id: i, sg_list: vec![ma.sge(4096, 64)] }]).unwrap();
+        qb.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mb.sge(4096, 64)] }]).unwrap();
+    }
+    let send = |wr_id, mr: &uroce_verbs::Mr| {
+        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+        wr.sg_list = vec![mr.sge(0, 64)];
+        wr.flags = SendFlags::SIGNALED;
+        wr
+    };
+    // Waits for the next receive completion of `node`, keeping the send
+    // completions that come meanwhile.
+    let receive = |node: &Node, sends: &mut Vec<(u64, WcStatus)>| loop {
+        let got = node.wait(1, Duration::from_secs(3));
+        let wc = got.first().expect("a completion within 3 s");
+        if wc.opcode == uroce_verbs::WcOpcode::Recv {
+            assert_eq!(wc.status, WcStatus::Success);
+            return wc.wr_id;
+        }
+        sends.push((wc.wr_id, wc.status));
+    };
+    let (mut sends_a, mut sends_b) = (Vec::new(), Vec::new());
+    for i in 0..ROUNDS {
+        qa.post_send(&[send(i, &ma)]).unwrap();
+        assert_eq!(receive(&b, &mut sends_b), i);
+        qb.post_send(&[send(i, &mb)]).unwrap();
+        assert_eq!(receive(&a, &mut sends_a), i);
+    }
+    for (node, sends) in [(&a, &mut sends_a), (&b, &mut sends_b)] {
+        let rest = node.wait(ROUNDS as usize - sends.len(), Duration::from_secs(3));
+        sends.extend(rest.iter().map(|wc| (wc.wr_id, wc.status)));
+        let expected: Vec<(u64, WcStatus)> = (0..ROUNDS).map(|i| (i, WcStatus::Success)).collect();
+        assert_eq!(*sends, expected, "every send completed, in order");
+    }
+    let later = a.dev.stats().rx_acks_later;
+    assert!(later >= ROUNDS / 2, "A's ACKs were handed over after its next send: {later}");
+}

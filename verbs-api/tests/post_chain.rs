@@ -5,7 +5,9 @@
 //! device-scheduled flag is up (the HCA reads the RQ when a SEND needs a
 //! WQE), so `post_recv` publishes its producer index and nothing more; in
 //! the error state every post kicks and is flushed, and a reset QP skips
-//! the kick again (device-interface.md §2.3).
+//! the kick again (device-interface.md §2.3). An ACK's processing may wait
+//! for the runtime's next send only while the send queue has room for a
+//! post without it (`Hca::ack_can_wait`).
 
 use std::net::Ipv4Addr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -265,4 +267,63 @@ fn a_receive_post_kicks_only_in_the_error_state() {
         .map(|wc| (wc.wr_id, wc.status))
         .collect();
     assert_eq!(received, [(4, WcStatus::Success)]);
+}
+
+/// Each packet the HCA sends to itself, with whether the HCA would let it
+/// wait (`Hca::ack_can_wait`, asked just before it is received).
+fn loop_back_asking(hca: &SharedHca) -> Vec<(u8, bool)> {
+    let mut buf = vec![0u8; 9000];
+    let now = Instant::from_nanos(2_000);
+    let mut seen = Vec::new();
+    for _ in 0..64 {
+        let mut hca = hca.lock();
+        let Some(transmit) = hca.poll_transmit(now, &mut buf) else { return seen };
+        let packet = buf[..transmit.len].to_vec();
+        // IPv4 (20 bytes, no options) and UDP (8): the BTH follows.
+        let roce = &packet[28..];
+        seen.push((roce[0], hca.ack_can_wait(roce)));
+        hca.receive(now, &packet);
+    }
+    panic!("the HCA kept sending");
+}
+
+#[test]
+fn an_ack_may_wait_only_while_the_send_queue_has_room() {
+    let host = Arc::new(SimMemory::strict(1 << 24));
+    let ip = Ipv4Addr::new(10, 0, 0, 2);
+    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 2]), Gid::from(ip)];
+    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
+    let hca = SharedHca::new(hca, host);
+    let ctx = Context::open(&hca);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64).unwrap();
+    let mr = pd.alloc_mr(4096, Access(1)).unwrap();
+    let recv = |wr_id| RecvWr { wr_id, sg_list: vec![mr.sge(0, 64)] };
+    let send = |wr_id| {
+        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
+        wr.sg_list = vec![mr.sge(64, 16)];
+        wr
+    };
+    const SEND: u8 = 0x04;
+    const ACK: u8 = 0x11;
+    for (depth, ack_waits) in [(4, true), (1, false)] {
+        let qp = pd.create_qp(&rc_init(&cq, depth)).unwrap();
+        connect::to_init(&qp, Access(1), 0).unwrap();
+        let remote = Remote { gid: Gid::from(ip), qpn: qp.qpn(), psn: 0 };
+        connect::to_rts(&qp, Some(remote), &tuning(0)).unwrap();
+        qp.post_recv(&[recv(1)]).unwrap();
+        qp.post_send(&[send(2)]).unwrap();
+        // A SEND is never let wait; its ACK is while the queue has room
+        // for another post without the WQE the ACK retires.
+        let seen = loop_back_asking(&hca);
+        assert_eq!(seen, [(SEND, false), (ACK, ack_waits)], "depth {depth}");
+        assert_eq!(poll_all(&cq).len(), 2, "the receive and the send completed");
+        // No receive posted: the SEND draws an RNR NAK, which never waits.
+        qp.post_send(&[send(3)]).unwrap();
+        let seen = loop_back_asking(&hca);
+        assert_eq!(seen, [(SEND, false), (ACK, false)], "depth {depth}: the RNR NAK");
+        let error = QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() };
+        qp.modify(&error, AttrMask::STATE).unwrap();
+        poll_all(&cq);
+    }
 }

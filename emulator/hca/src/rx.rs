@@ -173,3 +173,36 @@ pub(crate) fn count_drop(
     }
     steps.record(now, Step::Dropped { qpn, reason });
 }
+
+impl Hca {
+    /// Whether `roce`, the UDP payload (BTH onward) of a received packet,
+    /// is a positive ACK whose processing may wait until after the
+    /// runtime's next send: an RC ACKNOWLEDGE without a NAK, to a QP in
+    /// RTS whose send queue has room for another post without the WQEs
+    /// this ACK retires. A runtime that hands it over later (before any
+    /// packet received after it) takes the completer's work off an
+    /// application's path from a receive to its next post. A hint only:
+    /// nothing is checked or counted here, and the packet is checked in
+    /// full when it is received.
+    pub fn ack_can_wait(&self, roce: &[u8]) -> bool {
+        let Ok(packet) = uroce_wire::roce::Packet::new_checked(roce) else { return false };
+        let bth = packet.bth();
+        if bth.opcode() != uroce_wire::Opcode::RC_ACKNOWLEDGE {
+            return false;
+        }
+        let Some(qp) = self.qp(bth.dest_qpn()) else { return false };
+        // What the HCA fetched is at most what the driver published: a
+        // queue already full on the HCA's count needs no further look.
+        let room = |posted: u32| posted.wrapping_sub(qp.sq.consumer) < qp.cap.max_send_wr;
+        if qp.qp_type != QpType::Rc || qp.state != QpState::Rts || !room(qp.fetched) {
+            return false;
+        }
+        let positive = packet
+            .aeth()
+            .is_some_and(|aeth| matches!(aeth.syndrome(), uroce_wire::aeth::Syndrome::Ack { .. }));
+        // What the driver published (it may have posted past what the HCA
+        // fetched): room for one more without this ACK's retirements.
+        let producer_at = qp.sq.desc.base + uroce_device::ring::PRODUCER_OFFSET;
+        positive && self.dev.mem.host().load_acquire_u32(producer_at).is_ok_and(room)
+    }
+}

@@ -60,6 +60,12 @@ pub(super) struct Io {
     /// Scratch for one frame.
     pub frame: Vec<u8>,
     pub stats: UdpStats,
+    /// ACKs received behind a packet that completed work for a waiting
+    /// application, handed to the HCA after the next send (see
+    /// `receive_datagrams`): the packets, one after another, and where
+    /// each lies.
+    pub acks_later: Vec<u8>,
+    pub acks_later_spans: Vec<std::ops::Range<usize>>,
 }
 
 impl Io {
@@ -89,6 +95,8 @@ impl Io {
             capture,
             frame: Vec::with_capacity(MAX_PACKET_LEN + 14),
             stats,
+            acks_later: Vec::new(),
+            acks_later_spans: Vec::new(),
         }
     }
 }
@@ -260,6 +268,8 @@ impl Runtime {
             }
         }
         io.tx_buffer = buffer;
+        // What was sent has left: now the ACKs kept back.
+        self.receive_acks_later(io, now_ns);
         sent
     }
 

@@ -337,7 +337,11 @@ impl Runtime {
                 }
             });
             let scenario = io.scenario.as_ref().and_then(|sp| sp.next_deadline());
-            [ready, doorbells, held, deferred, link, scenario].into_iter().flatten().min()
+            let acks_later = (!io.acks_later_spans.is_empty()).then_some(0);
+            [ready, doorbells, held, deferred, link, scenario, acks_later]
+                .into_iter()
+                .flatten()
+                .min()
         };
         match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),

@@ -14,11 +14,20 @@ use uroce_hca::time::Instant;
 use uroce_hca::Hca;
 use uroce_wire::ip::DatagramHeaders;
 
+/// The opcode byte of an RC ACKNOWLEDGE, the first byte of its BTH.
+const ACKNOWLEDGE: u8 = uroce_wire::Opcode::RC_ACKNOWLEDGE.0;
+
 impl Runtime {
     /// Takes one batch from each of the transport's receiving descriptors
     /// (the device's own, and over kernel UDP each multicast group's) into
     /// the HCA.
     pub(super) fn receive_some(&self, io: &mut Io, now_ns: u64, single: bool) -> usize {
+        // ACKs kept back go first, before anything received after them;
+        // they are this call's packets.
+        let kept = self.receive_acks_later(io, now_ns);
+        if kept > 0 {
+            return kept;
+        }
         let mut received = 0;
         for from in 0..io.transport.receiving_count() {
             received += self.receive_from(io, now_ns, single, from);
@@ -48,7 +57,7 @@ impl Runtime {
         let received = if io.transport.is_link() {
             self.receive_frames(io, now_ns)
         } else {
-            self.receive_datagrams(io, now_ns, destination.unwrap_or(self.addr))
+            self.receive_datagrams(io, now_ns, destination.unwrap_or(self.addr), single)
         };
         if let Some(capture) = io.capture.as_mut() {
             capture.end_batch();
@@ -56,14 +65,48 @@ impl Runtime {
         received
     }
 
+    /// Hands the ACKs kept back to the HCA, in the order they came;
+    /// returns how many.
+    pub(super) fn receive_acks_later(&self, io: &mut Io, now_ns: u64) -> usize {
+        if io.acks_later_spans.is_empty() {
+            return 0;
+        }
+        let now = Instant::from_nanos(now_ns);
+        let mut hca = self.hca.lock();
+        let count = io.acks_later_spans.len();
+        for span in io.acks_later_spans.drain(..) {
+            hca.receive(now, &io.acks_later[span]);
+        }
+        io.acks_later.clear();
+        count
+    }
+
     /// The kernel UDP transport's receive: each datagram (or GRO segment)
     /// is one RoCE packet, its IP header rebuilt with `destination` (the
     /// device's address, or the group's a group socket took it for).
-    fn receive_datagrams(&self, io: &mut Io, now_ns: u64, destination: IpAddr) -> usize {
-        let Io { rx_buffers, rx_meta, capture, stats, scenario, .. } = io;
+    ///
+    /// For a waiting application (`single`), the ACKs behind a packet that
+    /// completed work (a reply, and the ACK of the request it answers, in
+    /// one GRO datagram) are kept back when the HCA says they can wait
+    /// (`Hca::ack_can_wait`): the application sees its completion without
+    /// the completer's work first, and they are handed over after its next
+    /// send (`transmit_some`) or at the next receive, before anything
+    /// else. Everything after the first one kept is kept, in order.
+    fn receive_datagrams(
+        &self,
+        io: &mut Io,
+        now_ns: u64,
+        destination: IpAddr,
+        single: bool,
+    ) -> usize {
+        let Io {
+            rx_buffers, rx_meta, capture, stats, scenario, acks_later, acks_later_spans, ..
+        } = io;
         let now = Instant::from_nanos(now_ns);
         let mut hca = self.hca.lock();
         let mut datagrams = 0;
+        let completions_before = hca.completion_tally().successes();
+        let mut keeping = false;
         for (meta, buffer) in rx_meta.iter().zip(rx_buffers.iter_mut()) {
             let Some(source) = meta.source.filter(|_| !meta.truncated) else {
                 stats.rx_dropped += 1;
@@ -93,7 +136,19 @@ impl Runtime {
                 let (comment, die) = match scenario.as_mut() {
                     Some(sp) => scenario_ingress(sp, &mut hca, now_ns, stats, packet),
                     None => {
-                        hca.receive(now, packet);
+                        keeping = keeping
+                            || (single
+                                && buffer[start] == ACKNOWLEDGE
+                                && hca.completion_tally().successes() > completions_before
+                                && hca.ack_can_wait(&buffer[start..start + len]));
+                        if keeping {
+                            stats.rx_acks_later += 1;
+                            let start = acks_later.len();
+                            acks_later.extend_from_slice(packet);
+                            acks_later_spans.push(start..acks_later.len());
+                        } else {
+                            hca.receive(now, packet);
+                        }
                         (None, false)
                     }
                 };

@@ -12,6 +12,9 @@ pub struct UdpStats {
     /// Datagrams that cannot be a RoCE packet or came from a source of
     /// another address family; dropped before the HCA.
     pub rx_dropped: u64,
+    /// ACKs received behind a packet that completed work for a waiting
+    /// application and handed to the HCA after its next send.
+    pub rx_acks_later: u64,
     /// Packets the HCA handed out.
     pub tx_packets: u64,
     /// Of those, packets to a multicast group.
@@ -81,6 +84,7 @@ impl UdpStats {
             ("rx_datagrams", self.rx_datagrams),
             ("rx_batches", self.rx_batches),
             ("rx_dropped", self.rx_dropped),
+            ("rx_acks_later", self.rx_acks_later),
             ("tx_packets", self.tx_packets),
             ("tx_mcast_packets", self.tx_mcast_packets),
             ("rx_mcast_datagrams", self.rx_mcast_datagrams),
