@@ -71,6 +71,14 @@ impl DriverMemory for Counting {
     }
 }
 
+/// An in-process HCA at 10.0.0.`last`, on host memory `host`.
+fn hca_at<M: DriverMemory + 'static>(host: Arc<M>, last: u8) -> (SharedHca, Ipv4Addr) {
+    let ip = Ipv4Addr::new(10, 0, 0, last);
+    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, last]), Gid::from(ip)];
+    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
+    (SharedHca::new(hca, host), ip)
+}
+
 /// An RC QP on `cq` with `depth` WRs a queue, one SGE each, not
 /// signalling every send.
 fn rc_init(cq: &Cq, depth: u32) -> QpInitAttr<'_> {
@@ -103,10 +111,7 @@ fn tuning(sq_psn: u32) -> Tuning {
 #[test]
 fn a_chain_is_published_once_and_stops_at_the_bad_wr() {
     let host = Arc::new(Counting { inner: SimMemory::strict(1 << 24), releases: 0.into() });
-    let ip = Ipv4Addr::new(10, 0, 0, 1);
-    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 1]), Gid::from(ip)];
-    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
-    let hca = SharedHca::new(hca, host.clone());
+    let (hca, ip) = hca_at(host.clone(), 1);
     let ctx = Context::open(&hca);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
@@ -175,15 +180,21 @@ impl DeviceLink for CountingLink {
     }
 }
 
-/// Moves every packet the HCA has to send back into it (the QP is
-/// connected to itself), until none is left.
-fn loop_back(hca: &SharedHca) {
+/// Moves every packet the HCA has to send back into it (its QPs are
+/// connected to themselves), until none is left; returns each packet's
+/// opcode, with whether the HCA would let it wait (`Hca::ack_can_wait`,
+/// asked just before it is received).
+fn loop_back(hca: &SharedHca) -> Vec<(u8, bool)> {
     let mut buf = vec![0u8; 9000];
-    let now = Instant::from_nanos(1_000);
+    let now = Instant::from_nanos(2_000);
+    let mut seen = Vec::new();
     for _ in 0..64 {
         let mut hca = hca.lock();
-        let Some(transmit) = hca.poll_transmit(now, &mut buf) else { return };
+        let Some(transmit) = hca.poll_transmit(now, &mut buf) else { return seen };
         let packet = buf[..transmit.len].to_vec();
+        // IPv4 (20 bytes, no options) and UDP (8): the BTH follows.
+        let roce = &packet[28..];
+        seen.push((roce[0], hca.ack_can_wait(roce)));
         hca.receive(now, &packet);
     }
     panic!("the HCA kept sending");
@@ -197,11 +208,7 @@ fn poll_all(cq: &uroce_verbs::Cq) -> Vec<WorkCompletion> {
 
 #[test]
 fn a_receive_post_kicks_only_in_the_error_state() {
-    let host = Arc::new(SimMemory::strict(1 << 24));
-    let ip = Ipv4Addr::new(10, 0, 0, 1);
-    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 1]), Gid::from(ip)];
-    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
-    let hca = SharedHca::new(hca, host);
+    let (hca, ip) = hca_at(Arc::new(SimMemory::strict(1 << 24)), 1);
     let link = CountingLink { hca: hca.clone(), recv_kicks: Arc::new(AtomicUsize::new(0)) };
     let kicks = || link.recv_kicks.load(Ordering::Relaxed);
     let ctx = Context::open(&link);
@@ -269,31 +276,9 @@ fn a_receive_post_kicks_only_in_the_error_state() {
     assert_eq!(received, [(4, WcStatus::Success)]);
 }
 
-/// Each packet the HCA sends to itself, with whether the HCA would let it
-/// wait (`Hca::ack_can_wait`, asked just before it is received).
-fn loop_back_asking(hca: &SharedHca) -> Vec<(u8, bool)> {
-    let mut buf = vec![0u8; 9000];
-    let now = Instant::from_nanos(2_000);
-    let mut seen = Vec::new();
-    for _ in 0..64 {
-        let mut hca = hca.lock();
-        let Some(transmit) = hca.poll_transmit(now, &mut buf) else { return seen };
-        let packet = buf[..transmit.len].to_vec();
-        // IPv4 (20 bytes, no options) and UDP (8): the BTH follows.
-        let roce = &packet[28..];
-        seen.push((roce[0], hca.ack_can_wait(roce)));
-        hca.receive(now, &packet);
-    }
-    panic!("the HCA kept sending");
-}
-
 #[test]
 fn an_ack_may_wait_only_while_the_send_queue_has_room() {
-    let host = Arc::new(SimMemory::strict(1 << 24));
-    let ip = Ipv4Addr::new(10, 0, 0, 2);
-    let gids = vec![Gid::link_local_from_mac([2, 0, 0, 0, 0, 2]), Gid::from(ip)];
-    let hca = Hca::new(HcaConfig::default(), gids, host.clone()).unwrap();
-    let hca = SharedHca::new(hca, host);
+    let (hca, ip) = hca_at(Arc::new(SimMemory::strict(1 << 24)), 2);
     let ctx = Context::open(&hca);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64).unwrap();
@@ -315,12 +300,12 @@ fn an_ack_may_wait_only_while_the_send_queue_has_room() {
         qp.post_send(&[send(2)]).unwrap();
         // A SEND is never let wait; its ACK is while the queue has room
         // for another post without the WQE the ACK retires.
-        let seen = loop_back_asking(&hca);
+        let seen = loop_back(&hca);
         assert_eq!(seen, [(SEND, false), (ACK, ack_waits)], "depth {depth}");
         assert_eq!(poll_all(&cq).len(), 2, "the receive and the send completed");
         // No receive posted: the SEND draws an RNR NAK, which never waits.
         qp.post_send(&[send(3)]).unwrap();
-        let seen = loop_back_asking(&hca);
+        let seen = loop_back(&hca);
         assert_eq!(seen, [(SEND, false), (ACK, false)], "depth {depth}: the RNR NAK");
         let error = QpAttr { qp_state: Some(QpState::Err), ..QpAttr::default() };
         qp.modify(&error, AttrMask::STATE).unwrap();
