@@ -191,13 +191,27 @@ impl Mapping {
         Ok(unsafe { self.ptr.as_ptr().add((self.meta + offset) as usize) })
     }
 
-    #[inline]
+    /// [`Mapping::resolve`] for an aligned word (ring indices and flags,
+    /// atomics): being aligned, it never crosses a page, so one liveness
+    /// bit answers.
+    #[inline(always)]
     fn resolve_word<T>(&self, addr: u64) -> Result<*mut T, MemFault> {
+        const { assert!(PAGE % core::mem::size_of::<T>() as u64 == 0) };
         let size = core::mem::size_of::<T>() as u64;
-        if addr % size != 0 {
+        let offset = addr.wrapping_sub(self.addr_base);
+        // Below the base, the subtraction wraps past the data. Both the
+        // address and its offset must be aligned (a view's base comes from
+        // the driver).
+        if (addr | offset) % size != 0
+            || offset >= self.pages * PAGE
+            || !self.page_live(offset / PAGE)
+        {
             return Err(self.fault(MemFault { addr, len: size }));
         }
-        self.resolve(addr, size).map(|p| p.cast())
+        // SAFETY: `offset` is a multiple of `size` below `pages * PAGE`, a
+        // multiple of `size` too, so `offset + size <= pages * PAGE`: inside
+        // the mapping, and aligned (the data starts on a page).
+        Ok(unsafe { self.ptr.as_ptr().add((self.meta + offset) as usize) }.cast())
     }
 
     fn fault(&self, fault: MemFault) -> MemFault {
@@ -557,6 +571,32 @@ mod tests {
         }
         assert!(shm.read(a + PAGE - 1, &mut [0; 2]).is_err(), "straddles the end");
         assert!(shm.allocate(2 * PAGE, PAGE).is_err(), "past the budget");
+    }
+
+    #[test]
+    fn words_outside_live_data_fault_and_a_view_with_an_odd_base_stays_inside() {
+        let shm = SharedMemory::create(2 * PAGE).unwrap();
+        let a = shm.allocate(PAGE, PAGE).unwrap();
+        let end = shm.addr_base() + 2 * PAGE;
+        assert!(shm.load_acquire_u32(a + PAGE - 4).is_ok(), "the last word of the page");
+        assert!(shm.load_acquire_u32(a + PAGE).is_err(), "the next page is not live");
+        for addr in [0, a - 4, end, end - 4, u64::MAX - 3] {
+            assert!(shm.load_acquire_u32(addr).is_err(), "{addr:x}");
+            assert!(shm.store_release_u32(addr, 1).is_err(), "{addr:x}");
+        }
+        shm.allocate(PAGE, PAGE).unwrap();
+        assert!(shm.fetch_add_u64(end - 8, 1).is_ok(), "the data's last word");
+        // A view whose base the driver gave 2 bytes off: a word aligned in
+        // the device's space lies misaligned in the mapping, and the other
+        // way round. Every word access is refused (an atomic on a
+        // misaligned pointer would be undefined behaviour); bytes still go.
+        let fd = shm.fd().try_clone_to_owned().unwrap();
+        let view = SharedView::map(fd, shm.addr_base() + 2).unwrap();
+        for addr in [a, a + 2, a + 4, a + 8, a + 10, end - 8, end - 6] {
+            assert!(view.load_acquire_u32(addr).is_err(), "{addr:x}");
+            assert!(view.fetch_add_u64(addr, 0).is_err(), "{addr:x}");
+        }
+        assert!(view.read(a + 2, &mut [0; 3]).is_ok());
     }
 
     #[test]

@@ -228,7 +228,7 @@ impl UdpDevice {
             ready_fd,
             wake,
             epoch: std::time::Instant::now(),
-            last_app_ns: AtomicU64::new(0),
+            app_called: AtomicBool::new(false),
             app_sleeping: AtomicBool::new(false),
             app_posted: AtomicBool::new(false),
             stop: AtomicBool::new(false),

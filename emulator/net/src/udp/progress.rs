@@ -16,8 +16,8 @@ use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;
 use uroce_hca::{Driver, SharedHca};
 
-/// How long after the application's last verbs call the background thread
-/// leaves the device to it.
+/// How long after it last saw the application's flag (`app_called`) up
+/// the background thread leaves the device to it.
 const APP_ACTIVE_NS: u64 = 1_000_000;
 /// The longest that packets produced by an application-driven receive
 /// (ACKs, READ responses) wait for the application's next verbs call before
@@ -42,8 +42,10 @@ pub(super) struct Runtime {
     /// Wakes the background thread (stop, or the application went to sleep).
     pub wake: OwnedFd,
     pub epoch: std::time::Instant,
-    /// When the application last drove the device (runtime nanoseconds).
-    pub last_app_ns: AtomicU64,
+    /// The application called a verb since the background thread last
+    /// looked (it clears the flag as it notes the time): a flag rather than
+    /// a time, so that a verbs call does not read the clock for it.
+    pub app_called: AtomicBool,
     /// The application armed a CQ and may be asleep on a channel.
     pub app_sleeping: AtomicBool,
     /// The application posted a send without a doorbell since its last
@@ -72,9 +74,10 @@ impl Driver for Runtime {
 
     fn flush(&self) {
         self.mark_app_active();
+        let now_ns = self.now_ns();
         {
             let mut io = lock(&self.io);
-            self.transmit_some(&mut io, self.now_ns());
+            self.transmit_some(&mut io, now_ns);
         }
         // New timers, held packets or more than one burst: a background
         // thread asleep on an older deadline must look again.
@@ -197,9 +200,13 @@ impl Runtime {
     }
 
     /// The application called a verb: it is awake and driving (unless it
-    /// armed a CQ, see `app_sleeping`).
+    /// armed a CQ, see `app_sleeping`). Stores only when the flag is down,
+    /// so that back-to-back calls leave its cache line shared.
+    #[inline]
     fn mark_app_active(&self) {
-        self.last_app_ns.store(self.now_ns(), Ordering::Relaxed);
+        if !self.app_called.load(Ordering::Relaxed) {
+            self.app_called.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Hands waiting events to the application (completion channels). An
@@ -230,7 +237,7 @@ impl Runtime {
         // event it waits for ends that (`deliver_events`).
         let started_ns = self.now_ns();
         if app {
-            self.last_app_ns.store(started_ns, Ordering::Relaxed);
+            self.mark_app_active();
         }
         let mut moved = false;
         {
@@ -246,8 +253,8 @@ impl Runtime {
                 // `flush_batch`): the ACK is off the ping-pong's critical
                 // path. If no call comes, the background thread sends them:
                 // at once if it is asleep in charge (`kick_background`),
-                // else when it takes over (`APP_ACTIVE_NS` after the last
-                // call), or `DEFERRED_ACK_NS` after the receive if it
+                // else when it takes over (one to two `APP_ACTIVE_NS` after
+                // the last call), or `DEFERRED_ACK_NS` after the receive if it
                 // looks at its deadline before that.
                 let now = started_ns;
                 // Deferred responses younger than `ACK_HOLD_NS` stay held
@@ -353,16 +360,25 @@ impl Runtime {
     /// application is not calling verbs.
     pub(super) fn background(&self) {
         let mut last_activity_ns = 0u64;
+        // When this thread last saw the application's flag up (0: never).
+        // The application is taken as silent `APP_ACTIVE_NS` after that:
+        // between one and two such spans after its last call.
+        let mut app_seen_ns = 0u64;
         let mut more = false;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
+            if self.app_called.load(Ordering::Relaxed)
+                && self.app_called.swap(false, Ordering::Relaxed)
+            {
+                app_seen_ns = now;
+            }
             let app_active = !self.app_sleeping.load(Ordering::Acquire)
-                && now.saturating_sub(self.last_app_ns.load(Ordering::Relaxed)) < APP_ACTIVE_NS
-                && self.last_app_ns.load(Ordering::Relaxed) != 0;
+                && app_seen_ns != 0
+                && now.saturating_sub(app_seen_ns) < APP_ACTIVE_NS;
             if app_active {
                 // The application drives; wake for its silence, a timer,
                 // or a stop/sleep signal.
-                let quiet_at = self.last_app_ns.load(Ordering::Relaxed) + APP_ACTIVE_NS;
+                let quiet_at = app_seen_ns + APP_ACTIVE_NS;
                 // Announce the wait, then compute its deadline: a doorbell
                 // held after this wakes it if it would sleep past the hold
                 // (`rang_send_doorbell`).

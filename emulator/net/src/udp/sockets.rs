@@ -10,7 +10,7 @@ use super::sys::Outgoing;
 use super::transport::{Queued, TxBatch};
 use super::{UdpError, UdpStats};
 use core::net::{IpAddr, SocketAddr};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::io;
 use std::net::UdpSocket;
 use std::ops::Range;
@@ -37,11 +37,11 @@ pub(super) struct UdpSockets {
     /// The kernel refused a GSO send: offload is off from then on.
     gso_refused: bool,
     /// One socket per UDP source port in use.
-    by_port: HashMap<u16, UdpSocket>,
+    by_port: FxHashMap<u16, UdpSocket>,
     /// Ports that could not be bound (in use by another socket, or out of
     /// descriptors), and when to try again; meanwhile the HCA settles
     /// their packets on 4791.
-    unbindable: HashMap<u16, u64>,
+    unbindable: FxHashMap<u16, u64>,
     /// The multicast groups the device belongs to (`groups.rs`).
     groups: GroupSockets,
     /// Readable when `main` or a group socket is (an epoll descriptor).
@@ -88,8 +88,8 @@ impl UdpSockets {
             addr,
             offload,
             gso_refused: false,
-            by_port: HashMap::new(),
-            unbindable: HashMap::new(),
+            by_port: FxHashMap::default(),
+            unbindable: FxHashMap::default(),
             groups: GroupSockets::default(),
             ready,
             spans: Vec::new(),

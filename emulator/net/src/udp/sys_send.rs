@@ -94,15 +94,28 @@ impl SendScratch {
         }
     }
 
-    /// `sendmmsg` of the first `count` messages set.
+    /// `sendmmsg` of the first `count` messages set; `sendmsg` for one
+    /// (the usual case of a ping-pong: the kernel's path is the same, less
+    /// the vector's handling).
     fn send(&mut self, socket: &UdpSocket, count: usize) -> io::Result<usize> {
-        // SAFETY: the first `count` headers point at iovecs, names and
-        // control messages in `self` with their true lengths (set by
-        // `set_message` after every iovec was pushed, so none moved); the
-        // iovecs point into the caller's bytes, which outlive the call and
-        // which the kernel only reads.
-        let sent =
-            unsafe { libc::sendmmsg(socket.as_raw_fd(), self.headers.as_mut_ptr(), count as _, 0) };
+        let sent = if count == 1 {
+            // SAFETY: the first header points at iovecs, a name and control
+            // messages in `self` with their true lengths (as below); the
+            // kernel only reads them and the caller's bytes.
+            let bytes = unsafe { libc::sendmsg(socket.as_raw_fd(), &self.headers[0].msg_hdr, 0) };
+            if bytes < 0 {
+                -1
+            } else {
+                1
+            }
+        } else {
+            // SAFETY: the first `count` headers point at iovecs, names and
+            // control messages in `self` with their true lengths (set by
+            // `set_message` after every iovec was pushed, so none moved);
+            // the iovecs point into the caller's bytes, which outlive the
+            // call and which the kernel only reads.
+            unsafe { libc::sendmmsg(socket.as_raw_fd(), self.headers.as_mut_ptr(), count as _, 0) }
+        };
         if sent < 0 {
             Err(io::Error::last_os_error())
         } else {
