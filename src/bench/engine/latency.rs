@@ -98,7 +98,7 @@ impl Side {
 
     /// Posts one signaled WR on QP 0, waiting for room.
     pub(super) fn post_one(&self, wr: &SendWr, outstanding: &mut u64) -> Result<(), String> {
-        let mut last_progress = Instant::now();
+        let mut watchdog = Watchdog::default();
         loop {
             match self.qps[0].post_send(std::slice::from_ref(wr)) {
                 Ok(()) => {
@@ -108,9 +108,9 @@ impl Side {
                 Err((_, Error::NoMemory(_))) => {
                     let wcs = self.poll_kept()?;
                     if wcs.is_empty() {
-                        self.stalled(last_progress, "waiting for send queue room")?;
+                        watchdog.idle(self, "waiting for send queue room")?;
                     } else {
-                        last_progress = Instant::now();
+                        watchdog.progress();
                     }
                     *outstanding -= count_sends(&wcs).min(*outstanding);
                 }
@@ -123,7 +123,7 @@ impl Side {
     /// device through the CQ meanwhile.
     pub(super) fn wait_tag(&self, last: u64, tag: u8, outstanding: &mut u64) -> Result<(), String> {
         let mut byte = [0u8];
-        let started = Instant::now();
+        let mut watchdog = Watchdog::default();
         loop {
             let wcs = self.poll_kept()?;
             *outstanding -= count_sends(&wcs).min(*outstanding);
@@ -131,7 +131,7 @@ impl Side {
             if byte[0] == tag {
                 return Ok(());
             }
-            self.stalled(started, "waiting for the peer's WRITE")?;
+            watchdog.idle(self, "waiting for the peer's WRITE")?;
         }
     }
 
@@ -204,7 +204,7 @@ impl Side {
         iters: u64,
         size: u32,
     ) -> Result<(), String> {
-        let started = Instant::now();
+        let mut watchdog = Watchdog::default();
         loop {
             let wcs = self.poll_kept()?;
             *outstanding -= count_sends(&wcs).min(*outstanding);
@@ -218,7 +218,7 @@ impl Side {
                 }
                 return Ok(());
             }
-            self.stalled(started, "waiting for the peer's SEND")?;
+            watchdog.idle(self, "waiting for the peer's SEND")?;
         }
     }
 
@@ -247,4 +247,34 @@ impl Side {
 /// Send-side completions among `wcs`.
 fn count_sends(wcs: &[WorkCompletion]) -> u64 {
     wcs.iter().filter(|wc| wc.opcode != WcOpcode::Recv).count() as u64
+}
+
+/// Notices a peer that stopped responding without reading the clock on
+/// the measured path: the clock starts at the first poll that found
+/// nothing, and is read again only every `WATCHDOG_POLLS` such polls.
+#[derive(Default)]
+struct Watchdog {
+    since: Option<Instant>,
+    empty_polls: u32,
+}
+
+/// Empty polls between two looks at the clock (a poll takes about 0.5 µs).
+const WATCHDOG_POLLS: u32 = 64;
+
+impl Watchdog {
+    /// A poll found nothing: an error once `side`'s timeout has passed
+    /// since the first of them.
+    fn idle(&mut self, side: &Side, what: &str) -> Result<(), String> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        self.empty_polls = self.empty_polls.wrapping_add(1);
+        match self.empty_polls % WATCHDOG_POLLS {
+            0 => side.stalled(since, what),
+            _ => Ok(()),
+        }
+    }
+
+    /// Something moved: the silence starts again.
+    fn progress(&mut self) {
+        *self = Watchdog::default();
+    }
 }
