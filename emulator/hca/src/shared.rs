@@ -238,7 +238,13 @@ impl DeviceLink for SharedHca {
     }
 
     fn kick(&self, doorbell: Doorbell) {
-        let now = self.now();
+        // The driver taken once for the whole kick: each upgrade of its
+        // weak reference is two atomic operations.
+        let driver = self.driver();
+        let now = match &driver {
+            Some(driver) => driver.now(),
+            None => self.lock().now(),
+        };
         let ready = {
             let mut hca = self.lock();
             hca.doorbell(now, doorbell);
@@ -248,7 +254,7 @@ impl DeviceLink for SharedHca {
         // A doorbell that left nothing to send (its QP waits for the
         // device's transmit budget) needs no send round.
         if matches!(doorbell, Doorbell::SendQueue(_)) && ready {
-            if let Some(driver) = self.driver() {
+            if let Some(driver) = driver {
                 driver.rang_send_doorbell();
             }
         }

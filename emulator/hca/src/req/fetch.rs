@@ -18,24 +18,26 @@ impl QpStep<'_> {
     /// Copies newly posted send WQEs into the shadow, validating each once.
     /// A producer index that jumps past the ring is a fatal QP error.
     pub(crate) fn fetch_send_wqes(&mut self, now: Instant) {
-        let host = self.dev.mem.host().clone();
         let max_msg_size = self.dev.config.max_msg_size;
-        let qp = &mut *self.qp;
-        match qp.sq.refresh(host.as_ref()) {
+        match self.qp.sq.refresh(self.dev.mem.host().as_ref()) {
             Ok(_) => {}
             Err(RingError::IndexJump { .. }) | Err(_) => {
                 // Nothing in this ring can be trusted any more. A QP already
                 // in error only flushes what it had fetched (going fatal
                 // again would flush, fetch and fail here again).
-                if qp.state != QpState::Err {
+                if self.qp.state != QpState::Err {
                     self.dev.counters.bad_wqe += 1;
-                    let qpn = qp.qpn;
+                    let qpn = self.qp.qpn;
                     self.step(now, Step::WqeRefused { qpn, status: WcStatus::LocQpOpErr });
                     self.fatal(now);
                 }
                 return;
             }
         }
+        // Borrowed, not cloned: an `Arc` clone is two atomic operations on
+        // every send's path.
+        let host = self.dev.mem.host().as_ref();
+        let qp = &mut *self.qp;
         let limits = WqeLimits {
             max_sge: qp.cap.max_send_sge,
             max_inline: qp.cap.max_inline_data,
@@ -52,7 +54,7 @@ impl QpStep<'_> {
         while qp.fetched != qp.sq.producer_seen {
             let run = (qp.sq.run_from(qp.fetched) as usize).min(WQES_PER_READ);
             slots.resize(run * stride, 0);
-            let read = qp.sq.read_run(host.as_ref(), qp.fetched, &mut slots[..run * stride]);
+            let read = qp.sq.read_run(host, qp.fetched, &mut slots[..run * stride]);
             for slot in slots[..run * stride].chunks_exact(stride) {
                 let s = qp.slot(qp.fetched);
                 let shadow = &mut qp.sq_shadow[s];
