@@ -105,6 +105,35 @@ fn a_retransmit_timer_armed_after_the_application_slept_fires_on_time() {
 }
 
 #[test]
+fn an_application_spinning_on_an_empty_cq_fires_the_retransmit_timer_itself() {
+    // No background thread: only the application's polls drive the device.
+    // Most polls of a waiting application only look for a datagram (no
+    // clock, no transmit round); the timer must fire all the same, from
+    // the whole round every few polls.
+    let mut c = config(11, 1, ProgressMode::HYBRID, None);
+    c.background = false;
+    let a = Node::open(c, 64).unwrap();
+    let qa = a.qp(QpType::Rc, cap()).unwrap();
+    let mut t = default_tuning();
+    t.timeout = 10; // 4.2 ms per try
+    t.retry_cnt = 1;
+    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 11, 99)));
+    bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &t, 0).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mut send = SendWr::new(1, WrOpcode::Send);
+    send.sg_list = vec![ma.sge(0, 64)];
+    send.flags = SendFlags::SIGNALED;
+    let t0 = Instant::now();
+    qa.post_send(&[send]).unwrap();
+    let got = a.wait(1, Duration::from_secs(3));
+    let took = t0.elapsed();
+    // Two tries of 4.2 ms, then RETRY_EXC_ERR.
+    assert_eq!(got.first().map(|c| c.status), Some(WcStatus::RetryExcErr));
+    assert!(took < PROMPT, "the error completion took {took:?}");
+    assert_eq!(a.dev.counters().completer_retry_err, 1, "one retransmit, from a poll");
+}
+
+#[test]
 fn a_burst_larger_than_one_step_all_leaves() {
     let a = Node::open(config(3, 1, ProgressMode::Event, None), 1024).unwrap();
     let b = Node::open(config(3, 2, ProgressMode::HYBRID, None), 1024).unwrap();

@@ -42,6 +42,9 @@ pub(super) struct Io {
     pub tx_scratch: sys::SendScratch,
     /// The application's last poll found no datagram.
     pub app_poll_was_empty: bool,
+    /// Consecutive polls of a waiting application that found nothing to
+    /// send (see `Runtime::progress_by`).
+    pub idle_polls: u32,
     pub tx_buffer: Vec<u8>,
     pub batch: TxBatch,
     pub transport: Transport,
@@ -83,6 +86,7 @@ impl Io {
             rx_scratch: sys::ReceiveScratch::new(),
             tx_scratch: sys::SendScratch::new(),
             app_poll_was_empty: true,
+            idle_polls: 0,
             tx_buffer: vec![0u8; MAX_PACKET_LEN],
             batch: TxBatch::default(),
             transport,
@@ -98,6 +102,19 @@ impl Io {
             acks_later: Vec::new(),
             acks_later_spans: Vec::new(),
         }
+    }
+}
+
+impl Io {
+    /// Nothing of the runtime's own waits to leave: no ACKs deferred to the
+    /// application's next call, no delayed copies, no ACKs kept back, and
+    /// no scenario or link whose timers a transmit round runs.
+    pub(super) fn nothing_pending(&self) -> bool {
+        self.deferred_since_ns.is_none()
+            && self.delayed.is_empty()
+            && self.acks_later_spans.is_empty()
+            && self.scenario.is_none()
+            && !self.transport.is_link()
     }
 }
 

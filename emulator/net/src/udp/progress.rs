@@ -26,6 +26,9 @@ const DEFERRED_ACK_NS: u64 = 50_000;
 /// How long the application's polls may keep those packets back for its
 /// next verbs call (see `progress_by`).
 const ACK_HOLD_NS: u64 = 5_000;
+/// A waiting application's polls with nothing to send run a whole round
+/// (timers, a transmit) once in this many; the others only receive.
+const IDLE_POLLS_PER_ROUND: u32 = 8;
 
 /// The part of the runtime shared by the application's threads and the
 /// background thread.
@@ -235,7 +238,6 @@ impl Runtime {
         // not put the background thread off: the libibverbs event loop arms
         // the CQ, polls and posts, then sleeps on the channel, and only the
         // event it waits for ends that (`deliver_events`).
-        let started_ns = self.now_ns();
         if app {
             self.mark_app_active();
         }
@@ -244,42 +246,27 @@ impl Runtime {
             let mut io = lock(&self.io);
             if app {
                 io.doorbells.polled();
-                // The application's thread: send what is ready (including
-                // what the last receive produced), then take what arrived
-                // and return, so the application sees its completions
-                // before the runtime spends a system call on the ACKs
-                // they produced. Those leave with the application's next
-                // verbs call, after any request it posts in reaction (see
-                // `flush_batch`): the ACK is off the ping-pong's critical
-                // path. If no call comes, the background thread sends them:
-                // at once if it is asleep in charge (`kick_background`),
-                // else when it takes over (one to two `APP_ACTIVE_NS` after
-                // the last call), or `DEFERRED_ACK_NS` after the receive if it
-                // looks at its deadline before that.
-                let now = started_ns;
-                // Deferred responses younger than `ACK_HOLD_NS` stay held
-                // through this poll: an application that polls its send CQ
-                // before its receive CQ (perftest's `ib_send_lat`) would
-                // otherwise send the ACK of the reply it just received alone,
-                // a system call on the round trip's path, just before it
-                // posts its next request, which the ACK can go with.
-                let posted = self.app_posted.swap(false, Ordering::Relaxed);
-                let hold = !posted
-                    && io
-                        .deferred_since_ns
-                        .is_some_and(|since| now.saturating_sub(since) < ACK_HOLD_NS);
-                let sent = if hold { 0 } else { self.transmit_some(&mut io, now) };
-                // A poll after an empty one is an application waiting for a
-                // message: one datagram with `recvmsg` (cheaper) and back to
-                // it; a stream (the last poll found something) is taken in
-                // batches.
-                let single = io.app_poll_was_empty;
-                let received = self.receive_some(&mut io, now, single);
-                io.app_poll_was_empty = received == 0;
-                if received > 0 {
-                    io.deferred_since_ns.get_or_insert(now);
+                // Read before it is cleared: most polls find it down, and a
+                // swap is an atomic read-modify-write on every poll.
+                let posted = self.app_posted.load(Ordering::Relaxed)
+                    && self.app_posted.swap(false, Ordering::Relaxed);
+                // An application waiting for a message (its last poll found
+                // nothing) with nothing posted and nothing of the runtime's
+                // own to send: most of its polls only look for a datagram,
+                // and read the clock only if one came. Every
+                // `IDLE_POLLS_PER_ROUND`-th still runs a whole round (timers,
+                // packets another thread made ready without a doorbell);
+                // the background thread also wakes for the HCA's timers.
+                let idle = !posted
+                    && io.app_poll_was_empty
+                    && !self.holds_doorbells
+                    && io.nothing_pending();
+                io.idle_polls = if idle { io.idle_polls.wrapping_add(1) } else { 0 };
+                if idle && io.idle_polls % IDLE_POLLS_PER_ROUND != 0 {
+                    moved = self.receive_waiting(&mut io) > 0;
+                } else {
+                    moved = self.app_round(&mut io, posted);
                 }
-                moved = sent + received > 0;
                 if moved {
                     self.kick_background();
                 }
@@ -300,6 +287,44 @@ impl Runtime {
             self.print_steps();
         }
         moved
+    }
+
+    /// The application's round: sends what is ready, then takes what
+    /// arrived. Returns whether anything moved.
+    fn app_round(&self, io: &mut Io, posted: bool) -> bool {
+        let now = self.now_ns();
+        // The application's thread: send what is ready (including
+        // what the last receive produced), then take what arrived
+        // and return, so the application sees its completions
+        // before the runtime spends a system call on the ACKs
+        // they produced. Those leave with the application's next
+        // verbs call, after any request it posts in reaction (see
+        // `flush_batch`): the ACK is off the ping-pong's critical
+        // path. If no call comes, the background thread sends them:
+        // at once if it is asleep in charge (`kick_background`),
+        // else when it takes over (one to two `APP_ACTIVE_NS` after
+        // the last call), or `DEFERRED_ACK_NS` after the receive if it
+        // looks at its deadline before that.
+        // Deferred responses younger than `ACK_HOLD_NS` stay held
+        // through this poll: an application that polls its send CQ
+        // before its receive CQ (perftest's `ib_send_lat`) would
+        // otherwise send the ACK of the reply it just received alone,
+        // a system call on the round trip's path, just before it
+        // posts its next request, which the ACK can go with.
+        let hold = !posted
+            && io.deferred_since_ns.is_some_and(|since| now.saturating_sub(since) < ACK_HOLD_NS);
+        let sent = if hold { 0 } else { self.transmit_some(io, now) };
+        // A poll after an empty one is an application waiting for a
+        // message: one datagram with `recvmsg` (cheaper) and back to
+        // it; a stream (the last poll found something) is taken in
+        // batches.
+        let single = io.app_poll_was_empty;
+        let received = self.receive_some(io, now, single);
+        io.app_poll_was_empty = received == 0;
+        if received > 0 {
+            io.deferred_since_ns.get_or_insert(now);
+        }
+        sent + received > 0
     }
 
     /// Prints the HCA's decisions taken since the last call on standard

@@ -30,13 +30,37 @@ impl Runtime {
         }
         let mut received = 0;
         for from in 0..io.transport.receiving_count() {
-            received += self.receive_from(io, now_ns, single, from);
+            received += self.receive_from(io, &mut Some(now_ns), single, from);
         }
         received
     }
 
-    /// Takes one batch from receiving descriptor `from` into the HCA.
-    fn receive_from(&self, io: &mut Io, now_ns: u64, single: bool, from: usize) -> usize {
+    /// The poll of an application waiting for a message, with nothing of
+    /// the runtime's own to send (`progress_by`): one datagram from each
+    /// receiving descriptor, the clock read only when one came. What it
+    /// produced (ACKs) waits for the application's next call.
+    pub(super) fn receive_waiting(&self, io: &mut Io) -> usize {
+        let mut now_ns = None;
+        let mut received = 0;
+        for from in 0..io.transport.receiving_count() {
+            received += self.receive_from(io, &mut now_ns, true, from);
+        }
+        io.app_poll_was_empty = received == 0;
+        if let Some(now_ns) = now_ns.filter(|_| received > 0) {
+            io.deferred_since_ns.get_or_insert(now_ns);
+        }
+        received
+    }
+
+    /// Takes one batch from receiving descriptor `from` into the HCA, at
+    /// `now_ns` (read when the batch came, if `None`).
+    fn receive_from(
+        &self,
+        io: &mut Io,
+        now_ns: &mut Option<u64>,
+        single: bool,
+        from: usize,
+    ) -> usize {
         let (count, destination) = {
             let Io { rx_buffers, rx_meta, rx_scratch, stats, transport, .. } = &mut *io;
             match transport.receive(from, rx_buffers, HEADROOM, rx_scratch, rx_meta, single) {
@@ -50,6 +74,7 @@ impl Runtime {
         if count == 0 {
             return 0;
         }
+        let now_ns = *now_ns.get_or_insert_with(|| self.now_ns());
         io.stats.rx_batches += 1;
         if from > 0 {
             io.stats.rx_mcast_datagrams += count as u64;
