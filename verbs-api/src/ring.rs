@@ -11,6 +11,7 @@
 
 use crate::error::{Error, PostResult, Result};
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use uroce_device::cqe::{Cqe, CQE_LEN};
 use uroce_device::mem::{HostMemory, MemFault};
@@ -199,6 +200,15 @@ const ZEROED_AT_ONCE: usize = 1024;
 /// consumer index from memory.
 pub(crate) struct CqRing {
     state: Mutex<CqState>,
+    /// Copies of the ring's base and consumer index, kept under the lock,
+    /// read without it: a poll that finds the ring empty (most polls of a
+    /// waiting application) compares them with the producer index and
+    /// returns without taking the lock (two atomic read-modify-writes).
+    /// Read apart from the lock, they may disagree with each other during
+    /// another thread's resize: a look that is wrong then is one that sees
+    /// nothing, as if that thread had polled first.
+    peek_base: AtomicU64,
+    peek_consumer: AtomicU32,
 }
 
 /// What the driver knows of a completion ring.
@@ -215,7 +225,26 @@ const CQES_PER_READ: usize = 16;
 impl CqRing {
     /// The driver's side of the new, empty ring `desc`.
     pub(crate) fn new(desc: RingDesc) -> CqRing {
-        CqRing { state: Mutex::new(CqState { desc, consumer: 0 }) }
+        CqRing {
+            state: Mutex::new(CqState { desc, consumer: 0 }),
+            peek_base: AtomicU64::new(desc.base),
+            peek_consumer: AtomicU32::new(0),
+        }
+    }
+
+    /// Sets the consumer index the driver keeps (with the lock held: the
+    /// caller's `state`), and its copy.
+    fn set_consumer(&self, state: &mut CqState, consumer: u32) {
+        state.consumer = consumer;
+        self.peek_consumer.store(consumer, Ordering::Release);
+    }
+
+    /// Whether the ring holds no completion, seen without the lock. A
+    /// fault is not empty: the locked poll reports it.
+    fn looks_empty(&self, host: &dyn HostMemory) -> bool {
+        let base = self.peek_base.load(Ordering::Acquire);
+        let consumer = self.peek_consumer.load(Ordering::Acquire);
+        matches!(host.load_acquire_u32(base + PRODUCER_OFFSET), Ok(p) if p == consumer)
     }
 
     /// The ring's state, locked. A panic cannot leave it half-changed
@@ -251,7 +280,9 @@ impl CqRing {
         }
         let desc = move_to()?;
         let old = state.desc;
-        *state = CqState { desc, consumer: 0 };
+        state.desc = desc;
+        self.peek_base.store(desc.base, Ordering::Release);
+        self.set_consumer(&mut state, 0);
         Ok(old)
     }
 
@@ -266,6 +297,9 @@ impl CqRing {
         max: usize,
         out: &mut Vec<Cqe>,
     ) -> Result<usize> {
+        if self.looks_empty(host) {
+            return Ok(0);
+        }
         let mut state = self.state();
         let desc = state.desc;
         let producer = load(host, desc, PRODUCER_OFFSET)?;
@@ -307,7 +341,7 @@ impl CqRing {
                 out.truncate(before);
                 return Err(fault.into());
             }
-            state.consumer = consumer;
+            self.set_consumer(&mut state, consumer);
         }
         Ok(taken)
     }
@@ -339,7 +373,7 @@ impl CqRing {
         }
         if removed > 0 {
             let consumer = consumer.wrapping_add(removed);
-            state.consumer = consumer;
+            self.set_consumer(&mut state, consumer);
             publish(host, desc, CONSUMER_OFFSET, consumer)?;
         }
         Ok(removed)
@@ -433,6 +467,32 @@ mod tests {
     }
 
     #[test]
+    fn the_lockless_look_sees_new_completions_a_resize_and_reports_faults() {
+        let host = SimMemory::strict(1 << 20);
+        let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
+        assert!(polled(&cq, &host, 8).is_empty());
+        let write = |cq: &CqRing, n: u32| {
+            let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Recv, Qpn::new(16));
+            host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
+            publish(&host, cq.desc(), PRODUCER_OFFSET, n + 1).unwrap();
+        };
+        write(&cq, 0);
+        assert_eq!(polled(&cq, &host, 8).len(), 1, "seen past the empty look");
+        assert!(polled(&cq, &host, 8).is_empty(), "consumed: empty again");
+        // A resize starts a new ring at index 0: the look follows it.
+        let bigger = ring(&host, 8, CQE_LEN as u32);
+        cq.resize(&host, 8, || Ok(bigger)).unwrap();
+        assert!(polled(&cq, &host, 8).is_empty());
+        write(&cq, 0);
+        assert_eq!(polled(&cq, &host, 8).len(), 1, "the new ring's first completion");
+        // A ring whose index cannot be read is not empty: the poll fails.
+        let lenient = SimMemory::new(1 << 20);
+        let lost = CqRing::new(RingDesc { base: 1 << 40, entries: 4, stride: CQE_LEN as u32 });
+        assert!(lost.poll_into(&lenient, 8, &mut Vec::new()).is_err());
+        assert_eq!(lenient.faults(), 2, "looked at without, then with the lock");
+    }
+
+    #[test]
     fn a_poll_appends_and_a_corrupt_cqe_leaves_the_buffer_and_the_ring_as_they_were() {
         let host = SimMemory::strict(1 << 20);
         let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
@@ -485,7 +545,7 @@ mod tests {
         let host = SimMemory::strict(1 << 20);
         let cq = CqRing::new(ring(&host, 4, CQE_LEN as u32));
         publish(&host, cq.desc(), PRODUCER_OFFSET, 3).unwrap();
-        cq.state().consumer = 3;
+        cq.set_consumer(&mut cq.state(), 3);
         for n in 3..6u32 {
             let cqe = Cqe::new(u64::from(n), WcStatus::Success, WcOpcode::Recv, Qpn::new(16));
             host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
@@ -548,7 +608,7 @@ mod tests {
         // Indices from 2, so that the six CQEs wrap the four slots.
         publish(&host, cq.desc(), PRODUCER_OFFSET, 2).unwrap();
         publish(&host, cq.desc(), CONSUMER_OFFSET, 2).unwrap();
-        cq.state().consumer = 2;
+        cq.set_consumer(&mut cq.state(), 2);
         let write = |n: u32, qpn: u32| {
             let cqe = Cqe::new(u64::from(n), WcStatus::WrFlushErr, WcOpcode::Recv, Qpn::new(qpn));
             host.write(cq.desc().entry_addr(n), &cqe.encode()).unwrap();
