@@ -242,6 +242,9 @@ impl Runtime {
             self.mark_app_active();
         }
         let mut moved = false;
+        // A waiting application's poll that found nothing made no event
+        // (the background thread hands over its own, a command its own).
+        let mut quiet = false;
         {
             let mut io = lock(&self.io);
             if app {
@@ -264,6 +267,7 @@ impl Runtime {
                 io.idle_polls = if idle { io.idle_polls.wrapping_add(1) } else { 0 };
                 if idle && io.idle_polls % IDLE_POLLS_PER_ROUND != 0 {
                     moved = self.receive_waiting(&mut io) > 0;
+                    quiet = !moved;
                 } else {
                     moved = self.app_round(&mut io, posted);
                 }
@@ -282,7 +286,9 @@ impl Runtime {
                 }
             }
         }
-        self.deliver_events();
+        if !quiet {
+            self.deliver_events();
+        }
         if self.print_steps {
             self.print_steps();
         }
