@@ -134,6 +134,36 @@ fn an_application_spinning_on_an_empty_cq_fires_the_retransmit_timer_itself() {
 }
 
 #[test]
+fn a_message_for_an_application_that_drove_then_slept_wakes_it() {
+    // While B's application polls, the background thread takes B's socket
+    // out of the set it sleeps on; once B sleeps on its channel, the socket
+    // must be back in it, or A's message would wait for a timeout.
+    let a = Node::open(config(12, 1, ProgressMode::HYBRID, None), 64).unwrap();
+    let b = Node::open(config(12, 2, ProgressMode::HYBRID, None), 64).unwrap();
+    let channel = b.ctx.create_comp_channel().unwrap();
+    let cq = b.ctx.create_cq_with_channel(64, &channel).unwrap();
+    let qa = a.qp(QpType::Rc, cap()).unwrap();
+    let qb = qp_on(&b.pd, &cq, QpType::Rc, cap()).unwrap();
+    connect_pair(&a, &qa, &b, &qb, &default_tuning()).unwrap();
+    let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
+    qb.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![mb.sge(0, 64)] }]).unwrap();
+    // B's application drives for 20 ms (the thread notices it, and sleeps
+    // in its shadow), then arms its CQ and sleeps.
+    assert!(wait_cq(&cq, 1, Duration::from_millis(20)).is_empty());
+    cq.req_notify(false);
+    std::thread::sleep(Duration::from_millis(10));
+    let mut send = SendWr::new(1, WrOpcode::Send);
+    send.sg_list = vec![ma.sge(0, 64)];
+    send.flags = SendFlags::SIGNALED;
+    qa.post_send(&[send]).unwrap();
+    let took = wait_readable(&channel, Duration::from_secs(3));
+    assert!(took < PROMPT, "the receive's event took {took:?}");
+    let got = wait_cq(&cq, 1, Duration::from_millis(100));
+    assert_eq!(got.first().map(|c| (c.wr_id, c.status)), Some((7, WcStatus::Success)));
+}
+
+#[test]
 fn a_burst_larger_than_one_step_all_leaves() {
     let a = Node::open(config(3, 1, ProgressMode::Event, None), 1024).unwrap();
     let b = Node::open(config(3, 2, ProgressMode::HYBRID, None), 1024).unwrap();

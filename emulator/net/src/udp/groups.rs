@@ -152,10 +152,26 @@ fn interface_of(addr: Ipv6Addr) -> io::Result<u32> {
 
 /// An epoll descriptor watching `main` for input: readable when any socket
 /// added to it is (the progress thread polls it; group sockets join it).
-pub(super) fn ready_set(main: &impl AsFd) -> io::Result<OwnedFd> {
+/// `main` is watched through a duplicate, returned with it: the progress
+/// thread takes it out of the set while the application drives the device
+/// (`watch`), and puts it back before it sleeps on the set.
+pub(super) fn ready_set(main: &impl AsFd) -> io::Result<(OwnedFd, OwnedFd)> {
     let ready = epoll::create(epoll::CreateFlags::CLOEXEC)?;
-    epoll::add(&ready, main, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
-    Ok(ready)
+    let watched = main.as_fd().try_clone_to_owned()?;
+    watch(&ready, &watched, true)?;
+    Ok((ready, watched))
+}
+
+/// Puts `socket` in the epoll set `ready` (`on`) or takes it out. While a
+/// socket is in a set, every datagram queued to it runs the set's
+/// callback, on loopback inside the sender's system call.
+pub(super) fn watch(ready: &impl AsFd, socket: &impl AsFd, on: bool) -> io::Result<()> {
+    if on {
+        epoll::add(ready, socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+    } else {
+        epoll::delete(ready, socket)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

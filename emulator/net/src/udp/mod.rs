@@ -180,7 +180,8 @@ impl UdpDevice {
         if hca_config.cm_seed == 0 {
             hca_config.cm_seed = random_seed();
         }
-        let (transport, receive_buffer_bytes) = Transport::open(&config, random_seed())?;
+        let (mut transport, receive_buffer_bytes) = Transport::open(&config, random_seed())?;
+        let watched = transport.take_watched();
         let is_link = transport.is_link();
         // Held doorbells pay where different QPs' packets can share a send
         // call: not from a socket per QP.
@@ -226,6 +227,7 @@ impl UdpDevice {
             mode: config.progress,
             print_steps: config.trace == TraceMode::Print,
             ready_fd,
+            watched,
             wake,
             epoch: std::time::Instant::now(),
             app_called: AtomicBool::new(false),

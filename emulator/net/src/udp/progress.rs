@@ -42,6 +42,12 @@ pub(super) struct Runtime {
     /// its descriptor, or over kernel UDP of the epoll set of its
     /// receiving sockets; waited on without the I/O lock).
     pub ready_fd: OwnedFd,
+    /// Over kernel UDP, the descriptor through which `ready_fd` watches the
+    /// device's socket: the background thread takes the socket out of the
+    /// set while the application drives, so that a datagram's arrival does
+    /// not run the set's callback inside the peer's send call, and puts it
+    /// back before it sleeps on the set.
+    pub watched: Option<OwnedFd>,
     /// Wakes the background thread (stop, or the application went to sleep).
     pub wake: OwnedFd,
     pub epoch: std::time::Instant,
@@ -396,6 +402,8 @@ impl Runtime {
         // between one and two such spans after its last call.
         let mut app_seen_ns = 0u64;
         let mut more = false;
+        // Whether the device's socket is in the ready set.
+        let mut watching = true;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
             if self.app_called.load(Ordering::Relaxed)
@@ -406,6 +414,9 @@ impl Runtime {
             let app_active = !self.app_sleeping.load(Ordering::Acquire)
                 && app_seen_ns != 0
                 && now.saturating_sub(app_seen_ns) < APP_ACTIVE_NS;
+            if watching != !app_active {
+                watching = self.watch_socket(!app_active);
+            }
             if app_active {
                 // The application drives; wake for its silence, a timer,
                 // or a stop/sleep signal.
@@ -452,6 +463,17 @@ impl Runtime {
             } else if spin {
                 std::hint::spin_loop();
             }
+        }
+    }
+
+    /// Puts the device's socket in the ready set (`on`) or takes it out;
+    /// returns whether it is in the set now. A refused change leaves it as
+    /// it was (and is tried again on the next turn).
+    fn watch_socket(&self, on: bool) -> bool {
+        let Some(watched) = self.watched.as_ref() else { return true };
+        match super::groups::watch(&self.ready_fd, watched, on) {
+            Ok(()) => on,
+            Err(_) => !on,
         }
     }
 

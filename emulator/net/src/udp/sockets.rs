@@ -46,6 +46,9 @@ pub(super) struct UdpSockets {
     groups: GroupSockets,
     /// Readable when `main` or a group socket is (an epoll descriptor).
     ready: OwnedFd,
+    /// The duplicate of `main` through which `ready` watches it, until the
+    /// runtime takes it (`take_watched`).
+    watched: Option<OwnedFd>,
     /// Scratch for [`UdpSockets::send`]: the batch's packets' byte ranges,
     /// and one port's messages.
     spans: Vec<Range<usize>>,
@@ -81,7 +84,7 @@ impl UdpSockets {
         // Without it, a multicast send takes the kernel's route (none on a
         // host with only loopback): unicast is unaffected.
         let _ = groups::set_multicast_sending(&socket, addr);
-        let ready = groups::ready_set(&socket)
+        let (ready, watched) = groups::ready_set(&socket)
             .map_err(|e| UdpError::Io(format!("watching {addr}:{port} with epoll"), e))?;
         let sockets = UdpSockets {
             main: socket,
@@ -92,6 +95,7 @@ impl UdpSockets {
             unbindable: FxHashMap::default(),
             groups: GroupSockets::default(),
             ready,
+            watched: Some(watched),
             spans: Vec::new(),
             plan: Vec::new(),
         };
@@ -101,6 +105,13 @@ impl UdpSockets {
     /// Readable when a packet waits on any of the receiving sockets.
     pub(super) fn ready(&self) -> &OwnedFd {
         &self.ready
+    }
+
+    /// The descriptor through which the epoll set watches the device's
+    /// socket (once): who holds it can take the socket out of the set and
+    /// put it back (`groups::watch`).
+    pub(super) fn take_watched(&mut self) -> Option<OwnedFd> {
+        self.watched.take()
     }
 
     /// The receiving sockets: 0 is `main`, then one per group joined;

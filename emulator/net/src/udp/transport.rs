@@ -162,6 +162,15 @@ impl Transport {
         }
     }
 
+    /// Over kernel UDP, the descriptor through which the ready set watches
+    /// the device's socket (`UdpSockets::take_watched`).
+    pub(super) fn take_watched(&mut self) -> Option<OwnedFd> {
+        match self {
+            Transport::Udp(sockets) => sockets.take_watched(),
+            Transport::LinkUdp { .. } | Transport::LinkTap { .. } => None,
+        }
+    }
+
     /// Whether the device is a host on a link.
     pub(super) fn is_link(&self) -> bool {
         !matches!(self, Transport::Udp(_))
