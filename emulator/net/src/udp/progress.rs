@@ -414,8 +414,10 @@ impl Runtime {
             let app_active = !self.app_sleeping.load(Ordering::Acquire)
                 && app_seen_ns != 0
                 && now.saturating_sub(app_seen_ns) < APP_ACTIVE_NS;
-            if watching != !app_active {
-                watching = self.watch_socket(!app_active);
+            // In the set exactly while the thread may sleep on it.
+            let in_charge = !app_active;
+            if watching != in_charge {
+                watching = self.watch_socket(in_charge);
             }
             if app_active {
                 // The application drives; wake for its silence, a timer,
