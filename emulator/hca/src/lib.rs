@@ -39,5 +39,5 @@ pub mod trace;
 pub use endpoint::{Endpoint, PacketKind, Transmit};
 pub use fault::DeviceFault;
 pub use hca::Hca;
-pub use shared::{Driver, SharedHca};
+pub use shared::{AppActivity, Driver, SharedHca};
 pub use time::Instant;

@@ -31,6 +31,62 @@ pub struct SharedHca {
     /// application's behalf (the UDP runtime); `None` on the simulated
     /// fabric, whose loop drives everything.
     driver: Arc<std::sync::OnceLock<std::sync::Weak<dyn Driver>>>,
+    /// The driver's activity flags, when it has them (taken at
+    /// [`SharedHca::set_driver`]): posts raise them without upgrading the
+    /// weak link to the driver.
+    activity: Arc<std::sync::OnceLock<Arc<AppActivity>>>,
+}
+
+/// What the application's posts tell a driver, as flags the driver reads
+/// when it next looks: setting one is a load (and a store the first time),
+/// where calling the driver means upgrading the HCA's weak link to it (two
+/// atomic read-modify-writes) on every post.
+#[derive(Debug, Default)]
+pub struct AppActivity {
+    called: std::sync::atomic::AtomicBool,
+    posted_unkicked: std::sync::atomic::AtomicBool,
+}
+
+impl AppActivity {
+    /// The application called a verb: it is awake. Stores only when the
+    /// flag is down, so that back-to-back calls leave its line shared.
+    #[inline]
+    pub fn called(&self) {
+        raise(&self.called);
+    }
+
+    /// A send was posted without a doorbell (its queue was scheduled): the
+    /// driver's next step must read it, and hold nothing back for it.
+    #[inline]
+    pub fn posted_unkicked(&self) {
+        self.called();
+        raise(&self.posted_unkicked);
+    }
+
+    /// Whether the application called since the last look (lowers it).
+    pub fn take_called(&self) -> bool {
+        take(&self.called)
+    }
+
+    /// Whether a send was posted without a doorbell since the last look
+    /// (lowers it).
+    pub fn take_posted_unkicked(&self) -> bool {
+        take(&self.posted_unkicked)
+    }
+}
+
+fn raise(flag: &std::sync::atomic::AtomicBool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if !flag.load(Relaxed) {
+        flag.store(true, Relaxed);
+    }
+}
+
+/// Reads before it lowers: most looks find the flag down, and a swap is
+/// an atomic read-modify-write.
+fn take(flag: &std::sync::atomic::AtomicBool) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    flag.load(Relaxed) && flag.swap(false, Relaxed)
 }
 
 /// The functions a [`SharedHca`] calls when events are waiting.
@@ -59,11 +115,17 @@ pub trait Driver: Send + Sync {
         self.flush();
     }
     /// A receive was posted: it makes no packet to send, but tells the
-    /// runtime the application is awake.
+    /// runtime the application is awake. (Not called for a driver with
+    /// [`Driver::activity`]: its flags are raised instead.)
     fn posted_receive(&self) {}
     /// A send was posted without a doorbell (its queue was scheduled): the
-    /// next step reads it, and holds nothing back for it.
+    /// next step reads it, and holds nothing back for it. (As above.)
     fn posted_send_unkicked(&self) {}
+    /// Flags the application's posts raise instead of calling the two
+    /// functions above, read by the driver when it next looks.
+    fn activity(&self) -> Option<Arc<AppActivity>> {
+        None
+    }
     /// The application is about to sleep on a completion channel (it armed
     /// a CQ): the runtime must keep the device progressing by itself.
     fn app_sleeping(&self) {}
@@ -80,6 +142,7 @@ impl SharedHca {
             memory,
             notifiers: Default::default(),
             driver: Default::default(),
+            activity: Default::default(),
         }
     }
 
@@ -89,7 +152,12 @@ impl SharedHca {
         &self,
         driver: std::sync::Weak<dyn Driver>,
     ) -> Result<(), std::sync::Weak<dyn Driver>> {
-        self.driver.set(driver)
+        let activity = driver.upgrade().and_then(|d| d.activity());
+        self.driver.set(driver)?;
+        if let Some(activity) = activity {
+            let _ = self.activity.set(activity);
+        }
+        Ok(())
     }
 
     /// The attached driver, while it runs.
@@ -121,7 +189,9 @@ impl SharedHca {
 
     /// Tells the driver a receive was posted (no-op without a driver).
     pub fn posted_receive(&self) {
-        if let Some(driver) = self.driver() {
+        if let Some(activity) = self.activity.get() {
+            activity.called();
+        } else if let Some(driver) = self.driver() {
             driver.posted_receive();
         }
     }
@@ -281,7 +351,9 @@ impl DeviceLink for SharedHca {
     }
 
     fn posted_send_unkicked(&self) {
-        if let Some(driver) = self.driver() {
+        if let Some(activity) = self.activity.get() {
+            activity.posted_unkicked();
+        } else if let Some(driver) = self.driver() {
             driver.posted_send_unkicked();
         }
     }
@@ -294,5 +366,49 @@ impl DeviceLink for SharedHca {
 
     fn closed(&self) -> bool {
         self.driver_gone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A driver with activity flags: posts raise them, and never call it.
+    struct Flagged(Arc<AppActivity>);
+
+    impl Driver for Flagged {
+        fn now(&self) -> Instant {
+            Instant::from_nanos(0)
+        }
+        fn progress(&self) {}
+        fn posted_receive(&self) {
+            panic!("called instead of raising the flag");
+        }
+        fn posted_send_unkicked(&self) {
+            panic!("called instead of raising the flag");
+        }
+        fn activity(&self) -> Option<Arc<AppActivity>> {
+            Some(self.0.clone())
+        }
+    }
+
+    #[test]
+    fn posts_raise_the_drivers_flags_which_a_look_lowers() {
+        let memory = Arc::new(uroce_device::mem::SimMemory::new(1 << 20));
+        let ip = IpAddr::V4(core::net::Ipv4Addr::new(10, 0, 0, 1));
+        let gids = vec![uroce_device::command::Gid::from_ip(ip)];
+        let hca = Hca::new(crate::config::HcaConfig::default(), gids, memory.clone()).unwrap();
+        let shared = SharedHca::new(hca, memory);
+        let activity = Arc::new(AppActivity::default());
+        let driver: Arc<dyn Driver> = Arc::new(Flagged(activity.clone()));
+        assert!(shared.set_driver(Arc::downgrade(&driver)).is_ok());
+        assert!(!activity.take_called() && !activity.take_posted_unkicked());
+        DeviceLink::posted_receive(&shared);
+        assert!(activity.take_called(), "a receive post says the application is awake");
+        assert!(!activity.take_called(), "lowered by the look");
+        assert!(!activity.take_posted_unkicked());
+        DeviceLink::posted_send_unkicked(&shared);
+        assert!(activity.take_posted_unkicked() && activity.take_called());
+        assert!(!activity.take_posted_unkicked());
     }
 }

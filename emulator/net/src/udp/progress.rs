@@ -11,12 +11,12 @@ use std::cmp::Reverse;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use uroce_hca::endpoint::Endpoint;
 use uroce_hca::time::Instant;
-use uroce_hca::{Driver, SharedHca};
+use uroce_hca::{AppActivity, Driver, SharedHca};
 
-/// How long after it last saw the application's flag (`app_called`) up
+/// How long after it last saw the application's flag (`AppActivity`) up
 /// the background thread leaves the device to it.
 const APP_ACTIVE_NS: u64 = 1_000_000;
 /// The longest that packets produced by an application-driven receive
@@ -51,15 +51,15 @@ pub(super) struct Runtime {
     /// Wakes the background thread (stop, or the application went to sleep).
     pub wake: OwnedFd,
     pub epoch: std::time::Instant,
-    /// The application called a verb since the background thread last
-    /// looked (it clears the flag as it notes the time): a flag rather than
-    /// a time, so that a verbs call does not read the clock for it.
-    pub app_called: AtomicBool,
+    /// The application's flags (shared with the HCA, which raises them on
+    /// posts): it called a verb since the background thread last looked
+    /// (the thread lowers it as it notes the time: a flag rather than a
+    /// time, so that a verbs call does not read the clock for it); it
+    /// posted a send without a doorbell since its last poll (nothing is
+    /// held back for its next request any more).
+    pub activity: Arc<AppActivity>,
     /// The application armed a CQ and may be asleep on a channel.
     pub app_sleeping: AtomicBool,
-    /// The application posted a send without a doorbell since its last
-    /// poll: nothing is held back for its next request any more.
-    pub app_posted: AtomicBool,
     pub stop: AtomicBool,
     /// The background thread is (about to be) asleep on the socket.
     pub background_idle: AtomicBool,
@@ -120,7 +120,7 @@ impl Driver for Runtime {
             }
             Doorbell::HeldFirst | Doorbell::Held => {
                 // The next poll sends it: nothing held back for it there.
-                self.app_posted.store(true, Ordering::Relaxed);
+                self.activity.posted_unkicked();
                 // A background thread asleep past the hold must look again
                 // (once per burst).
                 if doorbell == Doorbell::HeldFirst
@@ -133,12 +133,15 @@ impl Driver for Runtime {
     }
 
     fn posted_receive(&self) {
-        self.mark_app_active();
+        self.activity.called();
     }
 
     fn posted_send_unkicked(&self) {
-        self.mark_app_active();
-        self.app_posted.store(true, Ordering::Relaxed);
+        self.activity.posted_unkicked();
+    }
+
+    fn activity(&self) -> Option<Arc<AppActivity>> {
+        Some(self.activity.clone())
     }
 
     fn app_sleeping(&self) {
@@ -209,13 +212,10 @@ impl Runtime {
     }
 
     /// The application called a verb: it is awake and driving (unless it
-    /// armed a CQ, see `app_sleeping`). Stores only when the flag is down,
-    /// so that back-to-back calls leave its cache line shared.
+    /// armed a CQ, see `app_sleeping`).
     #[inline]
     fn mark_app_active(&self) {
-        if !self.app_called.load(Ordering::Relaxed) {
-            self.app_called.store(true, Ordering::Relaxed);
-        }
+        self.activity.called();
     }
 
     /// Hands waiting events to the application (completion channels). An
@@ -255,10 +255,7 @@ impl Runtime {
             let mut io = lock(&self.io);
             if app {
                 io.doorbells.polled();
-                // Read before it is cleared: most polls find it down, and a
-                // swap is an atomic read-modify-write on every poll.
-                let posted = self.app_posted.load(Ordering::Relaxed)
-                    && self.app_posted.swap(false, Ordering::Relaxed);
+                let posted = self.activity.take_posted_unkicked();
                 // An application waiting for a message (its last poll found
                 // nothing) with nothing posted and nothing of the runtime's
                 // own to send: most of its polls only look for a datagram,
@@ -406,9 +403,7 @@ impl Runtime {
         let mut watching = true;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
-            if self.app_called.load(Ordering::Relaxed)
-                && self.app_called.swap(false, Ordering::Relaxed)
-            {
+            if self.activity.take_called() {
                 app_seen_ns = now;
             }
             let app_active = !self.app_sleeping.load(Ordering::Acquire)
