@@ -107,11 +107,12 @@ pub trait Driver: Send + Sync {
     fn flush(&self) {
         self.progress();
     }
-    /// A send doorbell was rung: sends what is ready, as [`Driver::flush`],
-    /// or holds it for the application's next call when doorbells come in
-    /// a burst (the runtime's choice; it must still send it in bounded
-    /// time).
-    fn rang_send_doorbell(&self) {
+    /// A send doorbell was rung at `now` (the driver's time, read for the
+    /// doorbell): sends what is ready, as [`Driver::flush`], or holds it
+    /// for the application's next call when doorbells come in a burst (the
+    /// runtime's choice; it must still send it in bounded time).
+    fn rang_send_doorbell(&self, now: Instant) {
+        let _ = now;
         self.flush();
     }
     /// A receive was posted: it makes no packet to send, but tells the
@@ -315,17 +316,20 @@ impl DeviceLink for SharedHca {
             Some(driver) => driver.now(),
             None => self.lock().now(),
         };
-        let ready = {
+        // One lock for the doorbell and the look at the events it left.
+        let (ready, waiting) = {
             let mut hca = self.lock();
             hca.doorbell(now, doorbell);
-            hca.has_transmit_ready()
+            (hca.has_transmit_ready(), events_waiting(&mut hca))
         };
-        self.notify_if_events();
+        if waiting {
+            self.notify();
+        }
         // A doorbell that left nothing to send (its QP waits for the
         // device's transmit budget) needs no send round.
         if matches!(doorbell, Doorbell::SendQueue(_)) && ready {
             if let Some(driver) = driver {
-                driver.rang_send_doorbell();
+                driver.rang_send_doorbell(now);
             }
         }
     }

@@ -82,27 +82,19 @@ impl Driver for Runtime {
     }
 
     fn flush(&self) {
-        self.mark_app_active();
-        let now_ns = self.now_ns();
-        {
-            let mut io = lock(&self.io);
-            self.transmit_some(&mut io, now_ns);
-        }
-        // New timers, held packets or more than one burst: a background
-        // thread asleep on an older deadline must look again.
-        self.kick_background();
-        self.deliver_events();
+        self.flush_at(self.now_ns());
     }
 
-    fn rang_send_doorbell(&self) {
+    fn rang_send_doorbell(&self, now: Instant) {
+        // The doorbell's time: no second clock read on the send's path.
+        let now = now.as_nanos();
         if !self.holds_doorbells {
             // A socket per QP's port: nothing to gain by holding (the
             // default), and no lock taken for it on every post.
-            self.flush();
+            self.flush_at(now);
             return;
         }
         self.mark_app_active();
-        let now = self.now_ns();
         let doorbell = {
             let mut io = lock(&self.io);
             let doorbell = io.doorbells.rang(now);
@@ -113,7 +105,7 @@ impl Driver for Runtime {
         };
         match doorbell {
             Doorbell::SendNow => {
-                self.flush();
+                self.flush_at(now);
                 // The burst window runs from the end of the send: the
                 // system call is not the application's gap between posts.
                 lock(&self.io).doorbells.rang_until(self.now_ns());
@@ -216,6 +208,19 @@ impl Runtime {
     #[inline]
     fn mark_app_active(&self) {
         self.activity.called();
+    }
+
+    /// Sends what is ready at `now_ns` (the application's thread).
+    fn flush_at(&self, now_ns: u64) {
+        self.mark_app_active();
+        {
+            let mut io = lock(&self.io);
+            self.transmit_some(&mut io, now_ns);
+        }
+        // New timers, held packets or more than one burst: a background
+        // thread asleep on an older deadline must look again.
+        self.kick_background();
+        self.deliver_events();
     }
 
     /// Hands waiting events to the application (completion channels). An
