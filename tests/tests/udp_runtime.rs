@@ -10,8 +10,8 @@ use uroce::app::{bring_up, connect_pair, default_tuning, qp_on, wait_cq, Node, A
 use uroce_hca::config::SourcePortPolicy;
 use uroce_net::udp::{FaultSpec, ProgressMode, UdpConfig};
 use uroce_verbs::{
-    AhAttr, AttrMask, CompChannel, Event, Gid, Qkey, QpAttr, QpCap, QpState, QpType, Qpn, RecvWr,
-    SendFlags, SendWr, WcStatus, WrOpcode,
+    AhAttr, AttrMask, CompChannel, Event, Gid, Mr, Qkey, Qp, QpAttr, QpCap, QpState, QpType, Qpn,
+    RecvWr, SendFlags, SendWr, WcStatus, WrOpcode,
 };
 
 fn cap() -> QpCap {
@@ -44,6 +44,24 @@ fn wait_readable(channel: &CompChannel, limit: Duration) -> Duration {
     t0.elapsed()
 }
 
+/// A signaled SEND of the first 64 bytes of `mr`.
+fn send_64(wr_id: u64, mr: &Mr) -> SendWr {
+    let mut send = SendWr::new(wr_id, WrOpcode::Send);
+    send.sg_list = vec![mr.sge(0, 64)];
+    send.flags = SendFlags::SIGNALED;
+    send
+}
+
+/// Connects `qp` to a peer that does not exist (127.93.`net`.99): two
+/// tries of 4.2 ms, then RETRY_EXC_ERR.
+fn to_nowhere(qp: &Qp, net: u8) {
+    let mut t = default_tuning();
+    t.timeout = 10; // 4.2 ms per try
+    t.retry_cnt = 1;
+    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, net, 99)));
+    bring_up(qp, Some((nowhere, Qpn::new(0x11), 0)), &t, 0).unwrap();
+}
+
 /// Far below the 1 s the background thread's longest sleep lasts.
 const PROMPT: Duration = Duration::from_millis(250);
 
@@ -61,11 +79,8 @@ fn a_delayed_packet_of_a_quiet_sender_leaves_on_time() {
             qb.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mb.sge(0, 8192)] }]).unwrap();
             // A's application goes quiet: its background thread sleeps.
             std::thread::sleep(Duration::from_millis(5));
-            let mut send = SendWr::new(i, WrOpcode::Send);
-            send.sg_list = vec![ma.sge(0, 64)];
-            send.flags = SendFlags::SIGNALED;
             let t0 = Instant::now();
-            qa.post_send(&[send]).unwrap();
+            qa.post_send(&[send_64(i, &ma)]).unwrap();
             // A makes no further call until B has the message.
             let got = b.wait(1, Duration::from_secs(3));
             let took = t0.elapsed();
@@ -83,19 +98,12 @@ fn a_retransmit_timer_armed_after_the_application_slept_fires_on_time() {
         let channel = a.ctx.create_comp_channel().unwrap();
         let cq = a.ctx.create_cq_with_channel(64, &channel).unwrap();
         let qa = qp_on(&a.pd, &cq, QpType::Rc, cap()).unwrap();
-        let mut t = default_tuning();
-        t.timeout = 10; // 4.2 ms per try
-        t.retry_cnt = 1;
-        let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 2, 99)));
-        bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &t, 0).unwrap();
+        to_nowhere(&qa, 2);
         let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
         std::thread::sleep(Duration::from_millis(5));
         // libibverbs order: arm, post, sleep on the channel.
         cq.req_notify(false);
-        let mut send = SendWr::new(1, WrOpcode::Send);
-        send.sg_list = vec![ma.sge(0, 64)];
-        send.flags = SendFlags::SIGNALED;
-        qa.post_send(&[send]).unwrap();
+        qa.post_send(&[send_64(1, &ma)]).unwrap();
         let took = wait_readable(&channel, Duration::from_secs(3));
         // Two tries of 4.2 ms, then RETRY_EXC_ERR.
         assert!(took < PROMPT, "{mode}: the error completion's event took {took:?}");
@@ -114,17 +122,10 @@ fn an_application_spinning_on_an_empty_cq_fires_the_retransmit_timer_itself() {
     c.background = false;
     let a = Node::open(c, 64).unwrap();
     let qa = a.qp(QpType::Rc, cap()).unwrap();
-    let mut t = default_tuning();
-    t.timeout = 10; // 4.2 ms per try
-    t.retry_cnt = 1;
-    let nowhere = Gid::from_ip(IpAddr::V4(Ipv4Addr::new(127, 93, 11, 99)));
-    bring_up(&qa, Some((nowhere, Qpn::new(0x11), 0)), &t, 0).unwrap();
+    to_nowhere(&qa, 11);
     let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
-    let mut send = SendWr::new(1, WrOpcode::Send);
-    send.sg_list = vec![ma.sge(0, 64)];
-    send.flags = SendFlags::SIGNALED;
     let t0 = Instant::now();
-    qa.post_send(&[send]).unwrap();
+    qa.post_send(&[send_64(1, &ma)]).unwrap();
     let got = a.wait(1, Duration::from_secs(3));
     let took = t0.elapsed();
     // Two tries of 4.2 ms, then RETRY_EXC_ERR.
@@ -153,10 +154,7 @@ fn a_message_for_an_application_that_drove_then_slept_wakes_it() {
     assert!(wait_cq(&cq, 1, Duration::from_millis(20)).is_empty());
     cq.req_notify(false);
     std::thread::sleep(Duration::from_millis(10));
-    let mut send = SendWr::new(1, WrOpcode::Send);
-    send.sg_list = vec![ma.sge(0, 64)];
-    send.flags = SendFlags::SIGNALED;
-    qa.post_send(&[send]).unwrap();
+    qa.post_send(&[send_64(1, &ma)]).unwrap();
     let took = wait_readable(&channel, Duration::from_secs(3));
     assert!(took < PROMPT, "the receive's event took {took:?}");
     let got = wait_cq(&cq, 1, Duration::from_millis(100));
@@ -221,14 +219,7 @@ fn doorbells_held_for_a_burst_leave_though_the_application_goes_quiet() {
             .collect();
         let ma = a.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
         let mb = b.pd.alloc_mr(1 << 16, ALL_ACCESS).unwrap();
-        let sends: Vec<SendWr> = (0..qps.len() as u64)
-            .map(|i| {
-                let mut send = SendWr::new(i, WrOpcode::Send);
-                send.sg_list = vec![ma.sge(0, 64)];
-                send.flags = SendFlags::SIGNALED;
-                send
-            })
-            .collect();
+        let sends: Vec<SendWr> = (0..qps.len() as u64).map(|i| send_64(i, &ma)).collect();
         for round in 0..3u64 {
             for (i, (_, qb)) in qps.iter().enumerate() {
                 let wr_id = round * 100 + i as u64;
@@ -464,12 +455,6 @@ fn acks_handed_over_after_the_next_send_complete_every_send() {
         qa.post_recv(&[RecvWr { wr_id: i, sg_list: vec![ma.sge(4096, 64)] }]).unwrap();
         qb.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mb.sge(4096, 64)] }]).unwrap();
     }
-    let send = |wr_id, mr: &uroce_verbs::Mr| {
-        let mut wr = SendWr::new(wr_id, WrOpcode::Send);
-        wr.sg_list = vec![mr.sge(0, 64)];
-        wr.flags = SendFlags::SIGNALED;
-        wr
-    };
     // Waits for the next receive completion of `node`, keeping the send
     // completions that come meanwhile.
     let receive = |node: &Node, sends: &mut Vec<(u64, WcStatus)>| loop {
@@ -483,9 +468,9 @@ fn acks_handed_over_after_the_next_send_complete_every_send() {
     };
     let (mut sends_a, mut sends_b) = (Vec::new(), Vec::new());
     for i in 0..ROUNDS {
-        qa.post_send(&[send(i, &ma)]).unwrap();
+        qa.post_send(&[send_64(i, &ma)]).unwrap();
         assert_eq!(receive(&b, &mut sends_b), i);
-        qb.post_send(&[send(i, &mb)]).unwrap();
+        qb.post_send(&[send_64(i, &mb)]).unwrap();
         assert_eq!(receive(&a, &mut sends_a), i);
     }
     for (node, sends) in [(&a, &mut sends_a), (&b, &mut sends_b)] {

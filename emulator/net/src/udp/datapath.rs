@@ -103,9 +103,7 @@ impl Io {
             acks_later_spans: Vec::new(),
         }
     }
-}
 
-impl Io {
     /// Nothing of the runtime's own waits to leave: no ACKs deferred to the
     /// application's next call, no delayed copies, no ACKs kept back, and
     /// no scenario or link whose timers a transmit round runs.

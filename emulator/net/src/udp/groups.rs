@@ -54,7 +54,7 @@ impl GroupSockets {
             ));
         }
         let socket = open_group_socket(group, addr)?;
-        epoll::add(ready, &socket, epoll::EventData::new_u64(0), epoll::EventFlags::IN)?;
+        watch(ready, &socket, true)?;
         self.joined.push(Joined { group, socket });
         Ok(())
     }
@@ -64,7 +64,7 @@ impl GroupSockets {
     pub(super) fn leave(&mut self, group: IpAddr, ready: &OwnedFd) -> bool {
         let Some(at) = self.joined.iter().position(|j| j.group == group) else { return false };
         let left = self.joined.remove(at);
-        let _ = epoll::delete(ready, &left.socket);
+        let _ = watch(ready, &left.socket, false);
         true
     }
 
