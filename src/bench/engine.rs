@@ -16,9 +16,13 @@ use uroce_verbs::{
     SendFlags, SendWr, WcOpcode, WcStatus, WorkCompletion, WrOpcode,
 };
 
-/// Send queue depth of the latency tests (one WR is outstanding at a time;
-/// room for a late ACK).
-const LAT_SQ_DEPTH: u32 = 16;
+/// Send queue depth of the latency tests: one WR is in flight at a time,
+/// and the unsignaled ones before a signaled one wait for its ACK.
+const LAT_SQ_DEPTH: u32 = 32;
+/// A SEND or WRITE ping-pong signals every this many WRs and the last
+/// (selective signaling, as latency-minded programs post): the others
+/// need no ACK of their own (ACKs on demand, `HcaConfig::ack_probe_ns`).
+const LAT_SIGNAL_EVERY: u64 = 16;
 /// Completions taken per poll.
 const POLL_BATCH: usize = 256;
 

@@ -158,6 +158,9 @@ pub struct Plan {
     pub max_burst_packets: u32,
     /// HCA: the device-wide budget of unacknowledged PSNs (seed-chosen).
     pub max_device_unacked_psns: u32,
+    /// HCA: ACKs on demand, the idle time before an ACK probe (0: an
+    /// AckReq at the end of every message; seed-chosen).
+    pub ack_probe_ns: u64,
     /// The adversary's rate: for each packet the fabric delivers, the
     /// chance that it injects one (never: no adversary node at all).
     pub adversary: Probability,
@@ -241,6 +244,8 @@ impl Plan {
         // Drawn after the disruptions, for the same reason.
         let max_burst_packets = [1, 4, 64][r.below(3) as usize];
         let max_device_unacked_psns = [16, 128, 1024][r.below(3) as usize];
+        // Drawn last, for the same reason.
+        let ack_probe_ns = [0, 20_000, 1_000_000][r.below(3) as usize];
         let disruptions = |given: Option<u32>, drawn| given.unwrap_or(drawn).min(MAX_DISRUPTIONS);
         Plan {
             seed: config.seed,
@@ -262,6 +267,7 @@ impl Plan {
             max_packets_per_turn,
             max_burst_packets,
             max_device_unacked_psns,
+            ack_probe_ns,
             adversary: config.adversary.unwrap_or(adversary),
             outages: disruptions(config.outages, outages),
             partitions: disruptions(config.partitions, partitions),

@@ -101,6 +101,7 @@ impl Sim {
             max_packets_per_turn: plan.max_packets_per_turn,
             max_burst_packets: plan.max_burst_packets,
             max_device_unacked_psns: plan.max_device_unacked_psns,
+            ack_probe_ns: plan.ack_probe_ns,
             // A run's CM comm IDs follow from its seed, like everything else.
             cm_seed: plan.seed,
             ..HcaConfig::default()

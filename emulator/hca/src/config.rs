@@ -72,6 +72,17 @@ pub struct HcaConfig {
     /// Coalesce: the responder ACKs at least every this many packets even
     /// without AckReq (rxe: `RXE_MAX_PKT_PER_ACK`).
     pub max_pkt_per_ack: u32,
+    /// ACKs on demand (RC requester; 0: off, an AckReq at the end of every
+    /// message as rxe sends). An unsignaled SEND or WRITE whose send queue
+    /// has room for more such WQEs goes without AckReq: nobody waits for
+    /// its completion, and a later ACK covers it. When the requester has
+    /// then sent nothing for this many nanoseconds, it sends its last
+    /// packet again with AckReq (an ACK probe: the responder answers a
+    /// duplicate with an ACK, IBA C9-105). Used only on QPs whose
+    /// retransmit timeout is at least [`ACK_PROBE_TIMEOUT_FACTOR`] times
+    /// this (or infinite), so that a probe is answered before the timer
+    /// would spend a retry.
+    pub ack_probe_ns: u64,
     /// Which IPv4 identification the HCA writes into the headers its ICRC
     /// covers: whatever carries its packets must send exactly that.
     pub ipv4_id: Ipv4IdPolicy,
@@ -106,6 +117,10 @@ pub const CMA_CM_RESPONSE_TIMEOUT: u8 = 20;
 
 /// Linux rdma_cm's CM retries (`CMA_MAX_CM_RETRIES`).
 pub const CMA_MAX_CM_RETRIES: u8 = 15;
+
+/// A QP asks for ACKs on demand only when its retransmit timeout is at
+/// least this many times [`HcaConfig::ack_probe_ns`].
+pub const ACK_PROBE_TIMEOUT_FACTOR: u64 = 4;
 
 /// The first QPN handed out: 0 and 1 are the special QPs, 2..15 reserved
 /// as in rxe.
@@ -181,6 +196,7 @@ impl Default for HcaConfig {
             max_unacked_psns: 128,
             max_device_unacked_psns: 1024,
             max_pkt_per_ack: 64,
+            ack_probe_ns: 1_000_000,
             ipv4_id: Ipv4IdPolicy::Counter,
             source_ports: SourcePortPolicy::PerQp,
             cm_seed: 0,

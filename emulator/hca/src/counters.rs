@@ -20,6 +20,10 @@ pub struct Counters {
     /// Requester go-backs (after a timeout, a sequence NAK, an RNR NAK or
     /// an implied NAK).
     pub completer_retry_err: u64,
+    /// ACK probes sent: last packets sent again with AckReq after a
+    /// message went without one ([`crate::config::HcaConfig::ack_probe_ns`];
+    /// not go-backs, not in `completer_retry_err`).
+    pub ack_probes: u64,
     /// Transport retries exhausted.
     pub retry_exceeded_err: u64,
     /// RNR retries exhausted.
@@ -89,7 +93,7 @@ pub struct Counters {
 
 impl Counters {
     /// Every counter with its name, for `devinfo`-style dumps.
-    pub fn named(&self) -> [(&'static str, u64); 31] {
+    pub fn named(&self) -> [(&'static str, u64); 32] {
         [
             ("sent_pkts", self.sent_pkts),
             ("rcvd_pkts", self.rcvd_pkts),
@@ -99,6 +103,7 @@ impl Counters {
             ("send_rnr_err", self.send_rnr_err),
             ("rcvd_seq_err", self.rcvd_seq_err),
             ("completer_retry_err", self.completer_retry_err),
+            ("ack_probes", self.ack_probes),
             ("retry_exceeded_err", self.retry_exceeded_err),
             ("retry_rnr_exceeded_err", self.retry_rnr_exceeded_err),
             ("rcvd_icrc_err", self.rcvd_icrc_err),

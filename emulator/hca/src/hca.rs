@@ -76,12 +76,14 @@ pub(crate) enum TimerKind {
     Rnr,
     /// End of an injected responder stall ([`crate::fault::DeviceFault::StallResponder`]).
     StallEnd,
+    /// Look whether an ACK probe is due (requester, ACKs on demand).
+    AckProbe,
 }
 
 impl TimerKind {
     /// Every kind: what a QP that goes away must stop.
-    pub(crate) const ALL: [TimerKind; 3] =
-        [TimerKind::Retransmit, TimerKind::Rnr, TimerKind::StallEnd];
+    pub(crate) const ALL: [TimerKind; 4] =
+        [TimerKind::Retransmit, TimerKind::Rnr, TimerKind::StallEnd, TimerKind::AckProbe];
 }
 
 /// Puts QP `index`, whose context is `qp`, in the transmit schedule
@@ -138,6 +140,7 @@ impl Timers {
             TimerKind::Retransmit => &mut qp.comp.retransmit_at,
             TimerKind::Rnr => &mut qp.comp.rnr_until,
             TimerKind::StallEnd => &mut qp.injected.stalled_until,
+            TimerKind::AckProbe => &mut qp.comp.probe_at,
         };
         if let Some(old) = slot.take() {
             self.0.remove(&(old, index, kind));
@@ -487,6 +490,10 @@ impl Endpoint for Hca {
                     step.after_progress(now);
                 }
                 TimerKind::StallEnd => step.stall_ended(),
+                TimerKind::AckProbe => {
+                    step.qp.comp.probe_at = None;
+                    step.ack_probe_due(now);
+                }
             }
         }
     }

@@ -168,6 +168,16 @@ pub struct Requester {
     pub rd_atomic_outstanding: u32,
     /// Packets sent since the last AckReq (coalescing).
     pub noack_pkts: u32,
+    /// Messages whose last packet went without AckReq (ACKs on demand,
+    /// [`crate::config::HcaConfig::ack_probe_ns`]) since a packet last
+    /// asked for an ACK.
+    pub unrequested_wqes: u32,
+    /// That packet's PSN: what an ACK probe sends again.
+    pub unrequested_psn: Psn,
+    /// The next packet asks for an ACK (it is an ACK probe).
+    pub probe_wanted: bool,
+    /// When the requester last sent a packet.
+    pub last_sent_at: Instant,
 }
 
 /// Completer state (`qp->comp` in rxe).
@@ -183,6 +193,8 @@ pub struct Completer {
     pub retransmit_at: Option<Instant>,
     /// When an RNR wait ends, if waiting.
     pub rnr_until: Option<Instant>,
+    /// When to look whether an ACK probe is due, if armed.
+    pub probe_at: Option<Instant>,
     /// A go-back caused by an out-of-sequence response or an implied NAK
     /// is under way: later such responses do not start (or pay for)
     /// another one until the acknowledged point moves (rxe's

@@ -57,6 +57,15 @@ pub enum Step {
         /// Why.
         cause: GoBackCause,
     },
+    /// The requester sends its last packet again, asking for an ACK: it
+    /// sent the end of a message without AckReq (ACKs on demand) and has
+    /// sent nothing since for `HcaConfig::ack_probe_ns`.
+    AckProbe {
+        /// The QP.
+        qpn: Qpn,
+        /// The PSN sent again.
+        psn: Psn,
+    },
     /// An RNR NAK: the requester waits before it sends again.
     RnrWait {
         /// The QP.
@@ -283,6 +292,9 @@ impl fmt::Display for Step {
             }
             Step::GoBack { qpn, from, cause } => {
                 write!(f, "QP {qpn}: go back to PSN {} ({cause})", from.value())
+            }
+            Step::AckProbe { qpn, psn } => {
+                write!(f, "QP {qpn}: ACK probe, PSN {} sent again with AckReq", psn.value())
             }
             Step::RnrWait { qpn, wait_us } => write!(f, "QP {qpn}: RNR wait {wait_us} us"),
             Step::RetriesExhausted { qpn, rnr: true } => {

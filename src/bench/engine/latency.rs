@@ -87,6 +87,7 @@ impl Side {
                 None => self.mr.write(self.tx_offset + last, &[tag]).map_err(|e| e.to_string())?,
             }
             template.wr_id = u64::from(i);
+            template.flags = lat_flags(u64::from(i), u64::from(p.iters));
             self.post_one(&template, &mut outstanding)?;
             if role == Role::Client {
                 self.wait_tag(last, tag, &mut outstanding)?;
@@ -96,13 +97,14 @@ impl Side {
         Ok(posts)
     }
 
-    /// Posts one signaled WR on QP 0, waiting for room.
+    /// Posts one WR on QP 0, waiting for room; `outstanding` counts the
+    /// signaled ones not completed yet.
     pub(super) fn post_one(&self, wr: &SendWr, outstanding: &mut u64) -> Result<(), String> {
         let mut watchdog = Watchdog::default();
         loop {
             match self.qps[0].post_send(std::slice::from_ref(wr)) {
                 Ok(()) => {
-                    *outstanding += 1;
+                    *outstanding += u64::from(wr.flags.contains(SendFlags::SIGNALED));
                     return Ok(());
                 }
                 Err((_, Error::NoMemory(_))) => {
@@ -168,6 +170,7 @@ impl Side {
         for i in 0..iters {
             posts.push(start.elapsed().as_nanos() as u64);
             wr.wr_id = i;
+            wr.flags = lat_flags(i, iters);
             self.post_one(&wr, &mut outstanding)?;
             self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
         }
@@ -190,6 +193,7 @@ impl Side {
         for i in 0..iters {
             self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
             wr.wr_id = i;
+            wr.flags = lat_flags(i, iters);
             self.post_one(&wr, &mut outstanding)?;
         }
         self.drain(&mut outstanding)
@@ -245,6 +249,17 @@ impl Side {
 }
 
 /// Send-side completions among `wcs`.
+/// The flags of ping-pong WR `n` of `iters`: every `LAT_SIGNAL_EVERY`-th
+/// and the last are signaled, the others not (inline data, when the
+/// template has it, is in the WR itself).
+fn lat_flags(n: u64, iters: u64) -> SendFlags {
+    if (n + 1) % LAT_SIGNAL_EVERY == 0 || n + 1 == iters {
+        SendFlags::SIGNALED
+    } else {
+        SendFlags::EMPTY
+    }
+}
+
 fn count_sends(wcs: &[WorkCompletion]) -> u64 {
     wcs.iter().filter(|wc| wc.opcode != WcOpcode::Recv).count() as u64
 }

@@ -26,6 +26,44 @@ impl QpStep<'_> {
             _ => None,
         };
         self.set_timer(TimerKind::Retransmit, at);
+        if !outstanding {
+            self.qp.req.unrequested_wqes = 0;
+            self.cancel_timer(TimerKind::AckProbe);
+        }
+    }
+
+    /// The ACK-probe timer fired. When the end of a message went without
+    /// AckReq, is still unacknowledged, and the requester has sent nothing
+    /// for `ack_probe_ns`, that packet goes again asking for an ACK (the
+    /// responder answers a duplicate with one, IBA C9-105). Not a go-back:
+    /// no retry is spent and nothing after it is resent.
+    pub(crate) fn ack_probe_due(&mut self, now: Instant) {
+        let qp = &*self.qp;
+        let psn = qp.req.unrequested_psn;
+        if qp.req.unrequested_wqes == 0 {
+            return;
+        }
+        if !qp.awaits_response(psn) {
+            // An ACK covered them.
+            self.qp.req.unrequested_wqes = 0;
+            return;
+        }
+        if !matches!(qp.state, QpState::Rts | QpState::Sqd) || qp.comp.rnr_until.is_some() {
+            // Resending waits for the RNR wait's go-back, or never comes.
+            return;
+        }
+        let due = qp.req.last_sent_at.plus_nanos(self.dev.config.ack_probe_ns);
+        if due > now {
+            self.set_timer(TimerKind::AckProbe, Some(due));
+            return;
+        }
+        // The packet built next asks; normally it is this one again.
+        self.qp.req.probe_wanted = true;
+        if self.rewind(psn) {
+            self.dev.counters.ack_probes += 1;
+            let qpn = self.qp.qpn;
+            self.step(now, Step::AckProbe { qpn, psn });
+        }
     }
 
     /// Spends one transport retry; with none left, fails the oldest WQE with
@@ -75,9 +113,27 @@ impl QpStep<'_> {
 
     /// Go-back-N: the requester resumes at PSN `from`.
     pub(crate) fn retry(&mut self, now: Instant, from: Psn, cause: GoBackCause) {
+        if !self.rewind(from) {
+            return;
+        }
+        // rxe's completer_retry_err counts the go-backs of its
+        // COMPST_ERROR_RETRY (a timeout, a sequence NAK, a response ahead
+        // of the one expected), not those after an RNR NAK's wait
+        // (COMPST_RNR_RETRY: rcvd_rnr_err counts those NAKs).
+        if cause != GoBackCause::RnrNak {
+            self.dev.counters.completer_retry_err += 1;
+        }
+        let qpn = self.qp.qpn;
+        self.step(now, Step::GoBack { qpn, from, cause });
+    }
+
+    /// Moves the requester back to PSN `from` and schedules it; false when
+    /// `from` is not in an outstanding WQE or not behind where the
+    /// requester is.
+    fn rewind(&mut self, from: Psn) -> bool {
         let qp = &mut *self.qp;
-        let Some(start) = super::place::entry_at_psn(qp, from) else { return };
-        let Some(entry) = qp.entry(start) else { return };
+        let Some(start) = super::place::entry_at_psn(qp, from) else { return false };
+        let Some(entry) = qp.entry(start) else { return false };
         let resume_pkts = match entry.opcode {
             WrOpcode::RdmaRead
             | WrOpcode::AtomicCmpAndSwp
@@ -93,16 +149,8 @@ impl QpStep<'_> {
         let consumer = qp.sq.consumer;
         let position = |i: u32| i.wrapping_sub(consumer);
         if (position(start), resume_pkts) >= (position(qp.req.index), qp.req.sent_pkts) {
-            return;
+            return false;
         }
-        // rxe's completer_retry_err counts the go-backs of its
-        // COMPST_ERROR_RETRY (a timeout, a sequence NAK, a response ahead
-        // of the one expected), not those after an RNR NAK's wait
-        // (COMPST_RNR_RETRY: rcvd_rnr_err counts those NAKs).
-        if cause != GoBackCause::RnrNak {
-            self.dev.counters.completer_retry_err += 1;
-        }
-        let qpn = qp.qpn;
         let end = qp.req.index.wrapping_add(u32::from(qp.req.sent_pkts > 0));
         // start is at or before end, both within [consumer, fetched].
         let span = position(end).saturating_sub(position(start));
@@ -118,7 +166,7 @@ impl QpStep<'_> {
         if from.is_before(qp.comp.psn) {
             qp.comp.psn = from;
         }
-        self.step(now, Step::GoBack { qpn, from, cause });
         self.schedule();
+        true
     }
 }

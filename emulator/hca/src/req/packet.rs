@@ -14,7 +14,7 @@ use crate::mr::Origin;
 use crate::qp::{EntryState, Path, QpContext};
 use crate::send_op::SendOp;
 use crate::time::Instant;
-use uroce_device::types::{Access, QpType, SendFlags, WcStatus, WrOpcode};
+use uroce_device::types::{Access, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
 use uroce_wire::frame::{emit_ipv4, FrameRepr};
 use uroce_wire::opcode::{Opcode, OpcodeInfo};
@@ -60,6 +60,7 @@ impl QpStep<'_> {
         }
         let config = &self.dev.config;
         let max_pkt_per_ack = config.max_pkt_per_ack;
+        let ack_probe_ns = config.ack_probe_ns;
         let qp = &mut *self.qp;
         let mtu = if qp.qp_type == QpType::Ud { config.active_mtu.bytes() } else { qp.mtu() };
         let req_index = qp.req.index;
@@ -90,9 +91,10 @@ impl QpStep<'_> {
         // The headers.
         let last = matches!(plan.position, Position::Last | Position::Only);
         let ack_req = qp.qp_type == QpType::Rc
-            && (last
+            && ((last && !ack_can_wait_for_later(qp, req_index, &plan, ack_probe_ns))
                 || plan.opcode.is_read_or_atomic()
-                || qp.req.noack_pkts + 1 >= max_pkt_per_ack);
+                || qp.req.noack_pkts + 1 >= max_pkt_per_ack
+                || qp.req.probe_wanted);
         let wire_opcode = select_opcode(qp.qp_type, plan.opcode, plan.position)?;
         let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), plan.psn, payload_len);
         bth.ack_req = ack_req;
@@ -129,6 +131,15 @@ impl QpStep<'_> {
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
+        qp.req.last_sent_at = now;
+        let unrequested_end = last && !ack_req && qp.qp_type == QpType::Rc;
+        if ack_req {
+            qp.req.unrequested_wqes = 0;
+            qp.req.probe_wanted = false;
+        } else if unrequested_end {
+            qp.req.unrequested_wqes += 1;
+            qp.req.unrequested_psn = plan.psn;
+        }
         qp.req.sent_pkts += 1;
         if qp.req.sent_pkts >= plan.request_pkts {
             qp.req.sent_pkts = 0;
@@ -148,8 +159,48 @@ impl QpStep<'_> {
                 }
             }
         }
+        if unrequested_end && self.qp.comp.probe_at.is_none() {
+            self.set_timer(TimerKind::AckProbe, Some(now.plus_nanos(ack_probe_ns)));
+        }
         Some(transmit)
     }
+}
+
+/// Whether the last packet of the RC WQE at `req_index` may go without
+/// AckReq (ACKs on demand, [`crate::config::HcaConfig::ack_probe_ns`]):
+/// a SEND or WRITE nobody waits for (unsignaled), the last WQE fetched
+/// (a stream behind it keeps an ACK per message, as rxe), on a QP in
+/// RTS; fewer such WQEs since the last AckReq than half the send queue
+/// (at most 16), so that posts never wait long for the ACK a later
+/// message asks for; and a retransmit timer long enough for an ACK
+/// probe to be answered first.
+fn ack_can_wait_for_later(
+    qp: &QpContext,
+    req_index: u32,
+    plan: &PacketPlan,
+    ack_probe_ns: u64,
+) -> bool {
+    const MAX_UNREQUESTED_WQES: u32 = 16;
+    let signaled = qp.sq_sig_all || plan.flags.contains(SendFlags::SIGNALED);
+    let last_fetched = qp.fetched == req_index.wrapping_add(1);
+    let room = qp.req.unrequested_wqes + 1 < (qp.cap.max_send_wr / 2).min(MAX_UNREQUESTED_WQES);
+    let probe_in_time = qp.ack_timeout_ns().is_none_or(|timeout_ns| {
+        timeout_ns / crate::config::ACK_PROBE_TIMEOUT_FACTOR >= ack_probe_ns
+    });
+    ack_probe_ns != 0
+        && !signaled
+        && last_fetched
+        && room
+        && probe_in_time
+        && qp.state == QpState::Rts
+        && matches!(
+            plan.opcode,
+            WrOpcode::Send
+                | WrOpcode::SendWithImm
+                | WrOpcode::SendWithInv
+                | WrOpcode::RdmaWrite
+                | WrOpcode::RdmaWriteWithImm
+        )
 }
 
 /// Whether the WQE at `req_index` may send now (`None`: no such entry).

@@ -279,7 +279,9 @@ impl UdpConfig {
     /// the CM's response timeout and retries (rdma_cm's 20 and 15 by
     /// default: [`HcaConfig::cm_response_timeout`]). `UROCE_TX_BUDGET`
     /// sets the device's budget of unacknowledged packets
-    /// ([`HcaConfig::max_device_unacked_psns`]). `UROCE_SCENARIO` (a
+    /// ([`HcaConfig::max_device_unacked_psns`]). `UROCE_ACK_PROBE_US`
+    /// sets ACKs on demand's probe time, 0 turning them off
+    /// ([`HcaConfig::ack_probe_ns`]). `UROCE_SCENARIO` (a
     /// library name or a file) runs a fault scenario at the device's port,
     /// with `UROCE_SCENARIO_SEED`, `UROCE_SCENARIO_PARAMS` (`k=v,...`),
     /// `UROCE_SCENARIO_ROLE` and `UROCE_SCENARIO_REPORT` (a file): see
@@ -386,6 +388,17 @@ impl UdpConfig {
                     return Err(UdpError::Config(format!(
                         "UROCE_TX_BUDGET=`{text}`: expected the device's unacknowledged \
                          packets at most, 1 to 16777215"
+                    )))
+                }
+            };
+        }
+        if let Some(text) = var("UROCE_ACK_PROBE_US").filter(|t| !t.trim().is_empty()) {
+            config.hca.ack_probe_ns = match text.trim().parse::<u64>() {
+                Ok(us) if us <= 1_000_000 => us * 1_000,
+                _ => {
+                    return Err(UdpError::Config(format!(
+                        "UROCE_ACK_PROBE_US=`{text}`: expected microseconds, 0 (an ACK \
+                         asked for every message, as rxe) to 1000000"
                     )))
                 }
             };

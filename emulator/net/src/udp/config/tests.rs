@@ -121,6 +121,25 @@ fn cm_timing_from_variables() {
 }
 
 #[test]
+fn acks_on_demand_come_from_uroce_ack_probe_us() {
+    let c = UdpConfig::from_vars(|_: &str| None).unwrap();
+    assert_eq!(c.hca.ack_probe_ns, 1_000_000);
+    for (value, ns) in [("0", 0), (" 250 ", 250_000), ("1000000", 1_000_000_000)] {
+        let c = UdpConfig::from_vars(|n: &str| (n == "UROCE_ACK_PROBE_US").then(|| value.into()))
+            .unwrap();
+        assert_eq!(c.hca.ack_probe_ns, ns, "{value}");
+    }
+    for value in ["1000001", "-1", "soon"] {
+        let Err(UdpError::Config(e)) = UdpConfig::from_vars(move |n: &str| {
+            (n == "UROCE_ACK_PROBE_US").then(|| value.to_string())
+        }) else {
+            panic!("UROCE_ACK_PROBE_US={value} accepted")
+        };
+        assert!(e.contains(&format!("UROCE_ACK_PROBE_US=`{value}`")), "{e}");
+    }
+}
+
+#[test]
 fn the_devices_transmit_budget_comes_from_uroce_tx_budget() {
     let c = UdpConfig::from_vars(|_: &str| None).unwrap();
     assert_eq!(c.hca.max_device_unacked_psns, 1024);

@@ -1,0 +1,264 @@
+//! ACKs on demand (`HcaConfig::ack_probe_ns`): the last packet of an
+//! unsignaled SEND or WRITE that nothing waits behind goes without AckReq,
+//! a later message's ACK covers it, and a requester that then falls
+//! silent sends that packet again asking for an ACK (an ACK probe).
+
+use std::sync::Arc;
+use uroce::world::WorldBuilder;
+use uroce_device::mem::{DriverMemory, SimMemory};
+use uroce_hca::config::HcaConfig;
+use uroce_hca::counters::Counters;
+use uroce_hca::trace::{ResponseVerdict, Step};
+use uroce_hca::Instant;
+use uroce_sim::{Action, FabricConfig, Matcher, NodeId, Probability, Rule};
+use uroce_tests::world::{cap, World, ALL_ACCESS};
+use uroce_verbs::connect::Tuning;
+use uroce_verbs::{Mr, Qp, QpType, RecvWr, SendFlags, SendWr, WcOpcode, WcStatus, WrOpcode};
+use uroce_wire::Opcode;
+
+const MS: u64 = 1_000_000;
+/// Messages each way in a ping-pong.
+const ROUNDS: u64 = 64;
+/// Send queue depth: half of it (16) is the most WQEs that go without
+/// AckReq in a row.
+const SQ_DEPTH: u32 = 32;
+/// Timer code 14: 67 ms, long enough for a 1 ms probe.
+const LONG_TIMEOUT: u8 = 14;
+/// Bytes per message.
+const MSG: u64 = 64;
+/// Each MR: messages sent from `[0, AREA)`, received into `[AREA, 2 AREA)`,
+/// each at its own offset.
+const AREA: u64 = ROUNDS * MSG;
+
+struct Pair {
+    w: World,
+    a: Qp,
+    b: Qp,
+    mr_a: Mr,
+    mr_b: Mr,
+}
+
+fn pair(config: HcaConfig, timeout: u8) -> Pair {
+    pair_on(FabricConfig::new(11), config, timeout)
+}
+
+fn pair_on(fabric: FabricConfig, config: HcaConfig, timeout: u8) -> Pair {
+    let memory = |_| Arc::new(SimMemory::strict(1 << 30)) as Arc<dyn DriverMemory>;
+    let builder = WorldBuilder::new(2, fabric).hca_config(config).memory(memory);
+    let w = World::from_builder(builder);
+    let a = w.qp(0, QpType::Rc, cap(SQ_DEPTH, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(SQ_DEPTH, 1, 0));
+    w.connect(0, &a, 1, &b, &Tuning::with_timeout(timeout));
+    let mr_a = w.nodes[0].pd.alloc_mr(2 * AREA, ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(2 * AREA, ALL_ACCESS).unwrap();
+    for node in &w.nodes {
+        node.hca.lock().trace_steps(4096);
+    }
+    Pair { w, a, b, mr_a, mr_b }
+}
+
+/// SEND number `i`, its bytes `tag` and `i` (written before the post).
+fn send(mr: &Mr, i: u64, tag: u8, flags: SendFlags) -> SendWr {
+    mr.write(i * MSG, &[tag; MSG as usize]).unwrap();
+    mr.write(i * MSG, &i.to_le_bytes()).unwrap();
+    let mut wr = SendWr::new(i, WrOpcode::Send);
+    wr.sg_list = vec![mr.sge(i * MSG, MSG as u32)];
+    wr.flags = flags;
+    wr
+}
+
+fn recv(mr: &Mr, i: u64) -> RecvWr {
+    RecvWr { wr_id: i, sg_list: vec![mr.sge(AREA + i * MSG, MSG as u32)] }
+}
+
+/// Checks that receive `i` in `mr` holds SEND `i` with `tag`.
+fn check_received(mr: &Mr, i: u64, tag: u8) {
+    let got = mr.read_vec(AREA + i * MSG, MSG as usize).unwrap();
+    let mut want = vec![tag; MSG as usize];
+    want[..8].copy_from_slice(&i.to_le_bytes());
+    assert_eq!(got, want, "message {i}");
+}
+
+/// Runs the fabric until node `n` completes receive `i`; returns the send
+/// completions met on the way.
+fn wait_recv(w: &mut World, n: usize, i: u64) -> usize {
+    let mut sends = 0;
+    for _ in 0..1000 {
+        for wc in w.wait(n, 1, 10 * MS) {
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            if wc.opcode == WcOpcode::Recv {
+                assert_eq!(wc.wr_id, i, "receives complete in order, once each");
+                return sends;
+            }
+            sends += 1;
+        }
+    }
+    panic!("node {n}: no receive completion");
+}
+
+/// A SEND ping-pong of `ROUNDS` messages each way, every `signal_every`-th
+/// WR (and the last) signaled; returns the send completions each side saw.
+fn ping_pong(p: &mut Pair, signal_every: u64) -> [usize; 2] {
+    let flags = |i: u64| {
+        if (i + 1) % signal_every == 0 || i + 1 == ROUNDS {
+            SendFlags::SIGNALED
+        } else {
+            SendFlags::EMPTY
+        }
+    };
+    let mut completed = [0; 2];
+    for i in 0..ROUNDS {
+        p.b.post_recv(&[recv(&p.mr_b, i)]).unwrap();
+        p.a.post_recv(&[recv(&p.mr_a, i)]).unwrap();
+        p.a.post_send(&[send(&p.mr_a, i, 0xa, flags(i))]).unwrap();
+        completed[1] += wait_recv(&mut p.w, 1, i);
+        check_received(&p.mr_b, i, 0xa);
+        p.b.post_send(&[send(&p.mr_b, i, 0xb, flags(i))]).unwrap();
+        completed[0] += wait_recv(&mut p.w, 0, i);
+        check_received(&p.mr_a, i, 0xb);
+    }
+    p.w.settle(200 * MS);
+    for (n, c) in completed.iter_mut().enumerate() {
+        *c += p.w.nodes[n].cq.poll(64).unwrap().len();
+    }
+    completed
+}
+
+fn counters(w: &World, n: usize) -> Counters {
+    w.nodes[n].hca.lock().counters().clone()
+}
+
+/// Node `n`'s decisions, with their times.
+fn steps(w: &World, n: usize) -> Vec<(Instant, Step)> {
+    let mut hca = w.nodes[n].hca.lock();
+    std::iter::from_fn(|| hca.poll_step()).collect()
+}
+
+/// ACKs node `n` received that moved its completer.
+fn acks_received(steps: &[(Instant, Step)]) -> usize {
+    steps
+        .iter()
+        .filter(|(_, s)| {
+            matches!(
+                s,
+                Step::Response {
+                    opcode: Opcode::RC_ACKNOWLEDGE,
+                    verdict: ResponseVerdict::Ack { progressed: true },
+                    ..
+                }
+            )
+        })
+        .count()
+}
+
+#[test]
+fn a_ping_pong_of_unsignaled_sends_asks_for_one_ack_in_sixteen() {
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    let completed = ping_pong(&mut p, 16);
+    assert_eq!(completed, [4, 4], "the signaled WRs complete");
+    for n in 0..2 {
+        let c = counters(&p.w, n);
+        // Each side: 64 requests, and an ACK for the peer's 16th, 32nd,
+        // 48th and 64th (the signaled ones).
+        assert_eq!(c.sent_pkts, ROUNDS + 4, "node {n}: {c:?}");
+        assert_eq!((c.ack_probes, c.completer_retry_err, c.duplicate_request), (0, 0, 0));
+        assert_eq!(acks_received(&steps(&p.w, n)), 4, "node {n}");
+    }
+}
+
+#[test]
+fn with_probes_off_every_message_asks_for_an_ack_as_rxe_does() {
+    let config = HcaConfig { ack_probe_ns: 0, ..HcaConfig::default() };
+    let mut p = pair(config, LONG_TIMEOUT);
+    assert_eq!(ping_pong(&mut p, 16), [4, 4]);
+    for n in 0..2 {
+        let c = counters(&p.w, n);
+        assert_eq!(c.sent_pkts, 2 * ROUNDS, "node {n}: {c:?}");
+        assert_eq!(acks_received(&steps(&p.w, n)) as u64, ROUNDS, "node {n}");
+    }
+}
+
+#[test]
+fn signaled_sends_and_short_timeouts_keep_an_ack_per_message() {
+    // Every WR signaled: its completion needs its ACK.
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    assert_eq!(ping_pong(&mut p, 1), [ROUNDS as usize; 2]);
+    assert_eq!(counters(&p.w, 0).sent_pkts, 2 * ROUNDS);
+    // Timer code 8 (1 ms): too short for a 1 ms probe to come first.
+    let mut p = pair(HcaConfig::default(), 8);
+    assert_eq!(ping_pong(&mut p, 16), [4, 4]);
+    assert_eq!(counters(&p.w, 0).sent_pkts, 2 * ROUNDS);
+    assert_eq!(counters(&p.w, 0).ack_probes, 0);
+}
+
+#[test]
+fn a_requester_that_falls_silent_probes_for_its_ack() {
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::EMPTY)]).unwrap();
+    wait_recv(&mut p.w, 1, 1);
+    let delivered_at = p.w.now();
+    p.w.settle(200 * MS);
+    let (ca, cb) = (counters(&p.w, 0), counters(&p.w, 1));
+    assert_eq!(ca.ack_probes, 1, "{ca:?}");
+    assert_eq!(ca.sent_pkts, 2, "the SEND and its probe");
+    assert_eq!(ca.completer_retry_err, 0, "a probe is no go-back");
+    assert_eq!(cb.duplicate_request, 1, "the probe is a duplicate: answered, not executed");
+    assert_eq!(cb.sent_pkts, 1, "one ACK");
+    let steps = steps(&p.w, 0);
+    let probe_at = steps
+        .iter()
+        .find_map(|&(at, s)| matches!(s, Step::AckProbe { .. }).then_some(at))
+        .expect("an AckProbe step");
+    let waited_ns = probe_at.as_nanos() - delivered_at.as_nanos();
+    assert!(
+        (900_000..2 * MS).contains(&waited_ns),
+        "the probe goes about ack_probe_ns (1 ms) after the send: {waited_ns} ns"
+    );
+    assert_eq!(acks_received(&steps), 1, "the probe's ACK retires the WQE");
+    // Nothing more: no probe, no retransmission.
+    p.w.settle(200 * MS);
+    assert_eq!(counters(&p.w, 0).sent_pkts, 2);
+}
+
+#[test]
+fn a_lost_unsignaled_send_is_recovered_by_the_probe_before_the_retransmit_timer() {
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    p.w.fabric.add_rule(
+        Rule::new(Matcher::any().opcode(Opcode::RC_SEND_ONLY).from(NodeId(0)), Action::Drop).nth(1),
+    );
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    let sent_at = p.w.now();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::EMPTY)]).unwrap();
+    wait_recv(&mut p.w, 1, 1);
+    check_received(&p.mr_b, 1, 0xa);
+    let took_ns = p.w.now().as_nanos() - sent_at.as_nanos();
+    assert!(took_ns < 3 * MS, "delivered by the 1 ms probe, not the 67 ms timer: {took_ns} ns");
+    p.w.settle(200 * MS);
+    let (ca, cb) = (counters(&p.w, 0), counters(&p.w, 1));
+    assert_eq!((ca.ack_probes, ca.completer_retry_err), (1, 0), "{ca:?}");
+    assert_eq!(cb.duplicate_request, 0, "the probe was the first copy to arrive");
+}
+
+#[test]
+fn an_unsignaled_ping_pong_survives_loss_duplication_and_reordering() {
+    let mut probes = 0;
+    for seed in 0..12 {
+        let mut fabric = FabricConfig::new(100 + seed);
+        fabric.faults.loss = Probability::from_ppm(50_000);
+        fabric.faults.duplicate = Probability::from_ppm(30_000);
+        fabric.faults.reorder = Probability::from_ppm(30_000);
+        fabric.faults.reorder_max_delay_ns = 2 * MS;
+        let mut p = pair_on(fabric, HcaConfig::default(), LONG_TIMEOUT);
+        // Every receive arrives once, in order, with its bytes (checked in
+        // `ping_pong`); every signaled WR completes.
+        assert_eq!(ping_pong(&mut p, 16), [4, 4], "seed {seed}");
+        for n in 0..2 {
+            let c = counters(&p.w, n);
+            assert_eq!(c.retry_exceeded_err, 0, "seed {seed} node {n}: {c:?}");
+            probes += c.ack_probes;
+        }
+    }
+    // Lost replies and ACKs leave requesters silent: probes answer them.
+    assert!(probes > 0, "no ACK probe in 12 faulty runs");
+}
