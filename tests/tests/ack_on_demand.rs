@@ -39,16 +39,16 @@ struct Pair {
 }
 
 fn pair(config: HcaConfig, timeout: u8) -> Pair {
-    pair_on(FabricConfig::new(11), config, timeout)
+    pair_on(FabricConfig::new(11), config, Tuning::with_timeout(timeout))
 }
 
-fn pair_on(fabric: FabricConfig, config: HcaConfig, timeout: u8) -> Pair {
+fn pair_on(fabric: FabricConfig, config: HcaConfig, tuning: Tuning) -> Pair {
     let memory = |_| Arc::new(SimMemory::strict(1 << 30)) as Arc<dyn DriverMemory>;
     let builder = WorldBuilder::new(2, fabric).hca_config(config).memory(memory);
     let w = World::from_builder(builder);
     let a = w.qp(0, QpType::Rc, cap(SQ_DEPTH, 1, 0));
     let b = w.qp(1, QpType::Rc, cap(SQ_DEPTH, 1, 0));
-    w.connect(0, &a, 1, &b, &Tuning::with_timeout(timeout));
+    w.connect(0, &a, 1, &b, &tuning);
     let mr_a = w.nodes[0].pd.alloc_mr(2 * AREA, ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(2 * AREA, ALL_ACCESS).unwrap();
     for node in &w.nodes {
@@ -242,14 +242,14 @@ fn a_lost_unsignaled_send_is_recovered_by_the_probe_before_the_retransmit_timer(
 
 #[test]
 fn an_unsignaled_ping_pong_survives_loss_duplication_and_reordering() {
-    let mut probes = 0;
+    let (mut probes, mut go_backs) = (0, 0);
     for seed in 0..12 {
         let mut fabric = FabricConfig::new(100 + seed);
         fabric.faults.loss = Probability::from_ppm(50_000);
         fabric.faults.duplicate = Probability::from_ppm(30_000);
         fabric.faults.reorder = Probability::from_ppm(30_000);
         fabric.faults.reorder_max_delay_ns = 2 * MS;
-        let mut p = pair_on(fabric, HcaConfig::default(), LONG_TIMEOUT);
+        let mut p = pair_on(fabric, HcaConfig::default(), Tuning::with_timeout(LONG_TIMEOUT));
         // Every receive arrives once, in order, with its bytes (checked in
         // `ping_pong`); every signaled WR completes.
         assert_eq!(ping_pong(&mut p, 16), [4, 4], "seed {seed}");
@@ -257,8 +257,106 @@ fn an_unsignaled_ping_pong_survives_loss_duplication_and_reordering() {
             let c = counters(&p.w, n);
             assert_eq!(c.retry_exceeded_err, 0, "seed {seed} node {n}: {c:?}");
             probes += c.ack_probes;
+            go_backs += c.completer_retry_err;
         }
     }
-    // Lost replies and ACKs leave requesters silent: probes answer them.
+    // Lost replies and ACKs leave requesters silent: probes answer them,
+    // long before a retransmit timer (67 ms) would go back.
     assert!(probes > 0, "no ACK probe in 12 faulty runs");
+    assert!(go_backs < probes, "{go_backs} go-backs against {probes} probes");
+}
+
+#[test]
+fn a_trickle_of_unsignaled_sends_spends_no_retry_at_the_shortest_timeout_allowed() {
+    // Timer code 10 (4.2 ms) is the shortest that allows a 1 ms probe,
+    // and no retry at all: a retransmit timeout would fail the QP.
+    let tuning = Tuning { retry_cnt: 0, ..Tuning::with_timeout(10) };
+    let mut p = pair_on(FabricConfig::new(12), HcaConfig::default(), tuning);
+    const TRICKLE: u64 = 20;
+    for i in 0..TRICKLE {
+        p.b.post_recv(&[recv(&p.mr_b, i)]).unwrap();
+    }
+    // A post every 0.9 ms: each alone would wait ~1 ms for a probe, and
+    // 15 of them ~13 ms, past the timer, if the probe time ran from the
+    // last send instead of the first without AckReq.
+    for i in 0..TRICKLE {
+        let flags = if i + 1 == TRICKLE { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+        p.a.post_send(&[send(&p.mr_a, i, 0xa, flags)]).unwrap();
+        let until = p.w.now().plus_nanos(900_000);
+        p.w.fabric.run_until(until);
+    }
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].status, WcStatus::Success, "{done:?}");
+    let c = counters(&p.w, 0);
+    assert_eq!((c.completer_retry_err, c.retry_exceeded_err), (0, 0), "{c:?}");
+    for i in 0..TRICKLE {
+        assert_eq!(wait_recv(&mut p.w, 1, i), 0);
+        check_received(&p.mr_b, i, 0xa);
+    }
+}
+
+#[test]
+fn a_signaled_local_operation_behind_unsignaled_sends_completes_at_once() {
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::EMPTY)]).unwrap();
+    wait_recv(&mut p.w, 1, 1);
+    // A LOCAL_INV completes in order, after the SEND's ACK: asked for now,
+    // not a probe time later.
+    let other = p.w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let mut inv = SendWr::new(2, WrOpcode::LocalInv);
+    inv.imm_or_inv = other.lkey().0;
+    inv.flags = SendFlags::SIGNALED;
+    let posted_at = p.w.now();
+    p.a.post_send(&[inv]).unwrap();
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!((done[0].wr_id, done[0].opcode), (2, WcOpcode::LocalInv), "{done:?}");
+    let took_ns = p.w.now().as_nanos() - posted_at.as_nanos();
+    assert!(took_ns < 100_000, "the LOCAL_INV completed {took_ns} ns after its post");
+    assert_eq!(counters(&p.w, 0).ack_probes, 1);
+}
+
+#[test]
+fn acks_on_demand_leave_the_device_budget_to_others() {
+    // A budget of 16 PSNs: two QPs that trickle unsignaled SENDs must not
+    // hold it with PSNs nobody asked an ACK for.
+    let config = HcaConfig { max_device_unacked_psns: 16, ..HcaConfig::default() };
+    let mut p = pair(config, LONG_TIMEOUT);
+    let tuning = Tuning::with_timeout(LONG_TIMEOUT);
+    let extra: Vec<(Qp, Qp)> = (0..2)
+        .map(|_| {
+            let a = p.w.qp(0, QpType::Rc, cap(SQ_DEPTH, 1, 0));
+            let b = p.w.qp(1, QpType::Rc, cap(SQ_DEPTH, 1, 0));
+            p.w.connect(0, &a, 1, &b, &tuning);
+            (a, b)
+        })
+        .collect();
+    for (q, (a, b)) in extra.iter().enumerate() {
+        for i in 0..8 {
+            let id = 100 * (q as u64 + 1) + i;
+            b.post_recv(&[RecvWr { wr_id: id, sg_list: vec![p.mr_b.sge(AREA, 64)] }]).unwrap();
+            let mut wr = SendWr::new(id, WrOpcode::Send);
+            wr.sg_list = vec![p.mr_a.sge(0, 64)];
+            wr.flags = SendFlags::EMPTY;
+            a.post_send(&[wr]).unwrap();
+            let until = p.w.now().plus_nanos(20_000);
+            p.w.fabric.run_until(until);
+        }
+    }
+    // The third QP's signaled SEND goes at once.
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    let posted_at = p.w.now();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::SIGNALED)]).unwrap();
+    let done = loop {
+        let wcs = p.w.wait(0, 1, 100 * MS);
+        assert!(!wcs.is_empty(), "no completion");
+        if wcs[0].wr_id == 1 {
+            break wcs[0];
+        }
+    };
+    assert_eq!(done.status, WcStatus::Success);
+    let took_ns = p.w.now().as_nanos() - posted_at.as_nanos();
+    assert!(took_ns < 200_000, "the SEND completed {took_ns} ns after its post");
 }

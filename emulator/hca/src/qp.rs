@@ -176,8 +176,9 @@ pub struct Requester {
     pub unrequested_psn: Psn,
     /// The next packet asks for an ACK (it is an ACK probe).
     pub probe_wanted: bool,
-    /// When the requester last sent a packet.
-    pub last_sent_at: Instant,
+    /// When the first of those messages went: by `ack_probe_ns` after it
+    /// a packet asks, or the probe goes.
+    pub unrequested_since: Instant,
 }
 
 /// Completer state (`qp->comp` in rxe).

@@ -82,6 +82,11 @@ impl QpStep<'_> {
         }
         qp.req.index = req_index.wrapping_add(1);
         qp.req.sent_pkts = 0;
+        // Its completion comes after theirs: ask for the ACK now rather
+        // than after `ack_probe_ns`.
+        if qp.req.unrequested_wqes > 0 {
+            self.send_ack_probe(now);
+        }
         self.retire(now);
     }
 

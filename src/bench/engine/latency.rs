@@ -248,7 +248,6 @@ impl Side {
     }
 }
 
-/// Send-side completions among `wcs`.
 /// The flags of ping-pong WR `n` of `iters`: every `LAT_SIGNAL_EVERY`-th
 /// and the last are signaled, the others not (inline data, when the
 /// template has it, is in the WR itself).
@@ -260,6 +259,7 @@ fn lat_flags(n: u64, iters: u64) -> SendFlags {
     }
 }
 
+/// Send-side completions among `wcs`.
 fn count_sends(wcs: &[WorkCompletion]) -> u64 {
     wcs.iter().filter(|wc| wc.opcode != WcOpcode::Recv).count() as u64
 }

@@ -126,5 +126,6 @@ impl QpStep<'_> {
         }
         self.cancel_timer(TimerKind::Retransmit);
         self.cancel_timer(TimerKind::Rnr);
+        self.cancel_timer(TimerKind::AckProbe);
     }
 }

@@ -28,15 +28,14 @@ impl QpStep<'_> {
         self.set_timer(TimerKind::Retransmit, at);
         if !outstanding {
             self.qp.req.unrequested_wqes = 0;
+            self.qp.req.probe_wanted = false;
             self.cancel_timer(TimerKind::AckProbe);
         }
     }
 
     /// The ACK-probe timer fired. When the end of a message went without
-    /// AckReq, is still unacknowledged, and the requester has sent nothing
-    /// for `ack_probe_ns`, that packet goes again asking for an ACK (the
-    /// responder answers a duplicate with one, IBA C9-105). Not a go-back:
-    /// no retry is spent and nothing after it is resent.
+    /// AckReq `ack_probe_ns` ago or more, is still unacknowledged, and no
+    /// packet asked since, the probe goes ([`QpStep::send_ack_probe`]).
     pub(crate) fn ack_probe_due(&mut self, now: Instant) {
         let qp = &*self.qp;
         let psn = qp.req.unrequested_psn;
@@ -52,14 +51,25 @@ impl QpStep<'_> {
             // Resending waits for the RNR wait's go-back, or never comes.
             return;
         }
-        let due = qp.req.last_sent_at.plus_nanos(self.dev.config.ack_probe_ns);
+        let due = qp.req.unrequested_since.plus_nanos(self.dev.config.ack_probe_ns);
         if due > now {
             self.set_timer(TimerKind::AckProbe, Some(due));
             return;
         }
-        // The packet built next asks; normally it is this one again.
-        self.qp.req.probe_wanted = true;
-        if self.rewind(psn) {
+        self.send_ack_probe(now);
+    }
+
+    /// Asks for the ACK of the messages that went without AckReq: the last
+    /// of them goes again with AckReq (the responder answers a duplicate
+    /// with an ACK, IBA C9-105). Not a go-back: no retry is spent and
+    /// nothing after it is resent. When something was sent after it (a
+    /// message under way, or a go-back), the next packet asks instead.
+    pub(crate) fn send_ack_probe(&mut self, now: Instant) {
+        let qp = &mut *self.qp;
+        let psn = qp.req.unrequested_psn;
+        qp.req.probe_wanted = true;
+        let last_sent = qp.req.sent_pkts == 0 && psn.next() == qp.req.next_psn;
+        if last_sent && self.rewind(psn) {
             self.dev.counters.ack_probes += 1;
             let qpn = self.qp.qpn;
             self.step(now, Step::AckProbe { qpn, psn });

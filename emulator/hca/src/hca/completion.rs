@@ -30,6 +30,7 @@ impl QpStep<'_> {
     pub(crate) fn enter_error(&mut self, now: Instant) {
         self.cancel_timer(TimerKind::Retransmit);
         self.cancel_timer(TimerKind::Rnr);
+        self.cancel_timer(TimerKind::AckProbe);
         let qp = &mut *self.qp;
         // Nothing more is answered, except a NAK that explains the error to
         // the peer.

@@ -210,6 +210,10 @@ impl Hca {
         } else if matches!(to, QpState::Rts | QpState::Sqe | QpState::Sqd) {
             step.schedule();
             if to == QpState::Sqd {
+                // Draining waits for the ACKs of what went without AckReq.
+                if step.qp.req.unrequested_wqes > 0 {
+                    step.send_ack_probe(now);
+                }
                 step.sq_drained_check();
             }
         }

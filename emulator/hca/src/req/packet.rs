@@ -9,7 +9,7 @@
 
 use crate::endpoint::{PacketKind, Transmit};
 use crate::handles::{AhIndex, PdIndex};
-use crate::hca::{QpStep, TimerKind};
+use crate::hca::{Device, QpStep, TimerKind};
 use crate::mr::Origin;
 use crate::qp::{EntryState, Path, QpContext};
 use crate::send_op::SendOp;
@@ -60,7 +60,6 @@ impl QpStep<'_> {
         }
         let config = &self.dev.config;
         let max_pkt_per_ack = config.max_pkt_per_ack;
-        let ack_probe_ns = config.ack_probe_ns;
         let qp = &mut *self.qp;
         let mtu = if qp.qp_type == QpType::Ud { config.active_mtu.bytes() } else { qp.mtu() };
         let req_index = qp.req.index;
@@ -91,7 +90,7 @@ impl QpStep<'_> {
         // The headers.
         let last = matches!(plan.position, Position::Last | Position::Only);
         let ack_req = qp.qp_type == QpType::Rc
-            && ((last && !ack_can_wait_for_later(qp, req_index, &plan, ack_probe_ns))
+            && ((last && !self.dev.ack_can_wait_for_later(qp, req_index, &plan, now))
                 || plan.opcode.is_read_or_atomic()
                 || qp.req.noack_pkts + 1 >= max_pkt_per_ack
                 || qp.req.probe_wanted);
@@ -131,12 +130,14 @@ impl QpStep<'_> {
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
-        qp.req.last_sent_at = now;
         let unrequested_end = last && !ack_req && qp.qp_type == QpType::Rc;
         if ack_req {
             qp.req.unrequested_wqes = 0;
             qp.req.probe_wanted = false;
         } else if unrequested_end {
+            if qp.req.unrequested_wqes == 0 {
+                qp.req.unrequested_since = now;
+            }
             qp.req.unrequested_wqes += 1;
             qp.req.unrequested_psn = plan.psn;
         }
@@ -160,47 +161,62 @@ impl QpStep<'_> {
             }
         }
         if unrequested_end && self.qp.comp.probe_at.is_none() {
-            self.set_timer(TimerKind::AckProbe, Some(now.plus_nanos(ack_probe_ns)));
+            let at = self.qp.req.unrequested_since.plus_nanos(self.dev.config.ack_probe_ns);
+            self.set_timer(TimerKind::AckProbe, Some(at));
         }
         Some(transmit)
     }
 }
 
-/// Whether the last packet of the RC WQE at `req_index` may go without
-/// AckReq (ACKs on demand, [`crate::config::HcaConfig::ack_probe_ns`]):
-/// a SEND or WRITE nobody waits for (unsignaled), the last WQE fetched
-/// (a stream behind it keeps an ACK per message, as rxe), on a QP in
-/// RTS; fewer such WQEs since the last AckReq than half the send queue
-/// (at most 16), so that posts never wait long for the ACK a later
-/// message asks for; and a retransmit timer long enough for an ACK
-/// probe to be answered first.
-fn ack_can_wait_for_later(
-    qp: &QpContext,
-    req_index: u32,
-    plan: &PacketPlan,
-    ack_probe_ns: u64,
-) -> bool {
-    const MAX_UNREQUESTED_WQES: u32 = 16;
-    let signaled = qp.sq_sig_all || plan.flags.contains(SendFlags::SIGNALED);
-    let last_fetched = qp.fetched == req_index.wrapping_add(1);
-    let room = qp.req.unrequested_wqes + 1 < (qp.cap.max_send_wr / 2).min(MAX_UNREQUESTED_WQES);
-    let probe_in_time = qp.ack_timeout_ns().is_none_or(|timeout_ns| {
-        timeout_ns / crate::config::ACK_PROBE_TIMEOUT_FACTOR >= ack_probe_ns
-    });
-    ack_probe_ns != 0
-        && !signaled
-        && last_fetched
-        && room
-        && probe_in_time
-        && qp.state == QpState::Rts
-        && matches!(
-            plan.opcode,
-            WrOpcode::Send
-                | WrOpcode::SendWithImm
-                | WrOpcode::SendWithInv
-                | WrOpcode::RdmaWrite
-                | WrOpcode::RdmaWriteWithImm
-        )
+impl Device {
+    /// Whether the last packet of the RC WQE at `req_index` may go without
+    /// AckReq (ACKs on demand, [`crate::config::HcaConfig::ack_probe_ns`]):
+    /// a SEND or WRITE nobody waits for (unsignaled), the last WQE fetched
+    /// (a stream behind it keeps an ACK per message, as rxe), on a QP in
+    /// RTS; fewer such WQEs since the last AckReq than half the send queue
+    /// (at most 16), the first of them less than `ack_probe_ns` ago, so
+    /// that posts never wait long for the ACK a later message asks for;
+    /// less than half the QP's window and of the device's transmit budget
+    /// held by unacknowledged PSNs; and a retransmit timer long enough for
+    /// an ACK probe to be answered first.
+    fn ack_can_wait_for_later(
+        &self,
+        qp: &QpContext,
+        req_index: u32,
+        plan: &PacketPlan,
+        now: Instant,
+    ) -> bool {
+        const MAX_UNREQUESTED_WQES: u32 = 16;
+        let config = &self.config;
+        let probe_ns = config.ack_probe_ns;
+        let signaled = qp.sq_sig_all || plan.flags.contains(SendFlags::SIGNALED);
+        let last_fetched = qp.fetched == req_index.wrapping_add(1);
+        let unrequested = qp.req.unrequested_wqes;
+        let room = unrequested + 1 < (qp.cap.max_send_wr / 2).min(MAX_UNREQUESTED_WQES);
+        let young = unrequested == 0
+            || now.as_nanos().saturating_sub(qp.req.unrequested_since.as_nanos()) < probe_ns;
+        let window = qp.unacked_psns() < config.max_unacked_psns / 2
+            && self.unacked_psns < config.max_device_unacked_psns / 2;
+        let probe_in_time = qp.ack_timeout_ns().is_none_or(|timeout_ns| {
+            timeout_ns / crate::config::ACK_PROBE_TIMEOUT_FACTOR >= probe_ns
+        });
+        probe_ns != 0
+            && !signaled
+            && last_fetched
+            && room
+            && young
+            && window
+            && probe_in_time
+            && qp.state == QpState::Rts
+            && matches!(
+                plan.opcode,
+                WrOpcode::Send
+                    | WrOpcode::SendWithImm
+                    | WrOpcode::SendWithInv
+                    | WrOpcode::RdmaWrite
+                    | WrOpcode::RdmaWriteWithImm
+            )
+    }
 }
 
 /// Whether the WQE at `req_index` may send now (`None`: no such entry).
