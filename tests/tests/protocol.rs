@@ -1100,3 +1100,33 @@ fn raw_registration_of_the_applications_own_memory() {
     let refused = unsafe { sim.nodes[0].pd.reg_mr_raw(other.as_mut_ptr(), 64, ALL_ACCESS) };
     assert_eq!(refused.err().map(|e| e.errno()), Some(22));
 }
+
+#[test]
+fn a_qp_reset_and_connected_again_keeps_no_timer_of_its_past() {
+    // Timer code 8: 1.05 ms. The first SEND is lost, the QP reset before
+    // its timer fires, connected again, and its next SEND lost too: the one
+    // go-back comes a timeout after that SEND, not at the old timer's time.
+    let mut p = rc_pair(|_| {});
+    for nth in [1, 2] {
+        p.w.fabric.add_rule(
+            Rule::new(Matcher::any().opcode(Opcode::RC_SEND_ONLY).from(NodeId(0)), Action::Drop)
+                .nth(nth),
+        );
+    }
+    p.a.post_send(&[send(1, &p.mr_a, 0, 64)]).unwrap();
+    let until = p.w.now().plus_nanos(MS / 5);
+    p.w.fabric.run_until(until);
+    let reset = uroce_verbs::QpAttr { qp_state: Some(QpState::Reset), ..Default::default() };
+    for qp in [&p.a, &p.b] {
+        qp.modify(&reset, uroce_verbs::AttrMask::STATE).unwrap();
+    }
+    p.w.connect(0, &p.a, 1, &p.b, &tuning());
+    p.b.post_recv(&[recv(10, &p.mr_b, 0, 4096)]).unwrap();
+    let sent_at = p.w.now();
+    p.a.post_send(&[send(2, &p.mr_a, 0, 64)]).unwrap();
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(statuses(&done), vec![(2, WcStatus::Success)]);
+    let took_ns = p.w.now().as_nanos() - sent_at.as_nanos();
+    assert!(took_ns >= MS, "retransmitted {took_ns} ns after the post: the old timer fired");
+    assert_eq!(counters(&p.w, 0).completer_retry_err, 1);
+}

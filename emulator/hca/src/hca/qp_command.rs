@@ -177,6 +177,11 @@ impl Hca {
         let mut took_port = None;
         match to {
             QpState::Reset => {
+                // Its timers go with its state: left in the set, one would
+                // fire on the QP connected again (a retry spent, a go-back).
+                for kind in TimerKind::ALL {
+                    step.dev.timers.set(step.index, qp, kind, None);
+                }
                 reset_qp(qp);
                 // Out of the error state: posts need no kick again.
                 super::set_recv_flag(&step.dev.mem, qp, true);
