@@ -162,17 +162,20 @@ impl Side {
         let iters = u64::from(p.iters);
         let mut wr = self.template(Op::Send, size, peer, p.inline);
         // The server posted its receives before it said GO.
-        let mut posted_rx = u64::from(self.rx_depth).min(iters);
+        let posted_rx = u64::from(self.rx_depth).min(iters);
         self.post_receives(0, posted_rx, size)?;
         let mut posts = Vec::with_capacity(p.iters as usize);
         let start = Instant::now();
         let mut outstanding = 0u64;
+        let mut rx = Receives { posted: posted_rx, taken: 0, iters, size };
         for i in 0..iters {
             posts.push(start.elapsed().as_nanos() as u64);
             wr.wr_id = i;
             wr.flags = lat_flags(i, iters);
             self.post_one(&wr, &mut outstanding)?;
-            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
+            // After the send, while it travels: off the measured path.
+            self.replenish(&mut rx)?;
+            self.wait_receive(&mut outstanding, &mut rx)?;
         }
         self.drain(&mut outstanding)?;
         Ok(posts)
@@ -188,35 +191,44 @@ impl Side {
     ) -> Result<(), String> {
         let iters = u64::from(p.iters);
         let mut wr = self.template(Op::Send, size, peer, p.inline);
-        let mut posted_rx = posted_rx;
         let mut outstanding = 0u64;
+        let mut rx = Receives { posted: posted_rx, taken: 0, iters, size };
         for i in 0..iters {
-            self.wait_receive(&mut outstanding, &mut posted_rx, iters, size)?;
+            self.wait_receive(&mut outstanding, &mut rx)?;
             wr.wr_id = i;
             wr.flags = lat_flags(i, iters);
             self.post_one(&wr, &mut outstanding)?;
+            self.replenish(&mut rx)?;
         }
         self.drain(&mut outstanding)
     }
 
-    /// Waits for one receive completion, reposting a receive while fewer
-    /// than `iters` were posted.
-    pub(super) fn wait_receive(
-        &self,
-        outstanding: &mut u64,
-        posted_rx: &mut u64,
-        iters: u64,
-        size: u32,
-    ) -> Result<(), String> {
+    /// Posts a receive for each one taken, while fewer than `iters` were
+    /// posted.
+    fn replenish(&self, rx: &mut Receives) -> Result<(), String> {
+        let more = rx.taken.min(rx.iters - rx.posted.min(rx.iters));
+        rx.taken = 0;
+        if more > 0 {
+            self.post_receives(0, more, rx.size)?;
+            rx.posted += more;
+        }
+        Ok(())
+    }
+
+    /// Waits for one receive completion. With a receive queue of one, its
+    /// receive is posted again at once (the peer's next message could come
+    /// first); deeper queues leave it to `replenish`, after the next send.
+    fn wait_receive(&self, outstanding: &mut u64, rx: &mut Receives) -> Result<(), String> {
         let mut watchdog = Watchdog::default();
         loop {
             let wcs = self.poll_kept()?;
             *outstanding -= count_sends(&wcs).min(*outstanding);
             let got = wcs.iter().filter(|wc| wc.opcode == WcOpcode::Recv).count() as u64;
             if got > 0 {
-                let more = got.min(iters - (*posted_rx).min(iters));
-                self.post_receives(0, more, size)?;
-                *posted_rx += more;
+                rx.taken += got;
+                if self.rx_depth <= 1 {
+                    self.replenish(rx)?;
+                }
                 if got > 1 {
                     return Err("more than one message arrived in a ping-pong".into());
                 }
@@ -246,6 +258,15 @@ impl Side {
         }
         Ok(posts)
     }
+}
+
+/// The receives of a SEND ping-pong: `posted` of the `iters` needed so
+/// far, `taken` completed and not yet posted again (of `size` bytes).
+pub(super) struct Receives {
+    posted: u64,
+    taken: u64,
+    iters: u64,
+    size: u32,
 }
 
 /// The flags of ping-pong WR `n` of `iters`: every `LAT_SIGNAL_EVERY`-th
