@@ -360,3 +360,106 @@ fn acks_on_demand_leave_the_device_budget_to_others() {
     let took_ns = p.w.now().as_nanos() - posted_at.as_nanos();
     assert!(took_ns < 200_000, "the SEND completed {took_ns} ns after its post");
 }
+
+/// A small deterministic generator for the random workload below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+#[test]
+fn random_unsignaled_sends_and_writes_under_faults_arrive_once_and_complete() {
+    const MESSAGES: u64 = 40;
+    const SLOT: u64 = 4096;
+    const WRITES_AT: u64 = MESSAGES * SLOT;
+    let mut probes = 0;
+    for seed in 0..16 {
+        let mut fabric = FabricConfig::new(300 + seed);
+        fabric.faults.loss = Probability::from_ppm(30_000);
+        fabric.faults.duplicate = Probability::from_ppm(20_000);
+        fabric.faults.reorder = Probability::from_ppm(20_000);
+        fabric.faults.reorder_max_delay_ns = MS;
+        let memory = |_| Arc::new(SimMemory::strict(1 << 30)) as Arc<dyn DriverMemory>;
+        let builder = WorldBuilder::new(2, fabric).hca_config(HcaConfig::default()).memory(memory);
+        let mut w = World::from_builder(builder);
+        let a = w.qp(0, QpType::Rc, cap(SQ_DEPTH, 1, 0));
+        let b = w.qp(1, QpType::Rc, cap(64, 1, 0));
+        // MTU 1024: 1500 and 3000 bytes are messages of 2 and 3 packets.
+        w.connect(0, &a, 1, &b, &Tuning::with_timeout(LONG_TIMEOUT));
+        let mr_a = w.nodes[0].pd.alloc_mr(2 * WRITES_AT, ALL_ACCESS).unwrap();
+        let mr_b = w.nodes[1].pd.alloc_mr(2 * WRITES_AT, ALL_ACCESS).unwrap();
+        let mut rng = Lcg(seed);
+        let (mut sends, mut lens) = (Vec::new(), Vec::new());
+        for i in 0..MESSAGES {
+            let len = [64, 1500, 3000][rng.below(3) as usize];
+            let bytes: Vec<u8> = (0..len).map(|k| (k as u64 * 7 + i * 13 + seed) as u8).collect();
+            mr_a.write(i * SLOT, &bytes).unwrap();
+            let write = rng.below(3) == 0;
+            lens.push(len as usize);
+            let mut wr = if write {
+                let mut wr = SendWr::new(i, WrOpcode::RdmaWrite);
+                wr.remote = uroce_verbs::RemoteTarget {
+                    addr: mr_b.addr() + WRITES_AT + i * SLOT,
+                    rkey: mr_b.rkey(),
+                };
+                wr
+            } else {
+                b.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mr_b.sge(i * SLOT, SLOT as u32)] }])
+                    .unwrap();
+                sends.push((i, bytes.clone()));
+                SendWr::new(i, WrOpcode::Send)
+            };
+            wr.sg_list = vec![mr_a.sge(i * SLOT, len as u32)];
+            let signaled = i + 1 == MESSAGES || rng.below(8) == 0;
+            wr.flags = if signaled { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+            // A full send queue waits for ACKs (a probe's, at worst).
+            let mut tries = 0;
+            while let Err((_, e)) = a.post_send(std::slice::from_ref(&wr)) {
+                assert!(matches!(e, uroce_verbs::Error::NoMemory(_)), "{e}");
+                tries += 1;
+                assert!(tries < 100, "seed {seed}: the send queue never drained");
+                let until = w.now().plus_nanos(MS / 2);
+                w.fabric.run_until(until);
+                let _ = w.nodes[0].cq.poll(64).unwrap();
+            }
+            // Gaps of 0 to 1.5 ms: some long enough for a probe.
+            let until = w.now().plus_nanos(rng.below(1_500_000));
+            w.fabric.run_until(until);
+        }
+        w.settle(500 * MS);
+        let at_a = w.nodes[0].cq.poll(256).unwrap();
+        assert!(at_a.iter().all(|wc| wc.status == WcStatus::Success), "seed {seed}: {at_a:?}");
+        assert!(
+            at_a.iter().any(|wc| wc.wr_id == MESSAGES - 1),
+            "seed {seed}: the last WR completes"
+        );
+        let at_b = w.nodes[1].cq.poll(256).unwrap();
+        let order: Vec<u64> = at_b.iter().map(|wc| wc.wr_id).collect();
+        let expected: Vec<u64> = sends.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, expected, "seed {seed}: every SEND received once, in order");
+        for (i, bytes) in &sends {
+            assert_eq!(
+                mr_b.read_vec(i * SLOT, bytes.len()).unwrap(),
+                *bytes,
+                "seed {seed} SEND {i}"
+            );
+        }
+        for i in 0..MESSAGES {
+            if expected.contains(&i) {
+                continue;
+            }
+            let len = lens[i as usize];
+            let src = mr_a.read_vec(i * SLOT, len).unwrap();
+            let dst = mr_b.read_vec(WRITES_AT + i * SLOT, len).unwrap();
+            assert_eq!(dst, src, "seed {seed} WRITE {i}");
+        }
+        let c = counters(&w, 0);
+        assert_eq!(c.retry_exceeded_err, 0, "seed {seed}: {c:?}");
+        probes += c.ack_probes;
+    }
+    assert!(probes > 0, "no ACK probe in 16 runs with gaps");
+}
