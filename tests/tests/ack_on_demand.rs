@@ -393,7 +393,7 @@ fn random_unsignaled_sends_and_writes_under_faults_arrive_once_and_complete() {
         let mr_a = w.nodes[0].pd.alloc_mr(2 * WRITES_AT, ALL_ACCESS).unwrap();
         let mr_b = w.nodes[1].pd.alloc_mr(2 * WRITES_AT, ALL_ACCESS).unwrap();
         let mut rng = Lcg(seed);
-        let (mut sends, mut lens) = (Vec::new(), Vec::new());
+        let (mut sends, mut lens, mut early) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..MESSAGES {
             let len = [64, 1500, 3000][rng.below(3) as usize];
             let bytes: Vec<u8> = (0..len).map(|k| (k as u64 * 7 + i * 13 + seed) as u8).collect();
@@ -424,14 +424,15 @@ fn random_unsignaled_sends_and_writes_under_faults_arrive_once_and_complete() {
                 assert!(tries < 100, "seed {seed}: the send queue never drained");
                 let until = w.now().plus_nanos(MS / 2);
                 w.fabric.run_until(until);
-                let _ = w.nodes[0].cq.poll(64).unwrap();
+                early.extend(w.nodes[0].cq.poll(64).unwrap());
             }
             // Gaps of 0 to 1.5 ms: some long enough for a probe.
             let until = w.now().plus_nanos(rng.below(1_500_000));
             w.fabric.run_until(until);
         }
         w.settle(500 * MS);
-        let at_a = w.nodes[0].cq.poll(256).unwrap();
+        let mut at_a = early;
+        at_a.extend(w.nodes[0].cq.poll(256).unwrap());
         assert!(at_a.iter().all(|wc| wc.status == WcStatus::Success), "seed {seed}: {at_a:?}");
         assert!(
             at_a.iter().any(|wc| wc.wr_id == MESSAGES - 1),
@@ -462,4 +463,51 @@ fn random_unsignaled_sends_and_writes_under_faults_arrive_once_and_complete() {
         probes += c.ack_probes;
     }
     assert!(probes > 0, "no ACK probe in 16 runs with gaps");
+}
+
+#[test]
+fn a_wqe_refused_behind_an_unsignaled_send_completes_at_once() {
+    // The refused WQE took PSNs it never sent: the probe still resends the
+    // SEND, and the error completes in order right after its ACK.
+    let tuning = Tuning { retry_cnt: 0, ..Tuning::with_timeout(10) };
+    let mut p = pair_on(FabricConfig::new(13), HcaConfig::default(), tuning);
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::EMPTY)]).unwrap();
+    wait_recv(&mut p.w, 1, 1);
+    let mut bad = send(&p.mr_a, 2, 0xa, SendFlags::SIGNALED);
+    bad.sg_list[0].lkey = uroce_verbs::Lkey(bad.sg_list[0].lkey.0 ^ 0xff00);
+    let posted_at = p.w.now();
+    p.a.post_send(&[bad]).unwrap();
+    let done = p.w.wait(0, 1, 100 * MS);
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!((done[0].wr_id, done[0].status), (2, WcStatus::LocProtErr), "{done:?}");
+    let took_ns = p.w.now().as_nanos() - posted_at.as_nanos();
+    assert!(took_ns < 100_000, "the refused WQE completed {took_ns} ns after its post");
+    let c = counters(&p.w, 0);
+    assert_eq!((c.ack_probes, c.completer_retry_err, c.retry_exceeded_err), (1, 0, 0), "{c:?}");
+}
+
+#[test]
+fn a_qp_moved_to_sqd_reports_the_drain_only_after_the_ack() {
+    use uroce_verbs::{AttrMask, Event, EventType, QpAttr, QpState};
+    let mut p = pair(HcaConfig::default(), LONG_TIMEOUT);
+    p.b.post_recv(&[recv(&p.mr_b, 1)]).unwrap();
+    p.a.post_send(&[send(&p.mr_a, 1, 0xa, SendFlags::EMPTY)]).unwrap();
+    wait_recv(&mut p.w, 1, 1);
+    while p.w.nodes[0].ctx.next_event().is_some() {}
+    let sqd =
+        QpAttr { qp_state: Some(QpState::Sqd), en_sqd_async_notify: true, ..QpAttr::default() };
+    p.a.modify(&sqd, AttrMask::STATE | AttrMask::EN_SQD_ASYNC_NOTIFY).unwrap();
+    let drained = Event::Async { event: EventType::SqDrained, element: p.a.qpn().value() };
+    assert_eq!(p.w.nodes[0].ctx.next_event(), None, "the SEND is not acknowledged yet");
+    let sqd_at = p.w.now();
+    p.w.settle(10 * MS);
+    assert_eq!(p.w.nodes[0].ctx.next_event(), Some(drained));
+    let steps = steps(&p.w, 0);
+    let probe_at = steps
+        .iter()
+        .find_map(|&(at, s)| matches!(s, Step::AckProbe { .. }).then_some(at))
+        .expect("an AckProbe step");
+    assert_eq!(probe_at, sqd_at, "the move to SQD probes at once");
+    assert_eq!(acks_received(&steps), 1);
 }

@@ -176,6 +176,9 @@ pub struct Requester {
     pub unrequested_psn: Psn,
     /// The next packet asks for an ACK (it is an ACK probe).
     pub probe_wanted: bool,
+    /// The PSN of the last request packet sent (a WQE whose gather failed
+    /// has PSNs but sent none).
+    pub last_sent_psn: Psn,
     /// When the first of those messages went: by `ack_probe_ns` after it
     /// a packet asks, or the probe goes.
     pub unrequested_since: Instant,

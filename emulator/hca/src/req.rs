@@ -67,7 +67,12 @@ impl QpStep<'_> {
                 self.finish_without_packet(now, status);
                 continue;
             }
-            return self.build_request(now, buf);
+            match self.build_request(now, buf) {
+                // A WQE that failed without a packet behind unacknowledged
+                // ones rewound the requester for an ACK probe: send it now.
+                None if self.qp.req.probe_wanted && self.qp.req.index != req_index => continue,
+                sent => return sent,
+            }
         }
         // More local work remains: come back next turn.
         None

@@ -89,7 +89,12 @@ impl QpStep<'_> {
 
     pub(crate) fn sq_drained_check(&mut self) {
         let qp = &mut *self.qp;
-        if qp.state == QpState::Sqd && qp.sq.consumer == qp.req.index && qp.attr.en_sqd_async_notify
+        // Drained: everything sent is retired, and the requester is not
+        // rewound into a WQE it sent (a go-back, an ACK probe).
+        if qp.state == QpState::Sqd
+            && qp.sq.consumer == qp.req.index
+            && qp.between_wqes()
+            && qp.attr.en_sqd_async_notify
         {
             let qpn = qp.qpn.value();
             qp.attr.en_sqd_async_notify = false;

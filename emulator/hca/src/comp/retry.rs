@@ -63,16 +63,20 @@ impl QpStep<'_> {
     /// of them goes again with AckReq (the responder answers a duplicate
     /// with an ACK, IBA C9-105). Not a go-back: no retry is spent and
     /// nothing after it is resent. When something was sent after it (a
-    /// message under way, or a go-back), the next packet asks instead.
+    /// message under way, or a go-back), the next packet asks instead, and
+    /// the timer looks again a probe time later in case none comes.
     pub(crate) fn send_ack_probe(&mut self, now: Instant) {
         let qp = &mut *self.qp;
         let psn = qp.req.unrequested_psn;
         qp.req.probe_wanted = true;
-        let last_sent = qp.req.sent_pkts == 0 && psn.next() == qp.req.next_psn;
+        let last_sent = qp.req.sent_pkts == 0 && qp.req.last_sent_psn == psn;
         if last_sent && self.rewind(psn) {
             self.dev.counters.ack_probes += 1;
             let qpn = self.qp.qpn;
             self.step(now, Step::AckProbe { qpn, psn });
+        } else {
+            let at = now.plus_nanos(self.dev.config.ack_probe_ns);
+            self.set_timer(TimerKind::AckProbe, Some(at));
         }
     }
 

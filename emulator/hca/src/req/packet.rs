@@ -130,6 +130,7 @@ impl QpStep<'_> {
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
+        qp.req.last_sent_psn = plan.psn;
         let unrequested_end = last && !ack_req && qp.qp_type == QpType::Rc;
         if ack_req {
             qp.req.unrequested_wqes = 0;
