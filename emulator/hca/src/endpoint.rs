@@ -31,6 +31,16 @@ pub struct Transmit {
     /// not HCAs). A packet's BTH names the remote QP; a runtime that
     /// follows flows per local QP (fault scenarios) reads this.
     pub local_qpn: Option<uroce_wire::Qpn>,
+    /// Nothing else was ready when this packet was made: a request whose
+    /// QP read its send queue for it and found nothing posted behind it (no
+    /// further packet of its message either), with no response of its own
+    /// queued and no other QP scheduled. A runtime
+    /// that gathers packets into one system call may send what it holds
+    /// at once: asking again would most likely find nothing, and that
+    /// look (at the send queue the application writes) would sit between
+    /// an application's post and its packet leaving. A hint only: asking
+    /// again later is still needed (and may find a WQE posted meanwhile).
+    pub nothing_behind: bool,
 }
 
 impl Transmit {
@@ -38,7 +48,14 @@ impl Transmit {
     /// endpoints whose packets no runtime sorts or sends through sockets
     /// (the simulated fabric's toys and adversaries).
     pub const fn new(destination: IpAddr, len: usize) -> Transmit {
-        Transmit { destination, len, kind: PacketKind::Request, source_port: 0, local_qpn: None }
+        Transmit {
+            destination,
+            len,
+            kind: PacketKind::Request,
+            source_port: 0,
+            local_qpn: None,
+            nothing_behind: false,
+        }
     }
 }
 

@@ -253,6 +253,7 @@ impl Hca {
                 unacked_psns: 0,
                 budget_waiters: VecDeque::new(),
                 budget_blocked: false,
+                turn_cut_short: false,
                 timers: Timers::default(),
                 events: VecDeque::new(),
                 counters: Counters::default(),
@@ -423,8 +424,9 @@ impl Endpoint for Hca {
             return Some(transmit);
         }
         self.release_budget_waiters();
-        let turns = self.dev.sched.len();
-        for _ in 0..turns {
+        let mut turns = self.dev.sched.len();
+        while turns > 0 {
+            turns -= 1;
             let index = self.dev.sched.pop_front()?;
             let Some(mut step) = self.qp_step(index) else { continue };
             let sent = if step.dev.turn.0 == index { step.dev.turn.1 } else { 0 };
@@ -440,10 +442,21 @@ impl Endpoint for Hca {
                     step.dev.turn = (index, 0);
                 }
                 step.dev.counters.sent_pkts += 1;
-                return Some(transmit);
+                // Its requester's word, if no other QP waits (the schedule
+                // holds only this one again, pushed above) and no response.
+                let nothing_behind = transmit.nothing_behind
+                    && step.dev.sched.len() == 1
+                    && step.qp.resp.queue.is_empty();
+                return Some(Transmit { nothing_behind, ..transmit });
             }
             step.dev.turn = (index, 0);
-            if std::mem::take(&mut step.dev.budget_blocked) {
+            if std::mem::take(&mut step.dev.turn_cut_short) {
+                // Local work left (each such turn completes WQEs, so this
+                // ends): after the others, in this same call, which ends
+                // with `None` only when nothing is left to do.
+                step.dev.sched.push_back(index);
+                turns += 1;
+            } else if std::mem::take(&mut step.dev.budget_blocked) {
                 // It has a WQE to start: out of turn until the budget has
                 // room (its flag stays up: the driver need not ring).
                 step.qp.scheduled = false;

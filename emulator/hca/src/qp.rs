@@ -182,6 +182,10 @@ pub struct Requester {
     /// When the first of those messages went: by `ack_probe_ns` after it
     /// a packet asks, or the probe goes.
     pub unrequested_since: Instant,
+    /// When the send queue was last read for new WQEs: a packet made at
+    /// that same instant that leaves nothing fetched behind it had
+    /// nothing posted behind it ([`crate::Transmit::nothing_behind`]).
+    pub ring_read_at: Instant,
 }
 
 /// Completer state (`qp->comp` in rxe).

@@ -29,6 +29,7 @@ impl QpStep<'_> {
         }
         if qp.req.index == qp.fetched {
             self.fetch_send_wqes(now);
+            self.qp.req.ring_read_at = now;
         } else if self.waits_for_budget() {
             // Known before reading the ring again (`build_request` checks
             // a freshly fetched WQE).
@@ -71,10 +72,20 @@ impl QpStep<'_> {
                 // A WQE that failed without a packet behind unacknowledged
                 // ones rewound the requester for an ACK probe: send it now.
                 None if self.qp.req.probe_wanted && self.qp.req.index != req_index => continue,
-                sent => return sent,
+                Some(transmit) => {
+                    let qp = &*self.qp;
+                    // The ring was read in this same round (the runtime
+                    // passes one `now` per round) and all of it is sent.
+                    let nothing_behind = qp.req.ring_read_at == now
+                        && qp.req.index == qp.fetched
+                        && !qp.req.probe_wanted;
+                    return Some(Transmit { nothing_behind, ..transmit });
+                }
+                None => return None,
             }
         }
         // More local work remains: come back next turn.
+        self.dev.turn_cut_short = true;
         None
     }
 

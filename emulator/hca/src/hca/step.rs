@@ -44,6 +44,10 @@ pub(crate) struct Device {
     pub(crate) budget_waiters: VecDeque<QpIndex>,
     /// Set by a requester that held a WQE back for the device's budget.
     pub(crate) budget_blocked: bool,
+    /// Set by a requester that ended its turn with work it can still do
+    /// (more local operations than one turn takes): it goes to the back
+    /// of `sched` instead of out.
+    pub(crate) turn_cut_short: bool,
     /// Armed timers.
     pub(crate) timers: Timers,
     pub(crate) events: VecDeque<Event>,
@@ -199,7 +203,13 @@ impl QpStep<'_> {
         let Ok(producer) = host.load_acquire_u32(base + PRODUCER_OFFSET) else { return };
         if producer != qp.sq_doorbell_seen {
             qp.sq_doorbell_seen = producer;
-            self.doorbell(now, true);
+            // In RTS, a requester that has read every WQE up to this
+            // index has them all in hand (they are sent, or wait for
+            // something that schedules the QP again): no doorbell is owed.
+            let all_read = qp.state == QpState::Rts && producer == qp.sq.producer_seen;
+            if !all_read {
+                self.doorbell(now, true);
+            }
         }
     }
 }

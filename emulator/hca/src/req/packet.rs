@@ -463,5 +463,12 @@ fn emit_frame_ref(
         }
         _ => return None,
     };
-    Some(Transmit { destination: path.remote, len, kind, source_port: sport, local_qpn: None })
+    Some(Transmit {
+        destination: path.remote,
+        len,
+        kind,
+        source_port: sport,
+        local_qpn: None,
+        nothing_behind: false,
+    })
 }

@@ -230,6 +230,7 @@ impl Runtime {
                     };
                     count_transmit(stats, &transmit);
                     sent += 1;
+                    let nothing_behind = transmit.nothing_behind;
                     let packet = &mut room[..transmit.len];
                     let Some(leaving) =
                         settle(transport, stats, &mut hca, now_ns, transmit, packet)
@@ -240,6 +241,12 @@ impl Runtime {
                     match ip::udp_payload_offset(packet) {
                         Some(offset) => batch.commit(offset, len - offset, leaving),
                         None => stats.tx_errors += 1,
+                    }
+                    if nothing_behind {
+                        // Send it now; the look that most likely finds
+                        // nothing comes after, in one more round.
+                        drained = false;
+                        break;
                     }
                 }
                 while !direct && io.batch.len() < TX_BATCH && sent < TRANSMIT_BURST {

@@ -1,0 +1,66 @@
+//! A QP's turns in the HCA's schedule: a requester that stops with work
+//! left (more local operations than one turn takes) is looked at again
+//! without another doorbell, and one that has sent everything posted is
+//! taken out of the schedule.
+
+use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_sim::FabricConfig;
+use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
+use uroce_verbs::{SendWr, WcOpcode, WcStatus};
+
+const MS: u64 = 1_000_000;
+
+#[test]
+fn more_local_operations_than_a_turn_takes_all_complete_from_one_post() {
+    let mut w = World::new(2, FabricConfig::new(3));
+    let a = w.qp(0, QpType::Rc, cap(512, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
+    w.connect(0, &a, 1, &b, &tuning());
+    // 300 LOCAL_INVs (each turn takes 64), each of its own MR, in one
+    // post: only the last is signaled.
+    let count = 300;
+    let mrs: Vec<_> =
+        (0..count).map(|_| w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap()).collect();
+    let wrs: Vec<SendWr> = mrs
+        .iter()
+        .enumerate()
+        .map(|(i, mr)| {
+            let mut wr = SendWr::new(i as u64, WrOpcode::LocalInv);
+            wr.imm_or_inv = mr.lkey().0;
+            wr.flags = if i + 1 == count { SendFlags::SIGNALED } else { SendFlags::EMPTY };
+            wr
+        })
+        .collect();
+    a.post_send(&wrs).unwrap();
+    let done = w.wait(0, 1, 10 * MS);
+    assert_eq!(done.len(), 1, "the last LOCAL_INV completed: {done:?}");
+    assert_eq!(done[0].wr_id, count as u64 - 1);
+    assert_eq!((done[0].opcode, done[0].status), (WcOpcode::LocalInv, WcStatus::Success));
+    w.settle(10 * MS);
+    assert!(w.nodes[0].cq.poll(16).unwrap().is_empty(), "unsignaled: no other completion");
+}
+
+#[test]
+fn local_operations_posted_in_batches_while_the_flag_is_up_all_complete() {
+    let mut w = World::new(2, FabricConfig::new(4));
+    let a = w.qp(0, QpType::Rc, cap(512, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
+    w.connect(0, &a, 1, &b, &tuning());
+    let mrs: Vec<_> = (0..400).map(|_| w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap()).collect();
+    // Four posts of 100, back to back, each WR signaled.
+    for batch in mrs.chunks(100) {
+        let wrs: Vec<SendWr> = batch
+            .iter()
+            .map(|mr| {
+                let mut wr = SendWr::new(u64::from(mr.lkey().0), WrOpcode::LocalInv);
+                wr.imm_or_inv = mr.lkey().0;
+                wr.flags = SendFlags::SIGNALED;
+                wr
+            })
+            .collect();
+        a.post_send(&wrs).unwrap();
+    }
+    let done = w.wait(0, 400, 10 * MS);
+    assert_eq!(done.len(), 400, "every LOCAL_INV completed");
+    assert!(done.iter().all(|wc| wc.status == WcStatus::Success), "{done:?}");
+}
