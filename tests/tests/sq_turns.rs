@@ -1,12 +1,13 @@
 //! A QP's turns in the HCA's schedule: a requester that stops with work
 //! left (more local operations than one turn takes) is looked at again
-//! without another doorbell, and one that has sent everything posted is
-//! taken out of the schedule.
+//! without another doorbell, and one that has sent everything posted
+//! leaves the schedule at its first look that finds nothing.
 
 use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_hca::Endpoint;
 use uroce_sim::FabricConfig;
-use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{SendWr, WcOpcode, WcStatus};
+use uroce_tests::world::{cap, qpn, tuning, World, ALL_ACCESS};
+use uroce_verbs::{RecvWr, SendWr, WcOpcode, WcStatus};
 
 const MS: u64 = 1_000_000;
 
@@ -63,4 +64,30 @@ fn local_operations_posted_in_batches_while_the_flag_is_up_all_complete() {
     let done = w.wait(0, 400, 10 * MS);
     assert_eq!(done.len(), 400, "every LOCAL_INV completed");
     assert!(done.iter().all(|wc| wc.status == WcStatus::Success), "{done:?}");
+}
+
+#[test]
+fn a_qp_that_sent_all_it_read_leaves_the_schedule_at_its_first_empty_look() {
+    let w = World::new(2, FabricConfig::new(5));
+    let a = w.qp(0, QpType::Rc, cap(16, 1, 0));
+    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
+    w.connect(0, &a, 1, &b, &tuning());
+    let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
+    let now = w.now();
+    let mut buf = vec![0u8; 9000];
+    for i in 0..3 {
+        b.post_recv(&[RecvWr { wr_id: i, sg_list: vec![mr_b.sge(0, 64)] }]).unwrap();
+        let mut wr = SendWr::new(i, WrOpcode::Send);
+        wr.sg_list = vec![mr_a.sge(0, 64)];
+        a.post_send(&[wr]).unwrap();
+        let mut hca = w.nodes[0].hca.lock();
+        assert!(hca.qp(qpn(&a)).unwrap().scheduled, "the doorbell scheduled it");
+        let sent = hca.poll_transmit(now, &mut buf).expect("the SEND");
+        w.nodes[1].hca.lock().receive(now, &buf[..sent.len]);
+        assert!(hca.poll_transmit(now, &mut buf).is_none(), "nothing more to send");
+        // Its look at the ring found the index it had read: no doorbell
+        // owed, no second look (the schedule is empty, the flag down).
+        assert!(!hca.qp(qpn(&a)).unwrap().scheduled, "message {i}: still scheduled");
+    }
 }

@@ -451,9 +451,10 @@ impl Endpoint for Hca {
             }
             step.dev.turn = (index, 0);
             if std::mem::take(&mut step.dev.turn_cut_short) {
-                // Local work left (each such turn completes WQEs, so this
-                // ends): after the others, in this same call, which ends
-                // with `None` only when nothing is left to do.
+                // Fetched local work left: after the others, in this same
+                // call, which ends with `None` only when nothing is left to
+                // do. Each such turn completes WQEs already fetched, and
+                // none reads the ring again, so the call stays bounded.
                 step.dev.sched.push_back(index);
                 turns += 1;
             } else if std::mem::take(&mut step.dev.budget_blocked) {

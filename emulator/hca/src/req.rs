@@ -84,8 +84,11 @@ impl QpStep<'_> {
                 None => return None,
             }
         }
-        // More local work remains: come back next turn.
-        self.dev.turn_cut_short = true;
+        // More local work fetched: come back next turn. (Work posted
+        // after the fetch waits for a later call: the QP leaves the
+        // schedule and its look at the ring takes it as a doorbell.)
+        let qp = &*self.qp;
+        self.dev.turn_cut_short = qp.req.index != qp.fetched;
         None
     }
 
