@@ -36,9 +36,10 @@ impl QpStep<'_> {
 
     pub(super) fn on_atomic_ack(&mut self, now: Instant, psn: Psn, orig: u64) -> ResponseVerdict {
         const NOT_PLACED: ResponseVerdict = ResponseVerdict::NotPlaced;
-        if psn.is_after(self.qp.comp.psn) {
-            // Its AETH acknowledges everything before it.
-            self.ack_up_to(now, psn.wrapping_sub(1));
+        // Its AETH acknowledges everything before it: the requester may go
+        // on at once, even if the rest of it turns out to be a ghost.
+        if psn.is_after(self.qp.comp.psn) && self.ack_up_to(now, psn.wrapping_sub(1)) {
+            self.after_progress(now);
         }
         let Some(entry_index) = self.expected_response_entry(now, psn) else {
             return NOT_PLACED;
@@ -98,7 +99,9 @@ impl QpStep<'_> {
             if let Some(first) =
                 entry_at_psn(self.qp, psn).and_then(|i| self.qp.entry(i).map(|e| e.first_psn))
             {
-                self.ack_up_to(now, first.wrapping_sub(1));
+                if self.ack_up_to(now, first.wrapping_sub(1)) {
+                    self.after_progress(now);
+                }
             }
         }
         let Some(entry_index) = self.expected_response_entry(now, psn) else {
