@@ -83,6 +83,15 @@ impl World {
         connect::create_qp(&node.pd, &node.cq, qp_type, None, cap).expect("create QP")
     }
 
+    /// An RC QP of `cap_a` on node 0 connected ([`World::connect`]) to
+    /// one of `cap_b` on node 1.
+    pub fn rc_pair(&self, cap_a: QpCap, cap_b: QpCap, tuning: &Tuning) -> (Qp, Qp) {
+        let a = self.qp(0, QpType::Rc, cap_a);
+        let b = self.qp(1, QpType::Rc, cap_b);
+        self.connect(0, &a, 1, &b, tuning);
+        (a, b)
+    }
+
     /// Connects QP `a` on node `na` with QP `b` on node `nb` (RC or UC):
     /// [`connect::pair`], `b` sending from 1000 past `tuning.sq_psn`.
     pub fn connect(&self, na: usize, a: &Qp, nb: usize, b: &Qp, tuning: &Tuning) {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use uroce::world::WorldBuilder;
 use uroce_device::mem::{DriverMemory, SimMemory};
-use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_device::types::{SendFlags, WrOpcode};
 use uroce_hca::config::HcaConfig;
 use uroce_hca::Endpoint;
 use uroce_sim::FabricConfig;
@@ -51,9 +51,7 @@ fn answer_the_second_send_with(opcode: Opcode, ext: roce::ExtHeaders, payload: &
     let memory = |_| Arc::new(SimMemory::strict(1 << 30)) as Arc<dyn DriverMemory>;
     let builder = WorldBuilder::new(2, FabricConfig::new(13)).hca_config(config).memory(memory);
     let w = World::from_builder(builder);
-    let a = w.qp(0, QpType::Rc, cap(16, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
-    w.connect(0, &a, 1, &b, &tuning());
+    let (a, b) = w.rc_pair(cap(16, 1, 0), cap(16, 1, 0), &tuning());
     let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
     for i in 0..3 {

@@ -6,11 +6,11 @@
 //! the queue behind it, and a packet while another QP waits never carry
 //! it. Packets are carried between two HCAs by hand.
 
-use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_device::types::{SendFlags, WrOpcode};
 use uroce_hca::{Endpoint, Instant, PacketKind, Transmit};
 use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, tuning, World, ALL_ACCESS};
-use uroce_verbs::{Mr, Mtu, Qp, RecvWr, SendWr, WcStatus};
+use uroce_verbs::{Mr, Qp, RecvWr, SendWr, WcStatus};
 
 /// What node `from` hands out, in order, until it has nothing more; each
 /// packet is delivered to the other node.
@@ -48,11 +48,8 @@ struct Pair {
 
 fn pair() -> Pair {
     let w = World::new(2, FabricConfig::new(7));
-    let a = w.qp(0, QpType::Rc, cap(16, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
-    let mut t = tuning();
-    t.mtu = Mtu::Mtu1024;
-    w.connect(0, &a, 1, &b, &t);
+    // Path MTU 1024 (`tuning`): 3000 bytes are three packets.
+    let (a, b) = w.rc_pair(cap(16, 1, 0), cap(16, 1, 0), &tuning());
     let mr_a = w.nodes[0].pd.alloc_mr(8192, ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(8192, ALL_ACCESS).unwrap();
     Pair { w, a, b, mr_a, mr_b }
@@ -126,9 +123,7 @@ fn a_message_from_an_earlier_round_does_not_say_it_for_a_queue_not_read_again() 
 #[test]
 fn another_qp_scheduled_means_something_is_behind() {
     let p = pair();
-    let a2 = p.w.qp(0, QpType::Rc, cap(16, 1, 0));
-    let b2 = p.w.qp(1, QpType::Rc, cap(16, 1, 0));
-    p.w.connect(0, &a2, 1, &b2, &tuning());
+    let (a2, b2) = p.w.rc_pair(cap(16, 1, 0), cap(16, 1, 0), &tuning());
     p.post_receives(1);
     b2.post_recv(&[RecvWr { wr_id: 7, sg_list: vec![p.mr_b.sge(4096, 64)] }]).unwrap();
     p.a.post_send(&[send(&p.mr_a, 1, 64, SendFlags::SIGNALED)]).unwrap();

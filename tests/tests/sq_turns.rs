@@ -3,7 +3,7 @@
 //! without another doorbell, and one that has sent everything posted
 //! leaves the schedule at its first look that finds nothing.
 
-use uroce_device::types::{QpType, SendFlags, WrOpcode};
+use uroce_device::types::{SendFlags, WrOpcode};
 use uroce_hca::Endpoint;
 use uroce_sim::FabricConfig;
 use uroce_tests::world::{cap, qpn, tuning, World, ALL_ACCESS};
@@ -14,9 +14,7 @@ const MS: u64 = 1_000_000;
 #[test]
 fn more_local_operations_than_a_turn_takes_all_complete_from_one_post() {
     let mut w = World::new(2, FabricConfig::new(3));
-    let a = w.qp(0, QpType::Rc, cap(512, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
-    w.connect(0, &a, 1, &b, &tuning());
+    let (a, _b) = w.rc_pair(cap(512, 1, 0), cap(16, 1, 0), &tuning());
     // 300 LOCAL_INVs (each turn takes 64), each of its own MR, in one
     // post: only the last is signaled.
     let count = 300;
@@ -44,9 +42,7 @@ fn more_local_operations_than_a_turn_takes_all_complete_from_one_post() {
 #[test]
 fn local_operations_posted_in_batches_while_the_flag_is_up_all_complete() {
     let mut w = World::new(2, FabricConfig::new(4));
-    let a = w.qp(0, QpType::Rc, cap(512, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
-    w.connect(0, &a, 1, &b, &tuning());
+    let (a, _b) = w.rc_pair(cap(512, 1, 0), cap(16, 1, 0), &tuning());
     let mrs: Vec<_> = (0..400).map(|_| w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap()).collect();
     // Four posts of 100, back to back, each WR signaled.
     for batch in mrs.chunks(100) {
@@ -69,9 +65,7 @@ fn local_operations_posted_in_batches_while_the_flag_is_up_all_complete() {
 #[test]
 fn a_qp_that_sent_all_it_read_leaves_the_schedule_at_its_first_empty_look() {
     let w = World::new(2, FabricConfig::new(5));
-    let a = w.qp(0, QpType::Rc, cap(16, 1, 0));
-    let b = w.qp(1, QpType::Rc, cap(16, 1, 0));
-    w.connect(0, &a, 1, &b, &tuning());
+    let (a, b) = w.rc_pair(cap(16, 1, 0), cap(16, 1, 0), &tuning());
     let mr_a = w.nodes[0].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
     let mr_b = w.nodes[1].pd.alloc_mr(4096, ALL_ACCESS).unwrap();
     let now = w.now();
