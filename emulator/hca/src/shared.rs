@@ -243,6 +243,16 @@ impl SharedHca {
         self.hca.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// [`SharedHca::lock`] without waiting: `None` while another thread
+    /// holds the HCA.
+    pub fn try_lock(&self) -> Option<std::sync::MutexGuard<'_, Hca>> {
+        match self.hca.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Same as [`SharedHca::lock`] (read access for dumps).
     pub fn borrow(&self) -> std::sync::MutexGuard<'_, Hca> {
         self.lock()

@@ -235,6 +235,7 @@ impl UdpDevice {
             stop: AtomicBool::new(false),
             background_idle: AtomicBool::new(false),
             background_until_ns: AtomicU64::new(u64::MAX),
+            background_busy_looks: AtomicU64::new(0),
             holds_doorbells: doorbell_burst_ns > 0,
             io: Mutex::new(Io::new(transport, faults, scenario, capture, stats, doorbell_burst_ns)),
         });
@@ -411,6 +412,15 @@ impl Drop for UdpDevice {
         let summary = self.summary();
         *lock(&self.closed) = Some(summary);
         self.runtime.write_scenario_summary();
+    }
+}
+
+/// [`lock`] without waiting: `None` while another thread holds the mutex.
+fn try_lock<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match mutex.try_lock() {
+        Ok(guard) => Some(guard),
+        Err(std::sync::TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::datapath::Io;
 use super::doorbells::{Doorbell, MAX_HOLD_NS};
-use super::{lock, DeviceSummary, ProgressMode, UdpStats};
+use super::{lock, try_lock, DeviceSummary, ProgressMode, UdpStats};
 use core::net::IpAddr;
 use std::cmp::Reverse;
 use std::io;
@@ -21,8 +21,14 @@ use uroce_hca::{AppActivity, Driver, SharedHca};
 const APP_ACTIVE_NS: u64 = 1_000_000;
 /// The longest that packets produced by an application-driven receive
 /// (ACKs, READ responses) wait for the application's next verbs call before
-/// the background thread sends them.
+/// the background thread sends them, when it finds the device free (while
+/// the application is in a call at its looks, up to `APP_ACTIVE_NS` more:
+/// see `background`).
 const DEFERRED_ACK_NS: u64 = 50_000;
+/// The background thread's first look again at a device the application
+/// holds; each further look that finds it held waits twice as long, up to
+/// `APP_ACTIVE_NS` (see `background`).
+const BUSY_LOOK_NS: u64 = DEFERRED_ACK_NS;
 /// How long the application's polls may keep those packets back for its
 /// next verbs call (see `progress_by`).
 const ACK_HOLD_NS: u64 = 5_000;
@@ -69,6 +75,10 @@ pub(super) struct Runtime {
     /// Until when (runtime nanoseconds) the background thread sleeps while
     /// the application drives (`u64::MAX`: on the socket, for any packet).
     pub background_until_ns: AtomicU64,
+    /// Looks of the background thread that found the device held by
+    /// another thread (`UdpStats::background_busy_looks`): counted outside
+    /// the I/O lock, which such a look does not take.
+    pub background_busy_looks: AtomicU64,
     pub io: Mutex<Io>,
 }
 
@@ -146,6 +156,7 @@ impl Runtime {
     pub(super) fn stats(&self) -> UdpStats {
         let mut io = lock(&self.io);
         let mut stats = io.stats.clone();
+        stats.background_busy_looks = self.background_busy_looks.load(Ordering::Relaxed);
         if let Some(host) = io.transport.host() {
             stats.link = host.stats();
         }
@@ -252,7 +263,7 @@ impl Runtime {
         if app {
             self.mark_app_active();
         }
-        let mut moved = false;
+        let moved;
         // A waiting application's poll that found nothing made no event
         // (the background thread hands over its own, a command its own).
         let mut quiet = false;
@@ -283,15 +294,7 @@ impl Runtime {
                     self.kick_background();
                 }
             } else {
-                for _ in 0..8 {
-                    let now = self.now_ns();
-                    let received = self.receive_some(&mut io, now, false);
-                    let sent = self.transmit_some(&mut io, now);
-                    if received == 0 && sent == 0 {
-                        break;
-                    }
-                    moved = true;
-                }
+                moved = self.background_rounds(&mut io);
             }
         }
         if !quiet {
@@ -299,6 +302,23 @@ impl Runtime {
         }
         if self.print_steps {
             self.print_steps();
+        }
+        moved
+    }
+
+    /// A step outside the application's calls: receive and send until
+    /// nothing moves (at most eight rounds). Returns whether anything
+    /// moved.
+    fn background_rounds(&self, io: &mut Io) -> bool {
+        let mut moved = false;
+        for _ in 0..8 {
+            let now = self.now_ns();
+            let received = self.receive_some(io, now, false);
+            let sent = self.transmit_some(io, now);
+            if received == 0 && sent == 0 {
+                break;
+            }
+            moved = true;
         }
         moved
     }
@@ -361,12 +381,18 @@ impl Runtime {
     /// When the device next needs attention by itself (a timer or a
     /// delayed packet), in runtime nanoseconds.
     fn next_deadline_ns(&self) -> Option<u64> {
+        self.deadline_if_free(true).flatten()
+    }
+
+    /// [`Runtime::next_deadline_ns`], or `None` without waiting when
+    /// another thread holds the device (`wait` false) or its I/O state.
+    fn deadline_if_free(&self, wait: bool) -> Option<Option<u64>> {
         let (ready, timer) = {
-            let hca = self.hca.lock();
+            let hca = if wait { self.hca.lock() } else { self.hca.try_lock()? };
             (hca.has_transmit_ready(), hca.poll_timeout().map(Instant::as_nanos))
         };
         let delayed = {
-            let mut io = lock(&self.io);
+            let mut io = if wait { lock(&self.io) } else { try_lock(&self.io)? };
             // Packets ready are due now (left behind by a burst limit), or
             // when held doorbells must leave (the application sends them
             // with its next poll before that).
@@ -389,10 +415,10 @@ impl Runtime {
                 .flatten()
                 .min()
         };
-        match (timer, delayed) {
+        Some(match (timer, delayed) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
-        }
+        })
     }
 
     /// The background thread: keeps the device progressing while the
@@ -406,6 +432,9 @@ impl Runtime {
         let mut more = false;
         // Whether the device's socket is in the ready set.
         let mut watching = true;
+        // When the application holds the device, how long until the next
+        // look (`BUSY_LOOK_NS`, doubling while it stays held).
+        let mut busy_look_ns = BUSY_LOOK_NS;
         while !self.stop.load(Ordering::Acquire) {
             let now = self.now_ns();
             if self.activity.take_called() {
@@ -427,13 +456,46 @@ impl Runtime {
                 // held after this wakes it if it would sleep past the hold
                 // (`rang_send_doorbell`).
                 self.background_until_ns.store(quiet_at, Ordering::SeqCst);
-                let deadline = self.next_deadline_ns();
+                // Only while the application's thread is not in the
+                // runtime: waiting for its locks would queue this thread
+                // behind each of its calls (a wake-up system call on the
+                // application's path at every release, and this thread
+                // scheduled in, on a busy machine in place of the peer,
+                // only to find them taken again). While they are taken,
+                // the application is in a call (its polls run whole rounds:
+                // timers, ready packets, deferred ACKs); look again later,
+                // less often while it stays in, never past the point where
+                // its silence is noticed anyway (`quiet_at`). A device that
+                // holds doorbells waits for them as before: its held
+                // doorbells must leave 20 µs after the first, and only the
+                // first of a burst wakes this thread.
+                let look = if self.holds_doorbells {
+                    Some(self.next_deadline_ns())
+                } else {
+                    self.deadline_if_free(false)
+                };
+                let (deadline, free) = match look {
+                    Some(deadline) => {
+                        busy_look_ns = BUSY_LOOK_NS;
+                        (deadline, true)
+                    }
+                    None => {
+                        let look = self.now_ns() + busy_look_ns;
+                        busy_look_ns = (busy_look_ns * 2).min(APP_ACTIVE_NS);
+                        self.background_busy_looks.fetch_add(1, Ordering::Relaxed);
+                        (Some(look), false)
+                    }
+                };
                 let until = deadline.map_or(quiet_at, |d| d.min(quiet_at));
                 self.background_until_ns.store(until, Ordering::SeqCst);
                 self.wait(false, until.saturating_sub(self.now_ns()));
                 self.background_until_ns.store(u64::MAX, Ordering::SeqCst);
-                if deadline.is_some_and(|d| d <= self.now_ns()) {
-                    self.step();
+                if free && deadline.is_some_and(|d| d <= self.now_ns()) {
+                    if self.holds_doorbells {
+                        self.step();
+                    } else {
+                        self.try_step();
+                    }
                 }
                 continue;
             }
@@ -444,6 +506,8 @@ impl Runtime {
                     now.saturating_sub(last_activity_ns) < u64::from(spin_us) * 1_000
                 }
             };
+            // In charge: the application's next call is looked at afresh.
+            busy_look_ns = BUSY_LOOK_NS;
             if !spin && !more {
                 // Announce the sleep, then compute the deadline: anything
                 // the application changes after this wakes us
@@ -487,6 +551,20 @@ impl Runtime {
         moved
     }
 
+    /// [`Runtime::step`] unless another thread holds the I/O state (the
+    /// application, doing the same work).
+    fn try_step(&self) {
+        let Some(mut io) = try_lock(&self.io) else { return };
+        if self.background_rounds(&mut io) {
+            io.stats.background_steps += 1;
+        }
+        drop(io);
+        self.deliver_events();
+        if self.print_steps {
+            self.print_steps();
+        }
+    }
+
     /// Sleeps until the wake descriptor (and, with `socket`, the socket)
     /// is readable, or `timeout_ns` passes.
     fn wait(&self, socket: bool, timeout_ns: u64) {
@@ -505,5 +583,56 @@ impl Runtime {
             let mut counter = [0u8; 8];
             let _ = rustix::io::read(&self.wake, &mut counter);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::udp::{UdpConfig, UdpDevice};
+    use std::time::{Duration, Instant as WallClock};
+
+    /// The application's thread inside one of its calls for `span`: it
+    /// holds the I/O state, and keeps its activity flag up (as its verbs
+    /// calls do), so that the background thread leaves the device to it.
+    fn in_a_call(rt: &Runtime, span: Duration) {
+        let held = lock(&rt.io);
+        let t0 = WallClock::now();
+        while t0.elapsed() < span {
+            rt.activity.called();
+            std::hint::spin_loop();
+        }
+        drop(held);
+        // Between calls: a thread waiting on the lock gets it here.
+        std::thread::sleep(Duration::from_micros(200));
+    }
+
+    fn busy_looks(rt: &Runtime) -> u64 {
+        rt.background_busy_looks.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn the_background_thread_does_not_wait_for_an_application_in_the_runtime() {
+        let addr = IpAddr::V4(core::net::Ipv4Addr::new(127, 93, 40, 1));
+        let dev = UdpDevice::open(UdpConfig::new(addr)).expect("a loopback device opens");
+        let rt = &dev.runtime;
+        // An application that is in the runtime most of the time. A
+        // thread that queued on the lock would take it in a gap and never
+        // count a busy look.
+        let t0 = WallClock::now();
+        while busy_looks(rt) == 0 && t0.elapsed() < Duration::from_secs(5) {
+            rt.activity.called();
+            rt.kick_background();
+            in_a_call(rt, Duration::from_millis(2));
+        }
+        assert!(busy_looks(rt) > 0, "the thread looked while the application held the device");
+        // Held for 30 ms: the looks back off (50 µs, doubling to 1 ms),
+        // about 35 at most, where one every 50 µs would be 600.
+        let before = busy_looks(rt);
+        in_a_call(rt, Duration::from_millis(30));
+        let looks = busy_looks(rt) - before;
+        assert!(looks <= 40, "{looks} looks in 30 ms: they do not back off");
+        let counted = busy_looks(rt);
+        assert!(dev.stats().background_busy_looks >= counted, "the counter is in the stats");
     }
 }

@@ -60,6 +60,10 @@ pub struct UdpStats {
     pub faults_corrupted: u64,
     /// Times the background thread progressed the device.
     pub background_steps: u64,
+    /// Times the background thread, while the application drove, found
+    /// the device held by the application's thread and looked again later
+    /// instead of waiting for it (`docs/runtime.md`).
+    pub background_busy_looks: u64,
     /// Frames that could not be written to the capture file (from the
     /// first write error on, the capture stops: every frame after it
     /// counts).
@@ -102,6 +106,7 @@ impl UdpStats {
             ("faults_delayed", self.faults_delayed),
             ("faults_corrupted", self.faults_corrupted),
             ("background_steps", self.background_steps),
+            ("background_busy_looks", self.background_busy_looks),
             ("capture_errors", self.capture_errors),
             ("background_failed", u64::from(self.background_failed)),
         ];
