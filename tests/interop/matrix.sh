@@ -311,6 +311,9 @@ guest_line() {   # ROW ROLE(server|client): the rxevm-row line that runs ROW's V
   local i=$1 role=$2
   # a VM client of a lib row reaches the host through QEMU's guestfwd
   local cmd; cmd=$(role_cmd "${R_VM[i]}" "$role" "$i" $OOB_HOST)
+  # rxe's IPv4-mapped GID is usually at index 1, not always: one Linux 6.12 boot listed the IPv6 link-local
+  # GID at 0 and again at 1, and the IPv4 one at 2. The guest script looks the index up first (run_boot).
+  cmd=${cmd// -g 1 / -g \$G }; cmd=${cmd// -x 1 / -x \$G }
   if [ "$role" = server ]; then
     echo "rxevm-row ${R_ID[i]} ${R_SECS[i]} $cmd"
   else
@@ -545,11 +548,11 @@ run_boot() {
   local con=$OUT/boots/$tag.vm.log pcap=$OUT/boots/$tag.pcap peercon=$OUT/boots/$tag.peer.log
   local vmrole=server; [ "$dir" = r2u ] && vmrole=client
   local peerrole=client; [ "$vmrole" = client ] && peerrole=server
-  local script= pscript= budget=120 i
+  local script='G=$(rxevm-gid-index)'$'\n' pscript='G=$(rxevm-gid-index)'$'\n' budget=120 i
   REMAINING=
   # self-check: both VMs pause 1 s after each row, so the harness marks the row's end in the capture before
   # the next row's frames come (with uroce, the harness itself starts each row's uroce side)
-  [ "$SELF" = 1 ] && script="export MATRIX_GAP=1"$'\n' pscript="export MATRIX_GAP=1"$'\n'
+  [ "$SELF" = 1 ] && script+="export MATRIX_GAP=1"$'\n' pscript+="export MATRIX_GAP=1"$'\n'
   for i in "${rows[@]}"; do
     script+="$(guest_line "$i" $vmrole)"$'\n'; pscript+="$(guest_line "$i" $peerrole)"$'\n'
     budget=$((budget + R_SECS[i] + 15))
