@@ -31,7 +31,7 @@ use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub use crate::ip::IpHeader;
 pub use datagram::RoceDatagram;
-pub use emit::emit_ipv4;
+pub use emit::{emit_around_payload, emit_ipv4, payload_offset};
 
 mod datagram;
 mod emit;

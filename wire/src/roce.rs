@@ -249,11 +249,17 @@ impl<'a> Repr<'a> {
     /// Checks that the headers match the opcode table and the payload is
     /// allowed: what [`Repr::emit`] requires.
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
+        self.check_with_payload_len(self.payload.len())
+    }
+
+    /// [`Repr::check`] for a payload of `payload_len` bytes that lies
+    /// elsewhere (already in the frame's buffer).
+    pub(crate) fn check_with_payload_len(&self, payload_len: usize) -> Result<&'static OpcodeInfo> {
         let info = self.bth.opcode.info().ok_or(Error::UnknownOpcode(self.bth.opcode.0))?;
         if self.ext.mask() != info.mask.intersection(Mask::HEADERS) {
             return Err(Error::Malformed("extension headers do not match the opcode"));
         }
-        if !info.is(Mask::PAYLOAD) && (!self.payload.is_empty() || self.bth.pad_count != 0) {
+        if !info.is(Mask::PAYLOAD) && (payload_len != 0 || self.bth.pad_count != 0) {
             return Err(Error::Malformed("payload on an opcode that carries none"));
         }
         if self.bth.pad_count > 3 {
@@ -286,7 +292,26 @@ impl<'a> Repr<'a> {
     /// [`Repr::emit`] for a repr whose [`Repr::check`] gave `info`, into
     /// `data` of exactly [`Repr::buffer_len`] bytes (panics otherwise).
     pub(crate) fn emit_checked(&self, info: &OpcodeInfo, data: &mut [u8]) {
-        let len = info.length + self.payload.len() + usize::from(self.bth.pad_count) + ICRC_LEN;
+        let payload_end = info.length + self.payload.len();
+        if let Some(payload) = data.get_mut(info.length..payload_end) {
+            crate::copy::copy_short(payload, self.payload);
+        }
+        self.emit_around_payload(info, data, self.payload.len());
+    }
+
+    /// Writes everything but the payload into `data`, of exactly
+    /// [`Repr::buffer_len`] bytes for a `payload_len`-byte payload: the
+    /// headers before it, zero pad bytes and a zero ICRC after it. The
+    /// payload's bytes (`data[info.length..][..payload_len]`) are left as
+    /// they are. For a repr whose [`Repr::check_with_payload_len`] gave
+    /// `info` (panics otherwise, or on a buffer of the wrong length).
+    pub(crate) fn emit_around_payload(
+        &self,
+        info: &OpcodeInfo,
+        data: &mut [u8],
+        payload_len: usize,
+    ) {
+        let len = info.length + payload_len + usize::from(self.bth.pad_count) + ICRC_LEN;
         assert_eq!(data.len(), len, "roce::Repr::emit buffer length");
         self.bth.emit(&mut bth::Packet::new_unchecked(&mut data[..bth::HEADER_LEN]));
         let at = |kind: HeaderKind| {
@@ -297,7 +322,7 @@ impl<'a> Repr<'a> {
         // `check` matched the headers present to the opcode's: none to
         // look for when it has none (a SEND's middle or only packet).
         if !info.mask.intersects(Mask::HEADERS) {
-            return self.emit_payload(info, data);
+            return crate::copy::zero_short(&mut data[info.length + payload_len..]);
         }
         if let Some(r) = e.rdeth {
             r.emit(&mut rdeth::Packet::new_unchecked(&mut data[at(HeaderKind::Rdeth)]));
@@ -327,14 +352,7 @@ impl<'a> Repr<'a> {
         if let Some(r) = e.ieth {
             r.emit(&mut ieth::Packet::new_unchecked(&mut data[at(HeaderKind::Ieth)]));
         }
-        self.emit_payload(info, data);
-    }
-
-    /// The payload, zero pad bytes and a zero ICRC after the headers.
-    fn emit_payload(&self, info: &OpcodeInfo, data: &mut [u8]) {
-        let payload_end = info.length + self.payload.len();
-        crate::copy::copy_short(&mut data[info.length..payload_end], self.payload);
-        crate::copy::zero_short(&mut data[payload_end..]);
+        crate::copy::zero_short(&mut data[info.length + payload_len..]);
     }
 }
 

@@ -260,7 +260,6 @@ impl Hca {
                 steps: StepLog::default(),
                 ip_ids: Ipv4Ids { policy: config.ipv4_id, last: 0 },
                 last_now: Instant::ZERO,
-                scratch: vec![0; config.active_mtu.bytes() as usize],
                 wqe_slot: Vec::new(),
                 source_ports: crate::ports::SourcePorts::default(),
                 tally: crate::tally::CompletionTally::default(),

@@ -2,15 +2,17 @@
 //! the packet buffer, byte for byte what [`FrameRepr::ipv4`] and
 //! [`FrameRepr::emit`] write, without building the frame representation
 //! (an IP header repr with room for options, a UDP repr, a copy of the
-//! transport repr) and without checking the transport repr twice.
+//! transport repr) and without checking the transport repr twice; and
+//! either IP version's frame written around a payload already in the
+//! buffer (`emit_around_payload`).
 
 #[cfg(doc)]
 use super::FrameRepr;
 use super::UDP_HEADER_LEN;
 use crate::icrc::{self, ICRC_LEN};
 use crate::ipv4::{DEFAULT_TTL, MIN_HEADER_LEN, PROTOCOL_UDP};
-use crate::{checksum, roce, Error, Result, ROCEV2_UDP_PORT};
-use core::net::Ipv4Addr;
+use crate::{checksum, ipv6, roce, udp, Error, Opcode, Result, ROCEV2_UDP_PORT};
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Writes the IPv4 frame `FrameRepr::ipv4(addrs, ip_id, src_port, roce)`
 /// would emit into the start of `buf` (same bytes, same errors); returns
@@ -22,10 +24,79 @@ pub fn emit_ipv4(
     roce: &roce::Repr<'_>,
     buf: &mut [u8],
 ) -> Result<usize> {
+    emit_ipv4_with(addrs, ip_id, src_port, roce, Payload::Copied, buf)
+}
+
+/// Where the transport payload of a packet with `opcode` starts in the
+/// frame [`emit_around_payload`] writes from `local` (the IP header, UDP,
+/// BTH and the opcode's extension headers come first). `None` for an
+/// opcode the table does not know.
+pub fn payload_offset(local: IpAddr, opcode: Opcode) -> Option<usize> {
+    let ip_header_len = match local {
+        IpAddr::V4(_) => MIN_HEADER_LEN,
+        IpAddr::V6(_) => ipv6::HEADER_LEN,
+    };
+    Some(ip_header_len + UDP_HEADER_LEN + opcode.info()?.length)
+}
+
+/// Writes the frame of `roce` from `addrs.0` to `addrs.1` around a
+/// `payload_len`-byte payload already in `buf` at
+/// [`payload_offset`]`(addrs.0, roce.bth.opcode)`: the IP, UDP and
+/// transport headers before it, pad and ICRC after it; the payload's
+/// bytes are not moved. The bytes are those [`emit_ipv4`] (IPv4: the given
+/// IP ID) and [`FrameRepr::ipv6`] (IPv6: no IP ID) write for the same
+/// payload. `roce.payload` must be empty (the payload is the buffer's).
+/// Returns the frame's length.
+///
+/// This is how a sender gathers a message's bytes straight into the
+/// packet buffer, without a copy through a scratch buffer.
+pub fn emit_around_payload(
+    addrs: (IpAddr, IpAddr),
+    ip_id: u16,
+    src_port: u16,
+    roce: &roce::Repr<'_>,
+    payload_len: usize,
+    buf: &mut [u8],
+) -> Result<usize> {
+    if !roce.payload.is_empty() {
+        return Err(Error::Malformed("payload both in the repr and in the buffer"));
+    }
+    let payload = Payload::InPlace(payload_len);
+    match addrs {
+        (IpAddr::V4(local), IpAddr::V4(remote)) => {
+            emit_ipv4_with((local, remote), ip_id, src_port, roce, payload, buf)
+        }
+        (IpAddr::V6(local), IpAddr::V6(remote)) => {
+            emit_ipv6_around((local, remote), src_port, roce, payload_len, buf)
+        }
+        _ => Err(Error::Malformed("IPv4 and IPv6 addresses mixed")),
+    }
+}
+
+/// Where a frame's transport payload comes from.
+#[derive(Clone, Copy)]
+enum Payload {
+    /// The repr's payload, copied into the frame.
+    Copied,
+    /// This many bytes already in the buffer, where they belong.
+    InPlace(usize),
+}
+
+fn emit_ipv4_with(
+    addrs: (Ipv4Addr, Ipv4Addr),
+    ip_id: u16,
+    src_port: u16,
+    roce: &roce::Repr<'_>,
+    payload: Payload,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let payload_len = match payload {
+        Payload::Copied => roce.payload.len(),
+        Payload::InPlace(len) => len,
+    };
     // What `udp_len_for` and `roce.buffer_len` give, from one check.
-    let info = roce.check()?;
-    let transport_len =
-        info.length + roce.payload.len() + usize::from(roce.bth.pad_count) + ICRC_LEN;
+    let info = roce.check_with_payload_len(payload_len)?;
+    let transport_len = info.length + payload_len + usize::from(roce.bth.pad_count) + ICRC_LEN;
     let udp_len = u16::try_from(UDP_HEADER_LEN + transport_len)
         .map_err(|_| Error::Malformed("packet too long for UDP"))?;
     let total_len = u16::try_from(MIN_HEADER_LEN + usize::from(udp_len))
@@ -85,12 +156,48 @@ pub fn emit_ipv4(
     let [l0, l1] = udp_len.to_be_bytes();
     udp.copy_from_slice(&[p0, p1, r0, r1, l0, l1, 0, 0]);
 
-    roce.emit_checked(info, transport);
+    match payload {
+        Payload::Copied => roce.emit_checked(info, transport),
+        Payload::InPlace(len) => roce.emit_around_payload(info, transport, len),
+    }
+    write_icrc(ip, udp, transport)?;
+    Ok(len)
+}
+
+/// The IPv6 frame of [`emit_around_payload`]: what [`FrameRepr::ipv6`]
+/// writes.
+fn emit_ipv6_around(
+    addrs: (Ipv6Addr, Ipv6Addr),
+    src_port: u16,
+    roce: &roce::Repr<'_>,
+    payload_len: usize,
+    buf: &mut [u8],
+) -> Result<usize> {
+    let info = roce.check_with_payload_len(payload_len)?;
+    let transport_len = info.length + payload_len + usize::from(roce.bth.pad_count) + ICRC_LEN;
+    let udp_len = u16::try_from(UDP_HEADER_LEN + transport_len)
+        .map_err(|_| Error::Malformed("packet too long for UDP"))?;
+    let ip_repr = ipv6::Repr::udp(addrs.0, addrs.1, usize::from(udp_len))
+        .ok_or(Error::Malformed("packet too long for IPv6"))?;
+    let len = ipv6::HEADER_LEN + usize::from(udp_len);
+    let out = buf.get_mut(..len).ok_or(Error::Truncated)?;
+    let (ip, rest) = out.split_at_mut(ipv6::HEADER_LEN);
+    let (udp, transport) = rest.split_at_mut(UDP_HEADER_LEN);
+    ip_repr.emit(&mut ipv6::Packet::new_unchecked(&mut *ip));
+    super::udp_header(src_port, udp_len).emit(&mut udp::Packet::new_unchecked(&mut *udp));
+    roce.emit_around_payload(info, transport, payload_len);
+    write_icrc(ip, udp, transport)?;
+    Ok(len)
+}
+
+/// Computes the ICRC of a frame whose headers and payload are written and
+/// writes it into the transport packet's last four bytes.
+fn write_icrc(ip: &[u8], udp: &[u8], transport: &mut [u8]) -> Result<()> {
     let covered = transport.len() - ICRC_LEN;
     let crc = icrc::compute(ip, udp, &transport[..covered])
         .ok_or(Error::Malformed("IP header unfit for the ICRC"))?;
     icrc::write(&mut transport[covered..], crc);
-    Ok(len)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -149,6 +256,62 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn writes_around_a_payload_in_place_what_the_frame_repr_writes() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i * 13 + 5) as u8).collect();
+        let v4 = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        let v6 = (Ipv6Addr::LOCALHOST, Ipv6Addr::new(0xfe80, 0, 0, 0, 1, 2, 3, 4));
+        for len in (0..70).chain([255, 256, 1024, 4096]) {
+            for repr in reprs(&bytes[..len]) {
+                let (ip_id, sport) = (0x1234, 0xc001);
+                for v6_pair in [false, true] {
+                    let (addrs, frame) = if v6_pair {
+                        let frame = FrameRepr::ipv6(v6, sport, repr).unwrap();
+                        ((IpAddr::V6(v6.0), IpAddr::V6(v6.1)), frame)
+                    } else {
+                        let frame = FrameRepr::ipv4(v4, ip_id, sport, repr).unwrap();
+                        ((IpAddr::V4(v4.0), IpAddr::V4(v4.1)), frame)
+                    };
+                    let mut expected = vec![0xa5u8; 4300];
+                    let n = frame.emit(&mut expected).unwrap();
+                    // Only the payload is in the buffer; the rest is noise.
+                    let mut got = vec![0x5au8; 4300];
+                    let at = payload_offset(addrs.0, repr.bth.opcode).unwrap();
+                    got[at..at + len].copy_from_slice(&bytes[..len]);
+                    let headers = Repr { payload: &[], ..repr };
+                    let written = emit_around_payload(addrs, ip_id, sport, &headers, len, &mut got);
+                    assert_eq!(written, Ok(n), "len {len} {repr:?}");
+                    assert_eq!(got[..n], expected[..n], "len {len} {repr:?} v6 {v6_pair}");
+                    assert!(got[n..].iter().all(|&b| b == 0x5a), "nothing written past the frame");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn refuses_a_payload_given_twice_mixed_addresses_and_short_buffers() {
+        let payload = [7u8; 16];
+        let repr = reprs(&payload)[0];
+        let v4 = IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1));
+        let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let mut buf = vec![0u8; 200];
+        assert!(emit_around_payload((v4, v4), 1, 2, &repr, 16, &mut buf).is_err());
+        let headers = Repr { payload: &[], ..repr };
+        assert!(emit_around_payload((v4, v6), 1, 2, &headers, 16, &mut buf).is_err());
+        assert_eq!(
+            emit_around_payload((v6, v6), 1, 2, &headers, 16, &mut buf[..59]),
+            Err(Error::Truncated)
+        );
+        assert_eq!(
+            emit_around_payload((v4, v4), 1, 2, &headers, 16, &mut buf[..59]),
+            Err(Error::Truncated)
+        );
+        // A payload on an opcode that carries none.
+        let ack = reprs(&[]).pop().unwrap();
+        assert!(emit_around_payload((v4, v4), 1, 2, &ack, 4, &mut buf).is_err());
+        assert_eq!(payload_offset(v4, Opcode(0xff)), None);
     }
 
     #[test]

@@ -58,8 +58,6 @@ pub(crate) struct Device {
     /// seen, then reused).
     pub(crate) wqe_slot: Vec<u8>,
     pub(crate) ahs: Table<AhContext, AhIndex>,
-    /// Gather buffer for one packet's payload (path MTU bytes).
-    pub(crate) scratch: Vec<u8>,
     /// UDP source ports the runtime cannot send from.
     pub(crate) source_ports: crate::ports::SourcePorts,
     pub(crate) ip_ids: Ipv4Ids,

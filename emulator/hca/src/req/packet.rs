@@ -14,9 +14,10 @@ use crate::mr::Origin;
 use crate::qp::{EntryState, Path, QpContext};
 use crate::send_op::SendOp;
 use crate::time::Instant;
+use core::net::{IpAddr, Ipv4Addr};
 use uroce_device::types::{Access, QpState, QpType, SendFlags, WcStatus, WrOpcode};
 use uroce_device::wqe::Payload;
-use uroce_wire::frame::{emit_ipv4, FrameRepr};
+use uroce_wire::frame::{emit_around_payload, emit_ipv4, payload_offset, FrameRepr};
 use uroce_wire::opcode::{Opcode, OpcodeInfo};
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{atomic_eth, bth, deth, feth, ieth, immdt, reth, Mask, Psn, Qkey, Qpn};
@@ -68,14 +69,38 @@ impl QpStep<'_> {
         }
         assign_psns(qp, req_index, mtu)?;
         let plan = plan_packet(qp, req_index, mtu)?;
-        // The payload, through the checked DMA path.
+        let wire_opcode = select_opcode(qp.qp_type, plan.opcode, plan.position)?;
+        // Where it goes: the QP's path, or for UD the WQE's address handle.
+        let op = &qp.entry(req_index)?.op;
+        let (path, dest_qpn, deth) = if qp.qp_type == QpType::Ud {
+            let ud = op.ud().unwrap_or_default();
+            let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
+                Qkey(qp.attr.qkey)
+            } else {
+                ud.remote_qkey
+            };
+            let deth = deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn };
+            (self.dev.ahs.path(AhIndex(ud.ah), qp.pd).copied(), ud.remote_qpn, Some(deth))
+        } else {
+            (qp.path, Qpn::new(qp.attr.dest_qp_num), None)
+        };
+        // The payload, through the checked DMA path, straight into the
+        // packet buffer after the headers that will go before it.
         let (offset, len) = match plan.opcode {
             WrOpcode::AtomicWrite => (0, 8),
             _ => (plan.offset, plan.len),
         };
+        let local = path.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |path| path.local);
+        let payload_at = payload_offset(local, wire_opcode)?;
+        // A buffer too short for the packet is the runtime's (it is
+        // `MAX_PACKET_LEN`), not the WQE's: nothing is sent.
+        let payload_end = payload_at.checked_add(usize::try_from(len).ok()?)?;
+        if buf.len() < payload_end + 3 + uroce_wire::icrc::ICRC_LEN {
+            return None;
+        }
         let payload = &qp.entry(req_index)?.payload;
         let payload_len =
-            match gather(&self.dev.mem, qp.pd, payload, offset, len, &mut self.dev.scratch) {
+            match gather(&self.dev.mem, qp.pd, payload, offset, len, &mut buf[payload_at..]) {
                 Ok(n) => n,
                 Err(status) => {
                     // A local protection error ends the WQE (and the QP).
@@ -94,39 +119,26 @@ impl QpStep<'_> {
                 || plan.opcode.is_read_or_atomic()
                 || qp.req.noack_pkts + 1 >= max_pkt_per_ack
                 || qp.req.probe_wanted);
-        let wire_opcode = select_opcode(qp.qp_type, plan.opcode, plan.position)?;
-        let mut bth = bth::Repr::new(wire_opcode, Qpn::default(), plan.psn, payload_len);
+        let mut bth = bth::Repr::new(wire_opcode, dest_qpn, plan.psn, payload_len);
         bth.ack_req = ack_req;
         bth.solicited = last && plan.flags.contains(SendFlags::SOLICITED);
         // Built where it stays: the repr has room for every extension
-        // header, and moving it is a copy.
+        // header, and moving it is a copy. Its payload is the buffer's.
         let mut roce = Repr { bth, ext: ExtHeaders::default(), payload: &[] };
         // The operation where it lies in the entry (a copy is 40 bytes).
         let op = &qp.entry(req_index)?.op;
         set_extension_headers(wire_opcode.info()?, &plan, op, &mut roce.ext);
-        let (path, dest_qpn) = if qp.qp_type == QpType::Ud {
-            let ud = op.ud().unwrap_or_default();
-            let qkey = if Qkey(ud.remote_qkey.0).is_privileged() {
-                Qkey(qp.attr.qkey)
-            } else {
-                ud.remote_qkey
-            };
-            roce.ext.deth = Some(deth::Repr { qkey, resv8: 0, src_qpn: qp.qpn });
-            (self.dev.ahs.path(AhIndex(ud.ah), qp.pd), ud.remote_qpn)
-        } else {
-            (qp.path.as_ref(), Qpn::new(qp.attr.dest_qp_num))
-        };
+        roce.ext.deth = deth;
         let Some(path) = path else {
             // A UD WQE naming no address handle of this PD.
             qp.req.sent_pkts = 0;
             self.finish_without_packet(now, WcStatus::LocQpOpErr);
             return None;
         };
-        roce.bth.dest_qpn = dest_qpn;
         let sport = self.dev.source_ports.settle(qp.sport);
         let ip_id = self.dev.ip_ids.next();
-        roce.payload = &self.dev.scratch[..payload_len];
-        let transmit = emit_frame_ref(path, ip_id, (PacketKind::Request, sport), &roce, buf)?;
+        let kind_port = (PacketKind::Request, sport);
+        let transmit = emit_frame_around(&path, ip_id, kind_port, &roce, payload_len, buf)?;
         // The requester's state after the packet.
         qp.sent_pkts += 1;
         qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
@@ -434,41 +446,47 @@ fn gather(
 pub(crate) fn emit_frame(
     path: Path,
     ip_id: u16,
-    kind_port: (PacketKind, u16),
+    (kind, sport): (PacketKind, u16),
     roce: Repr<'_>,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    emit_frame_ref(&path, ip_id, kind_port, &roce, buf)
+    let len = match (path.local, path.remote) {
+        // Written straight into the buffer, without a frame representation.
+        (IpAddr::V4(local), IpAddr::V4(remote)) => {
+            emit_ipv4((local, remote), ip_id, sport, &roce, buf).ok()?
+        }
+        (IpAddr::V6(local), IpAddr::V6(remote)) => {
+            FrameRepr::ipv6((local, remote), sport, roce).ok()?.emit(buf).ok()?
+        }
+        _ => return None,
+    };
+    Some(transmit_of(&path, kind, sport, len))
 }
 
 /// [`emit_frame`] of a transport repr where it lies (the repr, with room
-/// for every extension header, is not moved).
-fn emit_frame_ref(
+/// for every extension header, is not moved), around its `payload_len`
+/// bytes of payload already in `buf` (at `payload_offset`).
+pub(crate) fn emit_frame_around(
     path: &Path,
     ip_id: u16,
     (kind, sport): (PacketKind, u16),
     roce: &Repr<'_>,
+    payload_len: usize,
     buf: &mut [u8],
 ) -> Option<Transmit> {
-    use core::net::IpAddr;
-    let len = match (path.local, path.remote) {
-        // Written straight into the buffer, without a frame representation.
-        (IpAddr::V4(local), IpAddr::V4(remote)) => {
-            emit_ipv4((local, remote), ip_id, sport, roce, buf).ok()?
-        }
-        (IpAddr::V6(local), IpAddr::V6(remote)) => {
-            let frame = FrameRepr::ipv6((local, remote), sport, *roce);
-            // Emitted where it lies (`ok()` would move the whole representation).
-            frame.as_ref().ok()?.emit(buf).ok()?
-        }
-        _ => return None,
-    };
-    Some(Transmit {
+    let addrs = (path.local, path.remote);
+    let len = emit_around_payload(addrs, ip_id, sport, roce, payload_len, buf).ok()?;
+    Some(transmit_of(path, kind, sport, len))
+}
+
+/// What a runtime needs to send a packet of `len` bytes on `path`.
+fn transmit_of(path: &Path, kind: PacketKind, source_port: u16, len: usize) -> Transmit {
+    Transmit {
         destination: path.remote,
         len,
         kind,
-        source_port: sport,
+        source_port,
         local_qpn: None,
         nothing_behind: false,
-    })
+    }
 }

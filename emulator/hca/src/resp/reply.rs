@@ -8,8 +8,10 @@ use crate::hca::QpStep;
 use crate::mr::{MemoryTables, Origin};
 use crate::qp::{QpContext, Resource, Responder, Response};
 use crate::time::Instant;
+use core::net::IpAddr;
 use uroce_device::types::{Access, QpState};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
+use uroce_wire::frame::payload_offset;
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{atomic_ack_eth, bth, Mask, Opcode, Psn, Qpn};
 
@@ -93,9 +95,9 @@ impl QpStep<'_> {
             }
             Response::Read { resource, start, next, msn } => {
                 let read = ReadResponse { resource, start, next, msn };
-                match read_response(&self.dev.mem, &mut self.dev.scratch, qp, read) {
+                match read_response(&self.dev.mem, (path.local, &mut *buf), qp, read) {
                     ReadStep::Packet(plan) => plan,
-                    ReadStep::Gone => return None,
+                    ReadStep::Gone | ReadStep::NoRoom => return None,
                     ReadStep::AccessError { psn } => {
                         self.read_access_error(psn, msn);
                         return self.next_response_packet(buf);
@@ -112,9 +114,11 @@ impl QpStep<'_> {
         };
         let ip_id = self.dev.ip_ids.next();
         let sport = self.dev.source_ports.settle(qp.sport);
-        let roce = Repr { bth, ext, payload: &self.dev.scratch[..plan.payload_len] };
+        // A READ response's payload is in the buffer already.
+        let roce = Repr { bth, ext, payload: &[] };
+        let kind_port = (PacketKind::Response, sport);
         let transmit =
-            crate::req::emit_frame(path, ip_id, (PacketKind::Response, sport), roce, buf)?;
+            crate::req::emit_frame_around(&path, ip_id, kind_port, &roce, plan.payload_len, buf)?;
         qp.sent_pkts += 1;
         Some(transmit)
     }
@@ -213,6 +217,8 @@ enum ReadStep {
     Packet(ResponsePlan),
     /// The READ's resource was reused: nothing to send for it.
     Gone,
+    /// The packet buffer is too short for the packet: nothing now.
+    NoRoom,
     /// Its memory can no longer be read: NAK `psn`.
     AccessError {
         /// The PSN of the response that could not be read.
@@ -221,12 +227,13 @@ enum ReadStep {
 }
 
 /// The next response packet of a READ (rxe's read_reply): its bytes are
-/// read again from memory into `scratch` (a duplicate READ re-runs this
-/// path, and the R_Key may have been invalidated since), and the queue's
-/// head moves to the packet after it.
+/// read again from memory (a duplicate READ re-runs this path, and the
+/// R_Key may have been invalidated since) straight into the packet buffer
+/// `buf`, where its payload goes in a packet from `local`
+/// (`payload_offset`), and the queue's head moves to the packet after it.
 fn read_response(
     mem: &MemoryTables,
-    scratch: &mut [u8],
+    (local, buf): (IpAddr, &mut [u8]),
     qp: &mut QpContext,
     read: ReadResponse,
 ) -> ReadStep {
@@ -247,10 +254,17 @@ fn read_response(
         (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
         (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
     };
+    // A buffer too short for the packet is the runtime's (it is
+    // `MAX_PACKET_LEN`): nothing is sent, and the READ stays owed.
+    let Some(payload) = payload_offset(local, opcode)
+        .and_then(|at| buf.get_mut(at..at + this_len + 3 + uroce_wire::icrc::ICRC_LEN))
+    else {
+        return ReadStep::NoRoom;
+    };
     let origin = Origin::Remote { qpn: qp.qpn };
     let read = mem
         .check(rkey, qp.pd, va + offset, this_len as u64, Access::REMOTE_READ, origin)
-        .and_then(|range| mem.read(&range, &mut scratch[..this_len]));
+        .and_then(|range| mem.read(&range, &mut payload[..this_len]));
     if read.is_err() {
         return ReadStep::AccessError { psn: first_psn + next };
     }
