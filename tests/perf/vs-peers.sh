@@ -160,8 +160,9 @@ each() {
 # A figure for people: three significant digits (whole numbers from 1000 on).
 fig() { awk -v v="$1" 'BEGIN { if (v == "") print "n/a"; else if (v >= 1000) printf "%.0f\n", v;
   else printf "%.3g\n", v }'; }
-# $1 / $2 (blank when either is missing), and $1 * $2.
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.2f", a / b }'; }
+# $1 / $2 (blank when either is missing), and $1 * $2. Three decimals: a
+# ratio of 0.4996 against a target of 0.5 must not print as 0.50.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b + 0 > 0) printf "%.3f", a / b }'; }
 times() { awk -v a="$1" -v b="$2" 'BEGIN { if (a != "" && b != "") printf "%.6g", a * b }'; }
 
 # Each pair of processes: addresses 127.140.<slot>.1 (server) and .2 (client)
