@@ -871,6 +871,21 @@ fn rc_over_ipv6_link_local_gids() {
     a.post_send(&[write(1, &mr_a, 0, 3000, &mr_b, 0)]).unwrap();
     assert_eq!(statuses(&w.wait(0, 1, 10 * MS)), vec![(1, WcStatus::Success)]);
     assert_eq!(mr_b.read_vec(0, 3000).unwrap(), data);
+    // Odd lengths: each message's last packet carries pad, its payload
+    // gathered (a WRITE) or read (READ responses) straight into the IPv6
+    // frame, the headers written around it. A wrong offset or pad would
+    // fail the ICRC, and the message would not complete.
+    let odd = pattern(3001, 20);
+    mr_a.write(4096, &odd).unwrap();
+    a.post_send(&[write(2, &mr_a, 4096, 3001, &mr_b, 4096)]).unwrap();
+    assert_eq!(statuses(&w.wait(0, 1, 10 * MS)), vec![(2, WcStatus::Success)]);
+    assert_eq!(mr_b.read_vec(4096, 3001).unwrap(), odd);
+    let back = pattern(3001, 21);
+    mr_b.write(0, &back).unwrap();
+    a.post_send(&[read(3, &mr_a, 0, 3001, &mr_b, 0)]).unwrap();
+    assert_eq!(statuses(&w.wait(0, 1, 10 * MS)), vec![(3, WcStatus::Success)]);
+    assert_eq!(mr_a.read_vec(0, 3001).unwrap(), back);
+    assert_eq!(counters(&w, 0).rcvd_icrc_err + counters(&w, 1).rcvd_icrc_err, 0);
 }
 
 #[test]

@@ -61,6 +61,10 @@ pub fn emit_around_payload(
     if !roce.payload.is_empty() {
         return Err(Error::Malformed("payload both in the repr and in the buffer"));
     }
+    // Bounds the lengths added up below (a UDP datagram's is 16 bits).
+    if payload_len > usize::from(u16::MAX) {
+        return Err(Error::Malformed("packet too long for UDP"));
+    }
     let payload = Payload::InPlace(payload_len);
     match addrs {
         (IpAddr::V4(local), IpAddr::V4(remote)) => {
@@ -225,6 +229,27 @@ mod tests {
         let ud = bth::Repr::new(Opcode::UD_SEND_ONLY, Qpn::new(0x22), Psn::new(7), len);
         let deth = Some(deth::Repr { qkey: Qkey(0x1111), resv8: 0, src_qpn: Qpn::new(0x33) });
         out.push(Repr { bth: ud, ext: ExtHeaders { deth, ..Default::default() }, payload });
+        // The shapes of a multi-packet message and of READ responses
+        // (what the requester and the READ responder build in place).
+        let first = bth::Repr::new(Opcode::RC_RDMA_WRITE_FIRST, Qpn::new(5), Psn::new(9), len);
+        out.push(Repr { bth: first, ext: ExtHeaders { reth, ..Default::default() }, payload });
+        let middle = bth::Repr::new(Opcode::RC_SEND_MIDDLE, Qpn::new(6), Psn::new(10), len);
+        out.push(Repr { bth: middle, ext: ExtHeaders::default(), payload });
+        let ok = Some(aeth::Repr { syndrome: aeth::Syndrome::from_u8(0x1f), msn: 0x7 });
+        for (opcode, aeth) in [
+            (Opcode::RC_RDMA_READ_RESPONSE_FIRST, ok),
+            (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, None),
+            (Opcode::RC_RDMA_READ_RESPONSE_LAST, ok),
+        ] {
+            let bth = bth::Repr::new(opcode, Qpn::new(7), Psn::new(11), len);
+            out.push(Repr { bth, ext: ExtHeaders { aeth, ..Default::default() }, payload });
+        }
+        let atomic_write = bth::Repr::new(Opcode::RC_ATOMIC_WRITE, Qpn::new(8), Psn::new(12), len);
+        out.push(Repr {
+            bth: atomic_write,
+            ext: ExtHeaders { reth, ..Default::default() },
+            payload,
+        });
         if payload.is_empty() {
             let ack = bth::Repr::new(Opcode::RC_ACKNOWLEDGE, Qpn::new(4), Psn::new(0xffffff), 0);
             let aeth = Some(aeth::Repr { syndrome: aeth::Syndrome::from_u8(0x1f), msn: 0x10203 });
@@ -308,6 +333,17 @@ mod tests {
             emit_around_payload((v4, v4), 1, 2, &headers, 16, &mut buf[..59]),
             Err(Error::Truncated)
         );
+        // One byte short of the IPv6 frame (40 + 8 + 12 + 16 + 4).
+        assert_eq!(
+            emit_around_payload((v6, v6), 1, 2, &headers, 16, &mut buf[..79]),
+            Err(Error::Truncated)
+        );
+        assert_eq!(emit_around_payload((v6, v6), 1, 2, &headers, 16, &mut buf[..80]), Ok(80));
+        // A length no datagram has is refused, not added up.
+        for huge in [usize::MAX, usize::MAX - 3, 70_000] {
+            assert!(emit_around_payload((v4, v4), 1, 2, &headers, huge, &mut buf).is_err());
+            assert!(emit_around_payload((v6, v6), 1, 2, &headers, huge, &mut buf).is_err());
+        }
         // A payload on an opcode that carries none.
         let ack = reprs(&[]).pop().unwrap();
         assert!(emit_around_payload((v4, v4), 1, 2, &ack, 4, &mut buf).is_err());

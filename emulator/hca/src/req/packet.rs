@@ -92,10 +92,13 @@ impl QpStep<'_> {
         };
         let local = path.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |path| path.local);
         let payload_at = payload_offset(local, wire_opcode)?;
-        // A buffer too short for the packet is the runtime's (it is
-        // `MAX_PACKET_LEN`), not the WQE's: nothing is sent.
-        let payload_end = payload_at.checked_add(usize::try_from(len).ok()?)?;
-        if buf.len() < payload_end + 3 + uroce_wire::icrc::ICRC_LEN {
+        // A buffer too short for the packet (pad and ICRC included) breaks
+        // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing
+        // is sent, and the WQE is not blamed for it.
+        let len_bytes = usize::try_from(len).ok()?;
+        let pad = len_bytes.wrapping_neg() & 3;
+        let frame_end = payload_at.checked_add(len_bytes)? + pad + uroce_wire::icrc::ICRC_LEN;
+        if buf.len() < frame_end {
             return None;
         }
         let payload = &qp.entry(req_index)?.payload;

@@ -254,10 +254,12 @@ fn read_response(
         (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
         (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
     };
-    // A buffer too short for the packet is the runtime's (it is
-    // `MAX_PACKET_LEN`): nothing is sent, and the READ stays owed.
+    // A buffer too short for the packet (pad and ICRC included) breaks
+    // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing is
+    // sent, and the READ stays owed (sent when the QP is scheduled again).
+    let pad = this_len.wrapping_neg() & 3;
     let Some(payload) = payload_offset(local, opcode)
-        .and_then(|at| buf.get_mut(at..at + this_len + 3 + uroce_wire::icrc::ICRC_LEN))
+        .and_then(|at| buf.get_mut(at..at + this_len + pad + uroce_wire::icrc::ICRC_LEN))
     else {
         return ReadStep::NoRoom;
     };
