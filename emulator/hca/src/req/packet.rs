@@ -96,7 +96,7 @@ impl QpStep<'_> {
         // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing
         // is sent, and the WQE is not blamed for it.
         let len_bytes = usize::try_from(len).ok()?;
-        let pad = len_bytes.wrapping_neg() & 3;
+        let pad = usize::from(bth::pad_for(len_bytes));
         let frame_end = payload_at.checked_add(len_bytes)? + pad + uroce_wire::icrc::ICRC_LEN;
         if buf.len() < frame_end {
             return None;

@@ -257,7 +257,7 @@ fn read_response(
     // A buffer too short for the packet (pad and ICRC included) breaks
     // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing is
     // sent, and the READ stays owed (sent when the QP is scheduled again).
-    let pad = this_len.wrapping_neg() & 3;
+    let pad = usize::from(bth::pad_for(this_len));
     let Some(payload) = payload_offset(local, opcode)
         .and_then(|at| buf.get_mut(at..at + this_len + pad + uroce_wire::icrc::ICRC_LEN))
     else {

@@ -543,26 +543,34 @@ impl Runtime {
         }
     }
 
+    /// A step of the background thread, counted in `background_steps`
+    /// when it moved something. Returns whether it did.
     fn step(&self) -> bool {
-        let moved = self.progress_by(false);
-        if moved {
-            lock(&self.io).stats.background_steps += 1;
-        }
-        moved
+        self.background_step(true)
     }
 
     /// [`Runtime::step`] unless another thread holds the I/O state (the
     /// application, doing the same work).
     fn try_step(&self) {
-        let Some(mut io) = try_lock(&self.io) else { return };
-        if self.background_rounds(&mut io) {
-            io.stats.background_steps += 1;
-        }
-        drop(io);
+        self.background_step(false);
+    }
+
+    /// [`Runtime::background_rounds`] under the I/O lock (without `wait`,
+    /// none while another thread holds it), counted, then the events they
+    /// made.
+    fn background_step(&self, wait: bool) -> bool {
+        let moved = {
+            let io = if wait { Some(lock(&self.io)) } else { try_lock(&self.io) };
+            let Some(mut io) = io else { return false };
+            let moved = self.background_rounds(&mut io);
+            io.stats.background_steps += u64::from(moved);
+            moved
+        };
         self.deliver_events();
         if self.print_steps {
             self.print_steps();
         }
+        moved
     }
 
     /// Sleeps until the wake descriptor (and, with `socket`, the socket)
