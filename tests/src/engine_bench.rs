@@ -10,7 +10,7 @@
 //! `FabricConfig::trace_packet_digests` off: the engine alone.
 //!
 //! The rates are the steady state's: the clock starts once a tenth of a
-//! case's messages have completed ([`Warmup`]). Before that the run pays
+//! case's messages have completed (`Warmup`). Before that the run pays
 //! its start-up (the first touch of every ring, buffer and table, the
 //! fabric's packet pool filling): 0.6–1.7 ms of a 40 ms 8 B run on this
 //! machine.
