@@ -18,7 +18,7 @@ use uroce_device::types::{QpState, SendFlags, WcStatus};
 mod fetch;
 mod packet;
 
-pub(crate) use packet::{emit_frame, emit_frame_around};
+pub(crate) use packet::{emit_frame, emit_frame_around, payload_room};
 
 impl QpStep<'_> {
     /// Builds the next request packet, if the QP may send one.

@@ -91,30 +91,21 @@ impl QpStep<'_> {
             _ => (plan.offset, plan.len),
         };
         let local = path.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |path| path.local);
-        let payload_at = payload_offset(local, wire_opcode)?;
-        // A buffer too short for the packet (pad and ICRC included) breaks
-        // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing
-        // is sent, and the WQE is not blamed for it.
-        let len_bytes = usize::try_from(len).ok()?;
-        let pad = usize::from(bth::pad_for(len_bytes));
-        let frame_end = payload_at.checked_add(len_bytes)? + pad + uroce_wire::icrc::ICRC_LEN;
-        if buf.len() < frame_end {
-            return None;
-        }
+        // A buffer too short for the packet breaks `Endpoint::poll_transmit`'s
+        // contract: nothing is sent, and the WQE is not blamed for it.
+        let room = payload_room(local, wire_opcode, usize::try_from(len).ok()?, buf)?;
         let payload = &qp.entry(req_index)?.payload;
-        let payload_len =
-            match gather(&self.dev.mem, qp.pd, payload, offset, len, &mut buf[payload_at..]) {
-                Ok(n) => n,
-                Err(status) => {
-                    // A local protection error ends the WQE (and the QP).
-                    if plan.opcode.is_read_or_atomic() {
-                        qp.req.rd_atomic_outstanding =
-                            qp.req.rd_atomic_outstanding.saturating_sub(1);
-                    }
-                    self.finish_without_packet(now, status);
-                    return None;
+        let payload_len = match gather(&self.dev.mem, qp.pd, payload, offset, len, room) {
+            Ok(n) => n,
+            Err(status) => {
+                // A local protection error ends the WQE (and the QP).
+                if plan.opcode.is_read_or_atomic() {
+                    qp.req.rd_atomic_outstanding = qp.req.rd_atomic_outstanding.saturating_sub(1);
                 }
-            };
+                self.finish_without_packet(now, status);
+                return None;
+            }
+        };
         // The headers.
         let last = matches!(plan.position, Position::Last | Position::Only);
         let ack_req = qp.qp_type == QpType::Rc
@@ -403,6 +394,22 @@ fn select_opcode(qp_type: QpType, op: WrOpcode, position: Position) -> Option<Op
             _ => None,
         },
     }
+}
+
+/// Where the `len`-byte payload of a packet with `opcode` from `local`
+/// goes in `buf` (`payload_offset`), if `buf` also has room for the pad
+/// and ICRC after it (`None` breaks `Endpoint::poll_transmit`'s
+/// `MAX_PACKET_LEN` contract).
+pub(crate) fn payload_room(
+    local: IpAddr,
+    opcode: Opcode,
+    len: usize,
+    buf: &mut [u8],
+) -> Option<&mut [u8]> {
+    let at = payload_offset(local, opcode)?;
+    let frame_end =
+        at.checked_add(len)? + usize::from(bth::pad_for(len)) + uroce_wire::icrc::ICRC_LEN;
+    buf.get_mut(at..frame_end).map(|room| &mut room[..len])
 }
 
 /// Gathers `len` bytes from byte `offset` of a WQE's data into `out`,

@@ -11,7 +11,6 @@ use crate::time::Instant;
 use core::net::IpAddr;
 use uroce_device::types::{Access, QpState};
 use uroce_wire::aeth::{self, NakCode, Syndrome};
-use uroce_wire::frame::payload_offset;
 use uroce_wire::roce::{ExtHeaders, Repr};
 use uroce_wire::{atomic_ack_eth, bth, Mask, Opcode, Psn, Qpn};
 
@@ -254,13 +253,9 @@ fn read_response(
         (false, true) => Opcode::RC_RDMA_READ_RESPONSE_LAST,
         (false, false) => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
     };
-    // A buffer too short for the packet (pad and ICRC included) breaks
-    // `Endpoint::poll_transmit`'s contract (`MAX_PACKET_LEN`): nothing is
-    // sent, and the READ stays owed (sent when the QP is scheduled again).
-    let pad = usize::from(bth::pad_for(this_len));
-    let Some(payload) = payload_offset(local, opcode)
-        .and_then(|at| buf.get_mut(at..at + this_len + pad + uroce_wire::icrc::ICRC_LEN))
-    else {
+    // A buffer too short for the packet: nothing is sent, and the READ
+    // stays owed (sent when the QP is scheduled again).
+    let Some(payload) = crate::req::payload_room(local, opcode, this_len, buf) else {
         return ReadStep::NoRoom;
     };
     let origin = Origin::Remote { qpn: qp.qpn };
